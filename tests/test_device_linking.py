@@ -1,0 +1,66 @@
+"""Linking and tagging on synthetic device traces with known answers."""
+
+import polars as pl
+
+from traceflops.analysis import analyze
+from synth import Builder
+
+M, K, N = 48, 80, 24  # non-square on purpose
+
+
+def build(tmp_path):
+    b = Builder()
+    b.kernel("void at::native::elementwise_kernel<warmup>", 5, 40, 3)  # before the first step: outside
+    b.annotation("ProfilerStep#7", 50, 950)
+    b.op("aten::linear", 100, 60)
+    b.op("aten::addmm", 110, 40, **{"Input Dims": [[N], [M, K], [K, N]], "Input type": ["c10::BFloat16"] * 3, "Concrete Inputs": ["", "", "", "1", "1"]})
+    b.kernel("Memset (Device)", 112, 200, 2, cat="gpu_memset", bytes=4)
+    b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 120, 210, 30)
+    # backward on the autograd thread, outside the step's nesting but inside its span
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 300, 100, tid=2)
+    b.op("AddmmBackward0", 301, 98, tid=2)
+    b.op("aten::mm", 310, 20, tid=2, **{"Input Dims": [[M, N], [N, K]], "Input type": ["c10::BFloat16"] * 2})
+    b.kernel("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNN", 315, 400, 20, tid=2)
+    b.op("aten::mm", 340, 20, tid=2, **{"Input Dims": [[N, M], [M, K]], "Input type": ["c10::BFloat16"] * 2})
+    b.kernel("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT", 345, 420, 20, tid=2)
+    b.op("record_param_comms", 370, 10, tid=2)
+    b.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 372, 430, 70, stream=20)
+    b.annotation("Optimizer.step#AdamW.step", 600, 100)
+    b.op("aten::_foreach_add_", 610, 20)
+    b.kernel("void at::native::multi_tensor_apply_kernel<adam>", 612, 700, 20)
+    # a CUDA graph: one launch, two kernels sharing its correlation
+    b.op("aten::mm", 800, 20, **{"Input Dims": [[M, K], [K, N]], "Input type": ["c10::BFloat16"] * 2})
+    corr = b.kernel("sm90_xmma_gemm_graph_part1", 805, 750, 10, launch="cudaGraphLaunch")
+    b.events.append({"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_graph_part2", "pid": 0, "tid": 7, "ts": 760, "dur": 30, "args": {"device": 0, "stream": 7, "correlation": corr}})
+    return b.write(tmp_path / "synth.json.gz")
+
+
+def test_kernels_take_the_phase_of_their_launching_op(tmp_path):
+    a = analyze(build(tmp_path))
+    k = {r["name"]: r for r in a.kernels.iter_rows(named=True)}
+    assert k["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"]["phase"] == "forward"
+    assert k["Memset (Device)"]["phase"] == "forward"
+    assert k["nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNN"]["phase"] == "backward"
+    assert k["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"]["kind"] == "communication"
+    assert k["void at::native::multi_tensor_apply_kernel<adam>"]["phase"] == "optimizer"
+    assert k["sm90_xmma_gemm_graph_part2"]["cls"] == "matmul"
+    # memset under a GEMM op is not matmul time; the GEMM kernel is
+    assert k["Memset (Device)"]["cls"] == "memset"
+    assert k["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"]["cls"] == "matmul"
+
+
+def test_flops_counts_and_outside_work(tmp_path):
+    a = analyze(build(tmp_path))
+    t = a.totals
+    mm = 2 * M * N * K
+    assert t["flops"]["forward"] == mm * 2  # the addmm and the graph-launched mm
+    assert t["flops"]["backward"] == 2 * mm
+    assert t["matmul_count"] == {"forward": 2, "backward": 2, "recompute": 0, "optimizer": 0, "other": 0}
+    assert a.outside_steps["kernels"] == 1
+    # graph kernels split their op's FLOPs by duration and keep the total
+    g = a.kernels.filter(pl.col("name").str.starts_with("sm90_xmma_gemm_graph"))
+    assert g["flops"].sum() == mm
+    assert abs(g.filter(pl.col("dur") == 30)["flops"][0] - 0.75 * mm) < 1e-6
+    # the one step's device window runs from its first to its last device activity
+    s = a.steps.row(0, named=True)
+    assert s["start"] == 200 and s["window"] == 790 - 200  # the graph kernel ends last and s["last"]

@@ -1,0 +1,304 @@
+"""Wires the stages: parse → link → phases → counting → steps → metrics, into one `Analysis`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+
+from . import hardware as hw
+from . import metrics
+from . import modelflops as mf
+from .counting import count_ops, has_formula
+from .link import link, nearest
+from .model import PHASES, Trace
+from .parsers import load
+from .phases import tag_kernels, tag_ops
+from .steps import OUTSIDE, assign, device_windows, host_steps
+
+_TF32_RE = re.compile(r"tf32", re.I)
+
+
+@dataclass
+class ModelOptions:
+    """What the user told us about the model and the hardware (all optional)."""
+
+    spec: mf.ModelSpec | None = None
+    tokens_per_step: float | None = None  # global, per step
+    world_size: int | None = None
+    mode: str | None = None  # 'training' | 'inference' | None = detect
+    hardware: str | None = None
+    precision: str | None = None
+    peak_tflops: float | None = None
+    exclude_steps: tuple[int, ...] = ()
+
+
+@dataclass
+class Analysis:
+    trace: Trace
+    ops: pl.DataFrame
+    kernels: pl.DataFrame
+    steps: pl.DataFrame
+    hardware: dict[str, Any] | None
+    model: dict[str, Any] | None
+    totals: dict[str, Any]
+    outside_steps: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.trace.meta
+
+
+def analyze(path: str, options: ModelOptions | None = None) -> Analysis:
+    return analyze_trace(load(path), options or ModelOptions())
+
+
+def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
+    linked = link(trace)
+    matmul_like = has_formula(linked.ops["name"])
+    ops = tag_ops(linked, matmul_like)
+    kernels = tag_kernels(linked, ops)
+    device_trace = kernels.height > 0
+    ops = count_ops(ops, kernels, device_trace)
+
+    host, step_source = host_steps(trace)
+    ops = ops.with_columns(step=assign(ops, "ts", host))
+    kernels = kernels.with_columns(step=assign(kernels, "launch_ts", host))
+    kernels = classify_kernels(kernels, ops)
+    steps = device_windows(host, kernels).sort("ts")
+    warnings = list(trace.warnings.lines())
+    if step_source != "ProfilerStep":
+        warnings.append(f"no ProfilerStep markers: steps taken from {step_source}")
+
+    hardware, peak, precision = choose_hardware(trace, ops, kernels, opt, warnings)
+    per_step = metrics.phase_flops(ops)
+    steps = steps.join(per_step, on="step", how="left").with_columns(
+        [pl.col(c).fill_null(0) for c in per_step.columns if c != "step"]
+    )
+    mode = opt.mode or ("training" if (ops["phase"] == "backward").any() else "inference")
+    world = opt.world_size or trace.meta.get("world_size") or 1
+    model, model_flops_per_step, model_flops_no_attn = model_section(opt, ops, steps, mode, world, warnings)
+
+    steps = step_metrics(steps, model_flops_per_step, model_flops_no_attn, peak)
+    if steps.filter(pl.col("last")).height and kernels.height:
+        warnings.append("the last step ends at its last device activity (no next step to bound it)")
+    outside = outside_section(kernels, ops)
+    if outside:
+        warnings.append(
+            f"{outside['kernels']} device activities ({outside['device_us']:.1f} us) were launched outside every step; reported under outside_steps"
+        )
+    totals = totals_section(steps, ops, kernels, opt, peak)
+    warnings += metrics.suspect(totals.get("mfu"), totals.get("hfu"))
+    if totals["matmul_flops_unknown_count"]:
+        if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
+            warnings.append(
+                f"{totals['matmul_flops_unknown_count']} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"
+            )
+        else:
+            warnings.append(f"{totals['matmul_flops_unknown_count']} matmul ops have FLOPs that cannot be derived from their inputs")
+    if hardware:
+        hardware["precision"] = precision
+    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings)
+
+
+def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Matmul-class kernels: compute kernels launched under an executed leaf matmul op.
+
+    The op's FLOPs are shared among its compute kernels in proportion to duration.
+    """
+    if kernels.height == 0:
+        return kernels.with_columns(
+            cls=pl.lit(None, pl.Utf8), matmul_row=pl.lit(None, pl.Int64), flops=pl.lit(None, pl.Float64)
+        )
+    parent = ops["parent"].to_numpy()
+    leaf = ops["matmul"].to_numpy()
+    near = nearest(parent, leaf)
+    op_row = kernels["op_row"].fill_null(-1).to_numpy()
+    mm_row = np.where(op_row >= 0, near[np.maximum(op_row, 0)], -1)
+    kernels = kernels.with_columns(matmul_row=pl.Series(mm_row, dtype=pl.Int64)).with_columns(
+        matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
+    )
+    is_mm = (pl.col("kind") == "compute") & pl.col("matmul_row").is_not_null()
+    kernels = kernels.with_columns(
+        cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
+    )
+    share = pl.col("dur") / pl.col("dur").sum().over("matmul_row")
+    op_flops = ops.select(pl.col("row").alias("matmul_row"), pl.col("flops").alias("_op_flops"))
+    kernels = kernels.join(op_flops, on="matmul_row", how="left").with_columns(
+        flops=pl.when(pl.col("cls") == "matmul").then(pl.col("_op_flops") * share.fill_nan(1.0))
+    )
+    return kernels.drop("_op_flops")
+
+
+def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt: ModelOptions, warnings: list[str]):
+    precision = opt.precision
+    dtype = metrics.dominant_dtype(ops)
+    if precision is None:
+        precision = dtype or "bf16"
+        if precision == "fp32" and kernels.filter(pl.col("cls") == "matmul")["name"].str.contains(_TF32_RE.pattern).any():
+            precision = "tf32"
+    if opt.peak_tflops:
+        h = hw.custom(opt.peak_tflops, precision)
+        return _hw_dict(h, precision, "--peak-tflops"), opt.peak_tflops * 1e12, precision
+    h, why = None, ""
+    if opt.hardware:
+        h = hw.lookup(opt.hardware)
+        if h is None:
+            warnings.append(f"unknown hardware '{opt.hardware}': give --peak-tflops (known: {', '.join(sorted(hw.HARDWARE))})")
+    else:
+        props = trace.meta.get("device_properties") or []
+        dev_ids = kernels["device"].drop_nulls().unique().to_list() if kernels.height else []
+        chosen = next((p for p in props if p.get("id") in dev_ids), props[0] if props else None)
+        if chosen:
+            h, why = hw.detect(chosen)
+        elif trace.meta.get("xla_device"):
+            h, why = hw.detect_xla(trace.meta["xla_device"])
+        if h is None:
+            what = why or ("no device in the trace (a CPU trace)" if not kernels.height else "no deviceProperties in the trace")
+            warnings.append(f"hardware unknown: {what}; give --hardware NAME or --peak-tflops N to get MFU and HFU")
+    if h is None:
+        return None, None, precision
+    peak = h.peak(precision)
+    if peak is None:
+        warnings.append(f"{h.name} has no dense {precision} peak in the table; give --precision or --peak-tflops")
+    return _hw_dict(h, precision, h.source), peak, precision
+
+
+def _hw_dict(h, precision: str, source: str) -> dict[str, Any]:
+    return {
+        "name": h.name,
+        "precision": precision,
+        "sparse": False,
+        "peak_flops": h.peak(precision),
+        "devices": 1,
+        "source": source,
+    }
+
+
+def infer_tokens(ops: pl.DataFrame) -> int | None:
+    """Tokens per step from the input embedding's index shape (the largest-table lookup)."""
+    emb = ops.filter((pl.col("name") == "aten::embedding") & pl.col("dims").is_not_null() & (pl.col("phase") == "forward"))
+    best: tuple[int, int] | None = None
+    per_step: dict[int, int] = {}
+    for dims, step in emb.select("dims", "step").iter_rows():
+        d = orjson.loads(dims)
+        if len(d) >= 2 and isinstance(d[0], list) and len(d[0]) == 2 and isinstance(d[1], list) and d[1]:
+            vocab, tokens = d[0][0], int(np.prod(d[1]))
+            if best is None or vocab > best[0]:
+                best, per_step = (vocab, tokens), {step: tokens}
+            elif vocab == best[0]:
+                per_step[step] = per_step.get(step, 0) + tokens
+    if not per_step:
+        return None
+    return max(per_step.values())
+
+
+def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
+    """Model FLOPs per step for this trace's device (its share of a job's global tokens)."""
+    if opt.spec is not None:
+        tokens = opt.tokens_per_step
+        tokens_source = "flag"
+        if tokens is None:
+            inferred = infer_tokens(ops)
+            if inferred is not None:
+                tokens = inferred * world  # the trace shows one rank's batch
+                tokens_source = "inferred from the input embedding's shape"
+        if tokens is None:
+            warnings.append("tokens per step unknown: give --tokens-per-step (global) to get MFU")
+        m = mf.model_flops(opt.spec, mode, tokens)
+        share = None if m.per_step is None else m.per_step / world
+        share_na = None if m.per_step_no_attention is None else m.per_step_no_attention / world
+        model = {
+            "source": opt.spec.source,
+            "mode": mode,
+            "flops_per_token": m.per_token,
+            "flops_per_token_no_attention": m.per_token_no_attention,
+            "flops_per_token_causal": m.per_token_causal,
+            "tokens_per_step": tokens,
+            "tokens_source": tokens_source,
+            "flops_per_step": m.per_step,
+            "flops_per_step_no_attention": m.per_step_no_attention,
+            "flops_per_step_causal": m.per_step_causal,
+            "flops_per_step_device": share,
+            "params_matmul": opt.spec.params_matmul,
+            "counted": dict(opt.spec.breakdown),
+            "labels": dict(m.labels),
+        }
+        return model, pl.lit(share, pl.Float64), pl.lit(share_na, pl.Float64)
+    # Trace-derived: forward + backward matmul FLOPs of model ops.
+    per = pl.col("flops_forward") + pl.col("flops_backward")
+    no_attn = per - pl.col("attention_model_flops")
+    model = {
+        "source": "trace",
+        "mode": mode,
+        "flops_per_step": None,
+        "flops_per_step_no_attention": None,
+        "note": "model FLOPs derived from the trace: forward + backward matmul FLOPs (no recompute, no optimizer); see flops_coverage",
+    }
+    return model, per.cast(pl.Float64), no_attn.cast(pl.Float64)
+
+
+def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None) -> pl.DataFrame:
+    executed = sum(pl.col(f"flops_{p}") for p in PHASES)
+    secs = pl.col("window") * 1e-6
+    peak_e = pl.lit(peak, pl.Float64)
+    cols = [
+        executed.alias("flops_executed"),
+        model_flops.alias("model_flops"),
+        (model_flops / (secs * peak_e)).alias("mfu"),
+        (executed / (secs * peak_e)).alias("hfu"),
+    ]
+    if model_no_attn is not None:
+        cols.append((model_no_attn / (secs * peak_e)).alias("mfu_no_attention"))
+    else:
+        cols.append(pl.lit(None, pl.Float64).alias("mfu_no_attention"))
+    return steps.with_columns(cols)
+
+
+def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame) -> dict[str, Any] | None:
+    out = kernels.filter(pl.col("step") == OUTSIDE)
+    if out.height == 0:
+        return None
+    return {
+        "device_us": float(out["dur"].sum()),
+        "kernels": out.height,
+        "flops": {p: int(out.filter(pl.col("phase") == p)["flops"].sum() or 0) for p in PHASES},
+    }
+
+
+def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
+    use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
+    flops["executed"] = sum(flops.values())
+    counts = {p: int(use[f"count_{p}"].sum()) for p in PHASES}
+    wall = float(use["window"].sum())
+    model_total = use["model_flops"].sum() if use["model_flops"].null_count() < use.height else None
+    no_attn = use["mfu_no_attention"]
+    secs = wall * 1e-6
+    mfu = metrics.utilization(model_total, secs, peak)
+    hfu = metrics.utilization(flops["executed"], secs, peak)
+    mfu_na = None
+    if no_attn.null_count() < use.height:
+        mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
+    # Coverage: share of matmul time whose FLOPs are known.
+    in_steps = ops.filter(pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0))
+    if kernels.height:
+        mk = kernels.filter((pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+        cov = metrics.coverage(mk["dur"].to_numpy(), mk["flops"].is_not_null().to_numpy())
+    else:
+        cov = metrics.coverage(in_steps["dur"].to_numpy(), in_steps["flops"].is_not_null().to_numpy())
+    return {
+        "wall_us": wall,
+        "matmul_count": counts,
+        "flops": flops,
+        "flops_coverage": cov,
+        "matmul_flops_unknown_count": int(in_steps["flops"].null_count()),
+        "mfu": mfu,
+        "mfu_no_attention": mfu_na,
+        "hfu": hfu,
+    }

@@ -1,0 +1,169 @@
+"""Command line: click commands that wire the stages; no logic of their own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import EXIT_INPUT, EXIT_INTERNAL, TraceflopsError
+
+
+def _run(debug: bool, fn):
+    try:
+        return fn()
+    except TraceflopsError as e:
+        if debug:
+            raise
+        click.echo(e.line(), err=True)
+        sys.exit(e.exit_code)
+    except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - last line of defence: one clear line, never a traceback
+        if debug:
+            raise
+        click.echo(
+            f"internal error: {type(e).__name__}: {e}; rerun with --debug and report it with the traceback",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL)
+
+
+def _model_spec(params, layers, heads, head_dim, seq_len, model_config):
+    from . import modelflops as mf
+
+    if model_config:
+        try:
+            cfg = json.loads(Path(model_config).read_text())
+        except (OSError, ValueError) as e:
+            raise click.BadParameter(f"{model_config}: cannot read a JSON config ({e})", param_hint="--model-config")
+        try:
+            return mf.spec_from_config(cfg, seq_len=seq_len)
+        except ValueError as e:
+            raise click.BadParameter(f"{model_config}: {e}", param_hint="--model-config")
+    given = [params, layers, heads, head_dim, seq_len]
+    if all(v is None for v in given):
+        return None
+    if any(v is None for v in given):
+        raise click.UsageError(
+            "a model description needs all of --params, --layers, --heads, --head-dim and --seq-len (or --model-config)"
+        )
+    return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
+
+
+@click.group()
+@click.version_option(package_name="traceflops")
+def main():
+    """traceflops: MFU, HFU, recompute and where the time went, from profiler traces."""
+
+
+@main.command()
+@click.argument("trace", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)")
+@click.option("--layers", type=int, help="transformer layers L")
+@click.option("--heads", type=int, help="attention heads H")
+@click.option("--head-dim", type=int, help="head dimension Q")
+@click.option("--seq-len", type=int, help="sequence length T")
+@click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json")
+@click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks)")
+@click.option("--world-size", type=int, help="ranks in the job, when the trace does not say")
+@click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode")
+@click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)")
+@click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]))
+@click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)")
+@click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)")
+@click.option("--debug", is_flag=True, help="show tracebacks")
+def analyze(trace, fmt, params, layers, heads, head_dim, seq_len, model_config, tokens_per_step, world_size, mode, hardware, precision, peak_tflops, exclude_steps, debug):
+    """Analyse one trace: matmul FLOPs by phase, MFU and HFU per step."""
+    from .analysis import ModelOptions, analyze as run_analysis
+
+    spec = _model_spec(params, layers, heads, head_dim, seq_len, model_config)
+    opts = ModelOptions(
+        spec=spec,
+        tokens_per_step=tokens_per_step,
+        world_size=world_size,
+        mode=mode,
+        hardware=hardware,
+        precision=precision,
+        peak_tflops=peak_tflops,
+        exclude_steps=tuple(exclude_steps),
+    )
+
+    def go():
+        a = run_analysis(trace, opts)
+        if fmt == "json":
+            from .report.jsonreport import render
+
+            click.echo(render(a))
+        else:
+            from .report.terminal import render
+
+            render(a)
+
+    _run(debug, go)
+
+
+@main.command()
+@click.option("--tokens-per-second", type=float, required=True, help="global training throughput")
+@click.option("--params", type=float, required=True)
+@click.option("--layers", type=int, required=True)
+@click.option("--heads", type=int, required=True)
+@click.option("--head-dim", type=int, required=True)
+@click.option("--seq-len", type=int, required=True)
+@click.option("--devices", type=int, default=1, show_default=True)
+@click.option("--hardware")
+@click.option("--precision", default="bf16", show_default=True)
+@click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device")
+@click.option("--mode", type=click.Choice(["training", "inference"]), default="training", show_default=True)
+@click.option("--executed-flops-per-token", type=float, help="all FLOPs executed per token (recompute included), for HFU")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+def mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt):
+    """MFU (and HFU) from a throughput alone, as the PaLM paper computes it."""
+    from . import hardware as hw
+    from . import modelflops as mf
+
+    if peak_tflops:
+        peak, hw_name = peak_tflops * 1e12, "custom"
+    elif hardware:
+        h = hw.lookup(hardware)
+        if h is None:
+            raise click.BadParameter(f"unknown hardware '{hardware}'; known: {', '.join(sorted(hw.HARDWARE))}", param_hint="--hardware")
+        peak, hw_name = h.peak(precision), h.name
+        if peak is None:
+            raise click.BadParameter(f"{h.name} has no dense {precision} peak", param_hint="--precision")
+    else:
+        raise click.UsageError("give --peak-tflops or --hardware")
+    spec = mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
+    m = mf.model_flops(spec, mode, None)
+    out = {
+        "hardware": hw_name,
+        "precision": precision,
+        "peak_flops": peak,
+        "devices": devices,
+        "mode": mode,
+        "flops_per_token": m.per_token,
+        "flops_per_token_no_attention": m.per_token_no_attention,
+        "mfu": mf.mfu(tokens_per_second, m.per_token, devices, peak),
+        "mfu_no_attention": mf.mfu(tokens_per_second, m.per_token_no_attention, devices, peak),
+        "hfu": None
+        if executed_flops_per_token is None
+        else mf.mfu(tokens_per_second, executed_flops_per_token, devices, peak),
+    }
+    out["band"] = mf.verdict_band(out["mfu"]) if mode == "training" else None
+    out["band_caveat"] = mf.BAND_CAVEAT
+    if fmt == "json":
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"MFU {out['mfu']:.1%} (without attention {out['mfu_no_attention']:.1%})")
+    if out["hfu"] is not None:
+        click.echo(f"HFU {out['hfu']:.1%}")
+    click.echo(f"peak: {hw_name}, dense {precision}, {peak / 1e12:g} TFLOP/s x {devices} devices")
+    if out["band"]:
+        click.echo(f"band: {out['band']} ({mf.BAND_CAVEAT})")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,135 @@
+"""Executed FLOPs per op and per kernel, from recorded shapes.
+
+Only leaf matmul-class ops count (an `aten::linear` that recorded its
+`aten::addmm` counts once, through the addmm), and only ops that ran: on a
+device trace an op ran iff it or a descendant launched device work; on a CPU
+trace an op whose only children are `aten::detach` was cut short (checkpoint
+early stop) and did nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import polars as pl
+
+from . import flops as registry
+
+FLOP_COLS = {
+    "flops": pl.Int64,
+    "effective_flops": pl.Int64,
+    "recompute_flops": pl.Int64,
+    "mask": pl.Utf8,
+    "bytes": pl.Int64,
+    "dtype": pl.Utf8,
+    "flops_reason": pl.Utf8,
+}
+
+
+def has_formula(names: pl.Series) -> np.ndarray:
+    return names.is_in(list(registry.MATMUL_OPS)).to_numpy()
+
+
+def mark_ancestors(parent: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """True for every strict ancestor of `rows`."""
+    out = np.zeros(len(parent), dtype=bool)
+    cur = parent[rows]
+    cur = cur[cur >= 0]
+    while cur.size:
+        cur = cur[~out[cur]]  # stop climbing where an earlier path already marked
+        out[cur] = True
+        cur = parent[cur]
+        cur = cur[cur >= 0]
+    return out
+
+
+def leaf_matmuls(ops: pl.DataFrame) -> np.ndarray:
+    parent = ops["parent"].to_numpy()
+    formula = has_formula(ops["name"])
+    return formula & ~mark_ancestors(parent, np.flatnonzero(formula))
+
+
+def ran(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> np.ndarray:
+    parent = ops["parent"].to_numpy()
+    n = ops.height
+    if device_trace:
+        launched = np.zeros(n, dtype=bool)
+        rows = kernels["op_row"].drop_nulls().unique().to_numpy()
+        launched[rows] = True
+        return launched | mark_ancestors(parent, rows)
+    # CPU trace: an op whose children are all aten::detach was aborted (early stop).
+    names = ops["name"].to_numpy()
+    has_child = np.zeros(n, dtype=bool)
+    non_detach_child = np.zeros(n, dtype=bool)
+    p = parent[parent >= 0]
+    has_child[p] = True
+    keep = (parent >= 0) & (names != "aten::detach") & (names != "detach")
+    non_detach_child[parent[keep]] = True
+    return ~(has_child & ~non_detach_child)
+
+
+def _decode(text: str | None):
+    return None if text is None else orjson.loads(text)
+
+
+def formula_table(ops: pl.DataFrame, rows: np.ndarray, out_dims: dict[int, list[int]] | None = None) -> pl.DataFrame:
+    """Apply the registry once per distinct (name, dims, types, concrete) signature."""
+    sub = ops[rows].select("row", "name", "dims", "types", "concrete")
+    if out_dims:
+        sub = sub.with_columns(out=pl.col("row").replace_strict(out_dims, default=None, return_dtype=pl.Utf8))
+    else:
+        sub = sub.with_columns(out=pl.lit(None, pl.Utf8))
+    keys = ["name", "dims", "types", "concrete", "out"]
+    uniq = sub.select(keys).unique()
+    rows_out: dict[str, list] = {k: [] for k in FLOP_COLS}
+    for name, dims, types, concrete, out in uniq.iter_rows():
+        d = _decode(dims)
+        r = registry.op_flops(name, d, _decode(types), _decode(concrete), out_dims=_decode(out))
+        if r is None:
+            r = registry.OpFlops(None, None, 0, None, None, None, "no formula")
+        if d is None and r.flops is None:
+            reason = "no Input Dims (re-profile with record_shapes=True)"
+        else:
+            reason = r.reason
+        rows_out["flops"].append(r.flops)
+        rows_out["effective_flops"].append(r.effective)
+        rows_out["recompute_flops"].append(r.recompute)
+        rows_out["mask"].append(r.mask)
+        rows_out["bytes"].append(r.bytes)
+        rows_out["dtype"].append(r.dtype)
+        rows_out["flops_reason"].append(reason)
+    res = pl.concat([uniq, pl.DataFrame(rows_out, schema=FLOP_COLS)], how="horizontal")
+    return sub.join(res, on=keys, how="left", nulls_equal=True).select("row", *FLOP_COLS)
+
+
+def conv_out_dims(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, list[int]]:
+    """Output shape of convolutions that lack Concrete Inputs, from the next op on the thread.
+
+    Old traces record no stride or padding; the op that follows a convolution on
+    the same thread (bias add, batch norm, activation) takes its output as first
+    input. Only a 4-D/5-D first input with the convolution's batch size is trusted.
+    """
+    conv = ops[rows].filter(
+        pl.col("name").str.contains("conv") & ~pl.col("name").str.contains("backward") & pl.col("concrete").is_null()
+    )
+    if conv.height == 0:
+        return {}
+    conv = conv.select("row", "pid", "tid", (pl.col("ts") + pl.col("dur")).alias("end"), "dims").sort("end")
+    following = ops.select("pid", "tid", pl.col("ts").alias("end"), pl.col("dims").alias("next_dims")).sort("end")
+    joined = conv.join_asof(following, on="end", by=["pid", "tid"], strategy="forward")
+    out: dict[int, str] = {}
+    for row, dims, next_dims in joined.select("row", "dims", "next_dims").iter_rows():
+        d, nd = _decode(dims), _decode(next_dims)
+        if d and nd and isinstance(d[0], list) and isinstance(nd[0], list) and len(nd[0]) == len(d[0]) >= 3 and nd[0][0] == d[0][0]:
+            out[row] = orjson.dumps(nd[0]).decode()
+    return out
+
+
+def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> pl.DataFrame:
+    """Add leaf/ran flags and FLOP columns to the tagged ops."""
+    leaf = leaf_matmuls(ops)
+    did_run = ran(ops, kernels, device_trace)
+    rows = np.flatnonzero(leaf)
+    table = formula_table(ops, rows, conv_out_dims(ops, rows))
+    ops = ops.with_columns(matmul=pl.Series(leaf), ran=pl.Series(did_run))
+    return ops.join(table, on="row", how="left")

@@ -1,0 +1,37 @@
+"""Errors a user can cause, each with an exit code documented in the README."""
+
+from __future__ import annotations
+
+EXIT_INPUT = 2  # click's own usage errors also exit 2
+EXIT_FORMAT = 3
+EXIT_INTERNAL = 4
+
+
+class TraceflopsError(Exception):
+    exit_code = EXIT_INPUT
+
+    def __init__(self, path: str | None, what: str, todo: str):
+        self.path, self.what, self.todo = path, what, todo
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        where = f"{self.path}: " if self.path else ""
+        return f"error: {where}{self.what}; {self.todo}"
+
+
+class InputError(TraceflopsError):
+    """The file cannot be read (missing, unreadable, corrupt compression)."""
+
+    exit_code = EXIT_INPUT
+
+
+class FormatError(TraceflopsError):
+    """The file is readable but not a trace traceflops understands."""
+
+    exit_code = EXIT_FORMAT
+
+
+class InternalError(TraceflopsError):
+    """A conservation check failed: a bug, reported instead of a wrong number."""
+
+    exit_code = EXIT_INTERNAL

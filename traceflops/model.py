@@ -1,0 +1,104 @@
+"""The normalized, columnar trace every parser produces and every later stage reads.
+
+Nothing downstream of a parser knows which file format a trace came from: it
+sees only these tables. Times are microseconds in the trace's own clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+PHASES = ("forward", "backward", "recompute", "optimizer", "other")
+KINDS = ("compute", "communication", "memcpy", "memset")
+
+OPS_SCHEMA = {
+    "op_id": pl.Int64,
+    "name": pl.Utf8,
+    "cat": pl.Utf8,
+    "pid": pl.Utf8,
+    "tid": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "ext_id": pl.Int64,
+    "seq": pl.Int64,
+    "fwd_tid": pl.Int64,
+    "dims": pl.Utf8,  # JSON text: nesting depth varies (tensor lists), so not a typed column
+    "types": pl.Utf8,
+    "concrete": pl.Utf8,
+    "strides": pl.Utf8,
+}
+
+KERNELS_SCHEMA = {
+    "kernel_id": pl.Int64,
+    "name": pl.Utf8,
+    "kind": pl.Utf8,  # compute | communication | memcpy | memset
+    "pid": pl.Utf8,
+    "device": pl.Int64,
+    "stream": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "correlation": pl.Int64,
+    "ext_id": pl.Int64,
+    "bytes": pl.Int64,
+    "collective": pl.Utf8,
+}
+
+LAUNCHES_SCHEMA = {
+    "name": pl.Utf8,
+    "pid": pl.Utf8,
+    "tid": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "correlation": pl.Int64,
+    "ext_id": pl.Int64,
+}
+
+MARKERS_SCHEMA = {
+    "name": pl.Utf8,
+    "cat": pl.Utf8,  # cuda_sync | gpu_user_annotation: device rows that are not device work
+    "device": pl.Int64,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+}
+
+STEPS_SCHEMA = {
+    "step": pl.Int64,
+    "name": pl.Utf8,
+    "pid": pl.Utf8,
+    "tid": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+}
+
+
+def empty(schema: dict) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+@dataclass
+class Warnings:
+    """Counts of what could not be used, per reason, so nothing is dropped silently."""
+
+    counts: Counter = field(default_factory=Counter)
+
+    def add(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.counts[reason] += n
+
+    def lines(self) -> list[str]:
+        return [f"{reason} ({n})" if n > 1 else reason for reason, n in self.counts.items()]
+
+
+@dataclass
+class Trace:
+    ops: pl.DataFrame  # host/framework ops and user annotations (cpu_op, user_annotation)
+    kernels: pl.DataFrame  # device activities: kernels, memcpy, memset
+    launches: pl.DataFrame  # runtime/driver calls that carry a correlation id
+    markers: pl.DataFrame  # device rows that are not device work
+    steps: pl.DataFrame  # host step spans (ProfilerStep#N or fallbacks)
+    meta: dict[str, Any]
+    warnings: Warnings

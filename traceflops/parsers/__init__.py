@@ -1,0 +1,30 @@
+"""Format detection: every parser ends at the `Trace` model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import FormatError
+from ..model import Trace
+
+
+def detect_format(path: str) -> str:
+    name = Path(path).name
+    if name.endswith(".xplane.pb") or name.endswith(".pb"):
+        return "xplane"
+    if name.endswith((".json", ".json.gz", ".gz")):
+        return "kineto"
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head == b"\x1f\x8b" or head[:1] in (b"{", b"["):
+        return "kineto"
+    raise FormatError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
+
+
+def load(path: str) -> Trace:
+    fmt = detect_format(str(path))
+    if fmt == "kineto":
+        from .kineto import parse_kineto
+
+        return parse_kineto(str(path))
+    raise FormatError(str(path), "XLA profiles (.xplane.pb) are not supported yet", "analyse a Kineto trace")

@@ -1,0 +1,127 @@
+"""Phase of every op: forward, backward, recompute, optimizer, other.
+
+Each signal is one small function over the nested ops (numpy arrays aligned
+with `Linked.ops` rows); `tag_ops` composes them in one place, in priority
+order. Kernels take the phase of the op that launched them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from .link import Linked, nearest
+
+EVAL_PREFIX = "autograd::engine::evaluate_function: "
+_NODE_RE = re.compile(r"^(?:autograd::engine::evaluate_function: )?([\w:.]*Backward\d*)$")
+_OPT_RE = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^optimizer\.step|^Optimizer\.step")
+CHECKPOINT_NODE = "CheckpointFunctionBackward"
+COMPILED_FWD = "CompiledFunction"
+COMPILED_BWD = "CompiledFunctionBackward"
+STEP_RE = r"^ProfilerStep#\d+$"
+
+
+def node_names(names: pl.Series) -> pl.Series:
+    """Autograd node name of a backward-node op ('' for other ops)."""
+    return names.str.extract(_NODE_RE.pattern, 1).fill_null("")
+
+
+def in_optimizer(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
+    mask = ops["name"].str.contains(_OPT_RE.pattern).to_numpy()
+    return nearest(parent, mask) >= 0
+
+
+def backward_node(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
+    """Row of the innermost enclosing autograd node (new: `evaluate_function: X` → `X`; 2021: `XBackward0`)."""
+    is_node = (node_names(ops["name"]) != "").to_numpy()
+    return nearest(parent, is_node)
+
+
+def reentrant_recompute(node_name: np.ndarray, is_node: np.ndarray) -> np.ndarray:
+    """Forward ops re-run directly under `CheckpointFunctionBackward` (not in its inner backward)."""
+    return (node_name == CHECKPOINT_NODE) & ~is_node
+
+
+def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, node_row: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """An op recorded with a sequence number (grad mode on) inside a backward node.
+
+    Backward formulas run with grad mode off and get no sequence number; the
+    forward ops a non-reentrant checkpoint re-runs in its unpack hook get one.
+    Only the outermost such op counts (its children inherit through nesting).
+    """
+    has_seq = ops["seq"].is_not_null().to_numpy()
+    cand = in_bwd & has_seq & ~is_node
+    return cand
+
+
+def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:
+    """GEMMs in a compiled backward graph that repeat a compiled forward GEMM exactly.
+
+    torch.compile folds recompute into `CompiledFunctionBackward` with no marker.
+    A square dgrad can have the forward's (M, N, K), so the signature includes
+    the input strides (a forward `x @ W.t()` reads W transposed, a dgrad does not);
+    per signature, at most as many backward GEMMs are recompute as the forward ran.
+    """
+    n = ops.height
+    out = np.zeros(n, dtype=bool)
+    if not matmul_like.any():
+        return out
+    sig = (ops["name"] + "|" + ops["dims"].fill_null("") + "|" + ops["strides"].fill_null("")).to_numpy()
+    in_fwd = matmul_like & (region_name == COMPILED_FWD)
+    in_bwd = matmul_like & (region_name == COMPILED_BWD)
+    if not in_fwd.any() or not in_bwd.any():
+        return out
+    fwd_counts: dict[str, int] = {}
+    for s in sig[in_fwd]:
+        fwd_counts[s] = fwd_counts.get(s, 0) + 1
+    # Budget per signature and per backward region: a region recomputes at most one forward's worth.
+    fwd_regions = max(1, len(set(region[in_fwd].tolist())))
+    used: dict[tuple[int, str], int] = {}
+    for i in np.flatnonzero(in_bwd):
+        s = sig[i]
+        if s in fwd_counts:
+            key = (int(region[i]), s)
+            k = used.get(key, 0)
+            if k < -(-fwd_counts[s] // fwd_regions):
+                out[i] = True
+                used[key] = k + 1
+    return out
+
+
+def tag_ops(linked: Linked, matmul_like: np.ndarray) -> pl.DataFrame:
+    ops = linked.ops
+    parent = ops["parent"].to_numpy()
+    names = node_names(ops["name"]).to_numpy()
+    is_node = names != ""
+    node_row = backward_node(ops, parent)
+    in_bwd = node_row >= 0
+    node_name = np.where(in_bwd, names[np.maximum(node_row, 0)], "")
+
+    opt = in_optimizer(ops, parent)
+    reentrant = reentrant_recompute(node_name, is_node)
+    nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, node_row, parent)
+    # Recompute is inherited by everything nested under a recomputed op.
+    recompute_root = reentrant | nonreentrant
+    recompute = nearest(parent, recompute_root) >= 0
+
+    cname = ops["name"].to_numpy()
+    is_compiled = (cname == COMPILED_FWD) | (cname == COMPILED_BWD)
+    region = nearest(parent, is_compiled)
+    region_name = np.where(region >= 0, cname[np.maximum(region, 0)], "")
+    recompute |= compiled_recompute(ops, region, region_name, matmul_like)
+
+    phase = np.full(ops.height, "forward", dtype=object)
+    phase[in_bwd] = "backward"
+    phase[recompute & in_bwd] = "recompute"
+    phase[opt] = "optimizer"
+    # Step markers and bare annotations outside any model work are 'other'.
+    phase[ops["name"].str.contains(STEP_RE).to_numpy()] = "other"
+    return ops.with_columns(phase=pl.Series(phase.astype(str)), node=pl.Series(node_name.astype(str)))
+
+
+def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:
+    return linked.kernels.join(
+        ops.select(pl.col("row").alias("op_row"), pl.col("phase")), on="op_row", how="left"
+    ).with_columns(pl.col("phase").fill_null("other"))

@@ -1,0 +1,1 @@
+"""Renderers of one `Analysis`: they format, they compute nothing new."""

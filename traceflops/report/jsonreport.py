@@ -1,0 +1,72 @@
+"""The JSON report contract (`schema: traceflops.report/1`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..analysis import Analysis
+from ..model import PHASES
+
+SCHEMA = "traceflops.report/1"
+
+
+def _num(v):
+    if v is None:
+        return None
+    f = float(v)
+    return int(f) if f.is_integer() and abs(f) < 2**63 else f
+
+
+def step_rows(a: Analysis) -> list[dict[str, Any]]:
+    rank = a.meta.get("rank")
+    rows = []
+    for s in a.steps.iter_rows(named=True):
+        flops = {p: int(s[f"flops_{p}"]) for p in PHASES}
+        flops["executed"] = int(s["flops_executed"])
+        rows.append(
+            {
+                "rank": rank,
+                "step": s["step"],
+                "name": s["name"],
+                "start_us": s["start"],
+                "dur_us": s["window"],
+                "host_start_us": s["ts"],
+                "host_dur_us": s["dur"],
+                "window_source": s["window_source"],
+                "last": bool(s["last"]),
+                "flops": flops,
+                "matmul_count": {p: int(s[f"count_{p}"]) for p in PHASES},
+                "model_flops": _num(s["model_flops"]),
+                "mfu": s["mfu"],
+                "mfu_no_attention": s["mfu_no_attention"],
+                "hfu": s["hfu"],
+            }
+        )
+    return rows
+
+
+def to_dict(a: Analysis) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "inputs": [
+            {
+                "path": a.meta.get("path"),
+                "format": a.meta.get("format"),
+                "rank": a.meta.get("rank"),
+                "world_size": a.meta.get("world_size"),
+                "device": (a.hardware or {}).get("name"),
+            }
+        ],
+        "hardware": a.hardware,
+        "model": a.model,
+        "steps": step_rows(a),
+        "outside_steps": a.outside_steps,
+        "totals": a.totals,
+        "warnings": a.warnings,
+    }
+
+
+def render(a: Analysis) -> str:
+    return orjson.dumps(to_dict(a), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()

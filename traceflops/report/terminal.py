@@ -1,0 +1,75 @@
+"""Terminal report (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..analysis import Analysis
+from ..model import PHASES
+from .jsonreport import step_rows
+
+
+def _pct(v) -> str:
+    return "—" if v is None else f"{v:.1%}"
+
+
+def _flops(v) -> str:
+    if v is None:
+        return "—"
+    v = float(v)
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.0f}"
+
+
+def render(a: Analysis, console: Console | None = None) -> None:
+    c = console or Console()
+    t = a.totals
+    hw = a.hardware
+    c.print(f"[bold]{escape(str(a.meta.get('path')))}[/bold]  ({a.meta.get('format')}, rank {a.meta.get('rank')})")
+    if hw:
+        c.print(f"hardware: {escape(hw['name'])}, dense {hw['precision']} peak {_flops(hw['peak_flops'])}FLOP/s ({escape(str(hw['source']))})")
+    else:
+        c.print("hardware: unknown (give --hardware or --peak-tflops)")
+    m = a.model or {}
+    src = m.get("source")
+    c.print(
+        f"[bold]MFU {_pct(t.get('mfu'))}[/bold] (no attention {_pct(t.get('mfu_no_attention'))})   "
+        f"[bold]HFU {_pct(t.get('hfu'))}[/bold]   model FLOPs: {src}, {m.get('mode')}"
+    )
+    if m.get("band"):
+        c.print(f"band: {m['band']}  [dim]{m.get('band_caveat', '')}[/dim]")
+    cov = t.get("flops_coverage")
+    c.print(f"wall {t['wall_us'] / 1e3:.3f} ms over {a.steps.height} step(s); FLOPs known for {_pct(cov)} of matmul time")
+
+    tab = Table(title="Matmul FLOPs by phase")
+    tab.add_column("phase")
+    tab.add_column("matmul ops", justify="right")
+    tab.add_column("FLOPs", justify="right")
+    for p in PHASES:
+        tab.add_row(p, str(t["matmul_count"][p]), _flops(t["flops"][p]))
+    tab.add_row("[bold]executed[/bold]", str(sum(t["matmul_count"].values())), _flops(t["flops"]["executed"]))
+    c.print(tab)
+
+    st = Table(title="Steps")
+    for col in ("step", "start (us)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
+        st.add_column(col, justify="right")
+    for s in step_rows(a):
+        st.add_row(
+            escape(s["name"]) + (" (last)" if s["last"] else ""),
+            f"{s['start_us']:.1f}",
+            f"{s['dur_us'] / 1e3:.3f}",
+            _flops(s["flops"]["executed"]),
+            _flops(s["flops"]["recompute"]),
+            _pct(s["mfu"]),
+            _pct(s["hfu"]),
+        )
+    c.print(st)
+    if a.outside_steps:
+        o = a.outside_steps
+        c.print(f"outside steps: {o['kernels']} device activities, {o['device_us'] / 1e3:.3f} ms")
+    for w in a.warnings:
+        c.print(f"[yellow]warning:[/yellow] {escape(w)}")

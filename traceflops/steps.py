@@ -1,0 +1,80 @@
+"""Step windows and which step each op and kernel belongs to.
+
+A kernel belongs to the step whose host span contains its launch, whatever
+thread launched it (backward launches come from the autograd thread). On the
+device, step N runs from its first device activity to step N+1's first device
+activity, so host-side time between steps stays inside a step; the last step
+ends at its last device activity. Without device work, the host span is the window.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .model import Trace
+
+OUTSIDE = -1  # step id of work outside every step
+
+
+def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
+    """Host spans of steps, and where they came from."""
+    if trace.steps.height:
+        return trace.steps.select("step", "name", "ts", "dur"), "ProfilerStep"
+    opt = trace.ops.filter(pl.col("name").str.starts_with("Optimizer.step#")).sort("ts")
+    if opt.height:
+        ends = (opt["ts"] + opt["dur"]).to_list()
+        first = float(trace.ops["ts"].min())
+        starts = [first] + ends[:-1]
+        return (
+            pl.DataFrame(
+                {
+                    "step": list(range(len(ends))),
+                    "name": [f"Optimizer.step#{i}" for i in range(len(ends))],
+                    "ts": starts,
+                    "dur": [e - s for s, e in zip(starts, ends)],
+                }
+            ),
+            "Optimizer.step",
+        )
+    t0 = min(x for x in [trace.ops["ts"].min(), trace.kernels["ts"].min()] if x is not None)
+    t1 = max(x for x in [(trace.ops["ts"] + trace.ops["dur"]).max(), (trace.kernels["ts"] + trace.kernels["dur"]).max()] if x is not None)
+    return pl.DataFrame({"step": [0], "name": ["whole trace"], "ts": [float(t0)], "dur": [float(t1 - t0)]}), "whole trace"
+
+
+def assign(times: pl.DataFrame, col: str, steps: pl.DataFrame) -> pl.Series:
+    """Step id whose host span [ts, ts+dur) contains `times[col]`, else OUTSIDE."""
+    spans = steps.select(pl.col("ts").alias("_t"), "step", (pl.col("ts") + pl.col("dur")).alias("_end")).sort("_t")
+    probe = times.select(pl.col(col).alias("_t")).with_row_index("_i")
+    hit = probe.filter(pl.col("_t").is_not_null()).sort("_t").join_asof(spans, on="_t", strategy="backward")
+    hit = hit.with_columns(
+        step=pl.when(pl.col("_t") < pl.col("_end")).then(pl.col("step")).otherwise(OUTSIDE)
+    )
+    out = probe.join(hit.select("_i", "step"), on="_i", how="left").sort("_i")
+    return out["step"].fill_null(OUTSIDE).cast(pl.Int64)
+
+
+def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """Add the device window (start, dur, last-flag) of each step."""
+    if kernels.height == 0:
+        return steps.with_columns(
+            start=pl.col("ts"), window=pl.col("dur"), last=pl.lit(False), window_source=pl.lit("host")
+        )
+    per = (
+        kernels.filter(pl.col("step") != OUTSIDE)
+        .group_by("step")
+        .agg(first=pl.col("ts").min(), last_end=(pl.col("ts") + pl.col("dur")).max())
+    )
+    s = steps.join(per, on="step", how="left").sort("ts")
+    next_first = s["first"].shift(-1)
+    s = s.with_columns(next_first=next_first)
+    is_last = pl.col("next_first").is_null()
+    return s.with_columns(
+        start=pl.coalesce("first", "ts"),
+        window=pl.when(pl.col("first").is_null())
+        .then(pl.col("dur"))
+        .when(is_last)
+        .then(pl.col("last_end") - pl.col("first"))
+        .otherwise(pl.col("next_first") - pl.col("first")),
+        last=is_last & pl.col("first").is_not_null(),
+        window_source=pl.when(pl.col("first").is_null()).then(pl.lit("host")).otherwise(pl.lit("device")),
+    ).drop("first", "last_end", "next_first")
