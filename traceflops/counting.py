@@ -102,26 +102,44 @@ def formula_table(ops: pl.DataFrame, rows: np.ndarray, out_dims: dict[int, list[
     return sub.join(res, on=keys, how="left", nulls_equal=True).select("row", *FLOP_COLS)
 
 
-def conv_out_dims(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, list[int]]:
-    """Output shape of convolutions that lack Concrete Inputs, from the next op on the thread.
+def conv_out_dims(ops: pl.DataFrame, rows: np.ndarray, lookahead: int = 8) -> dict[int, str]:
+    """Output shape of convolutions that lack Concrete Inputs, from the ops that follow.
 
-    Old traces record no stride or padding; the op that follows a convolution on
-    the same thread (bias add, batch norm, activation) takes its output as first
-    input. Only a 4-D/5-D first input with the convolution's batch size is trusted.
+    Old traces record no stride or padding. The op consuming a convolution's
+    output (bias add, batch norm, activation) follows it on the same thread and
+    takes it as its first input: the first of the next few ops whose first input
+    has the convolution's batch size and output channels is trusted, none other.
     """
     conv = ops[rows].filter(
         pl.col("name").str.contains("conv") & ~pl.col("name").str.contains("backward") & pl.col("concrete").is_null()
     )
     if conv.height == 0:
         return {}
-    conv = conv.select("row", "pid", "tid", (pl.col("ts") + pl.col("dur")).alias("end"), "dims").sort("end")
-    following = ops.select("pid", "tid", pl.col("ts").alias("end"), pl.col("dims").alias("next_dims")).sort("end")
-    joined = conv.join_asof(following, on="end", by=["pid", "tid"], strategy="forward")
+    order = ops.select("row", "pid", "tid", "ts", "dur", "dims").sort(["pid", "tid", "ts"]).with_row_index("pos")
+    pos_of = dict(zip(order["row"].to_list(), order["pos"].to_list()))
+    thread = (order["pid"].fill_null("") + "|" + order["tid"].fill_null("")).to_list()
+    ts = order["ts"].to_list()
+    dims = order["dims"].to_list()
     out: dict[int, str] = {}
-    for row, dims, next_dims in joined.select("row", "dims", "next_dims").iter_rows():
-        d, nd = _decode(dims), _decode(next_dims)
-        if d and nd and isinstance(d[0], list) and isinstance(nd[0], list) and len(nd[0]) == len(d[0]) >= 3 and nd[0][0] == d[0][0]:
-            out[row] = orjson.dumps(nd[0]).decode()
+    for row, d_text, end in conv.select("row", "dims", (pl.col("ts") + pl.col("dur"))).iter_rows():
+        d = _decode(d_text)
+        if not (d and len(d) >= 2 and isinstance(d[0], list) and isinstance(d[1], list) and len(d[0]) >= 3 and d[1]):
+            continue
+        batch, cout = d[0][0], d[1][0]
+        p = pos_of[row]
+        seen = 0
+        for q in range(p + 1, min(p + 1 + 4 * lookahead, len(ts))):
+            if thread[q] != thread[p]:
+                break
+            if ts[q] < end:
+                continue  # nested inside the convolution
+            seen += 1
+            nd = _decode(dims[q])
+            if nd and isinstance(nd[0], list) and len(nd[0]) == len(d[0]) and nd[0][0] == batch and nd[0][1] == cout:
+                out[row] = orjson.dumps(nd[0]).decode()
+                break
+            if seen >= lookahead:
+                break
     return out
 
 

@@ -69,8 +69,10 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.nd
     if not matmul_like.any():
         return out
     sig = (ops["name"] + "|" + ops["dims"].fill_null("") + "|" + ops["strides"].fill_null("")).to_numpy()
-    in_fwd = matmul_like & (region_name == COMPILED_FWD)
-    in_bwd = matmul_like & (region_name == COMPILED_BWD)
+    # Without shapes and strides there is nothing to match: such GEMMs stay backward.
+    shaped = (ops["dims"].is_not_null() & ops["strides"].is_not_null()).to_numpy()
+    in_fwd = matmul_like & shaped & (region_name == COMPILED_FWD)
+    in_bwd = matmul_like & shaped & (region_name == COMPILED_BWD)
     if not in_fwd.any() or not in_bwd.any():
         return out
     fwd_counts: dict[str, int] = {}
