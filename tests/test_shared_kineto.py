@@ -84,3 +84,17 @@ def test_legacy_2021_trace_never_assumes_stride(shared):
     stem = conv.filter(pl.col("dims").str.starts_with("[[32,3,224,224],[64,3,7,7]")).row(0, named=True)
     # ResNet-50 stem: 7x7 stride 2 → 112x112 output; stride 1 would give 4x the FLOPs.
     assert stem["flops"] == 2 * 32 * 64 * 112 * 112 * 3 * 7 * 7
+
+
+def test_legacy_2021_weight_gradients_match_forward_convolutions(shared):
+    """Two independent derivations agree: forward FLOPs from the consuming op's shape, weight-gradient
+    FLOPs from the backward's own grad_output and the parent's weight shape. For every convolution
+    the weight gradient costs exactly its forward."""
+    a = analyze(str(shared / "kineto" / "v100_resnet50_legacy2021.json.gz"))
+    m = a.ops.filter(pl.col("matmul"))
+    fwd = m.filter(pl.col("name") == "aten::cudnn_convolution")
+    wgrad = m.filter(pl.col("name") == "aten::cudnn_convolution_backward_weight")
+    assert fwd.height == wgrad.height > 0
+    assert fwd["flops"].null_count() == 0 and wgrad["flops"].null_count() == 0
+    assert fwd["flops"].sum() == wgrad["flops"].sum()
+    assert a.totals["flops_coverage"] == 1.0

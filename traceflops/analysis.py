@@ -138,6 +138,7 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt: ModelOptions, warnings: list[str]):
     precision = opt.precision
     dtype = metrics.dominant_dtype(ops)
+    guessed = precision is None and dtype is None
     if precision is None:
         precision = dtype or "bf16"
         if precision == "fp32" and kernels.filter(pl.col("cls") == "matmul")["name"].str.contains(_TF32_RE.pattern).any():
@@ -163,6 +164,9 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
             warnings.append(f"hardware unknown: {what}; give --hardware NAME or --peak-tflops N to get MFU and HFU")
     if h is None:
         return None, None, precision
+    if guessed:
+        precision = next((p for p in ("bf16", "fp16", "fp32") if h.peak(p)), precision)
+        warnings.append(f"matmul dtypes unknown (no Input type in the trace): assumed the {precision} peak; give --precision")
     peak = h.peak(precision)
     if peak is None:
         warnings.append(f"{h.name} has no dense {precision} peak in the table; give --precision or --peak-tflops")

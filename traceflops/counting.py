@@ -26,6 +26,9 @@ FLOP_COLS = {
 }
 
 
+BOOKKEEPING = frozenset({"aten::detach", "detach", "PythonDispatchMode"})
+
+
 def has_formula(names: pl.Series) -> np.ndarray:
     return names.is_in(list(registry.MATMUL_OPS)).to_numpy()
 
@@ -57,15 +60,17 @@ def ran(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> np.ndar
         rows = kernels["op_row"].drop_nulls().unique().to_numpy()
         launched[rows] = True
         return launched | mark_ancestors(parent, rows)
-    # CPU trace: an op whose children are all aten::detach was aborted (early stop).
-    names = ops["name"].to_numpy()
+    # CPU trace: an op whose children only save or hand back tensors did no work:
+    # aten::detach alone is a checkpoint early stop, PythonDispatchMode without a
+    # compute op under it is a selective-checkpoint cache hit.
+    names = ops["name"]
+    bookkeeping = names.is_in(list(BOOKKEEPING)).to_numpy()
     has_child = np.zeros(n, dtype=bool)
-    non_detach_child = np.zeros(n, dtype=bool)
-    p = parent[parent >= 0]
-    has_child[p] = True
-    keep = (parent >= 0) & (names != "aten::detach") & (names != "detach")
-    non_detach_child[parent[keep]] = True
-    return ~(has_child & ~non_detach_child)
+    working_child = np.zeros(n, dtype=bool)
+    has_child[parent[parent >= 0]] = True
+    keep = (parent >= 0) & ~bookkeeping
+    working_child[parent[keep]] = True
+    return ~(has_child & ~working_child)
 
 
 def _decode(text: str | None):
@@ -143,11 +148,30 @@ def conv_out_dims(ops: pl.DataFrame, rows: np.ndarray, lookahead: int = 8) -> di
     return out
 
 
+def weight_grad_shapes(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
+    """Weight shape for old `cudnn_convolution_backward_weight` ops, from their parent.
+
+    The weight size is an int list there (not recorded), but the enclosing
+    `cudnn_convolution_backward` records the weight tensor as its third input.
+    """
+    wg = ops[rows].filter(pl.col("name").str.ends_with("convolution_backward_weight"))
+    if wg.height == 0:
+        return {}
+    parents = ops.select(pl.col("row").alias("parent"), pl.col("dims").alias("parent_dims"), pl.col("name").alias("parent_name"))
+    j = wg.select("row", "parent").join(parents, on="parent", how="left")
+    out: dict[int, str] = {}
+    for row, pname, pdims in j.select("row", "parent_name", "parent_dims").iter_rows():
+        d = _decode(pdims)
+        if pname and pname.endswith("convolution_backward") and d and len(d) >= 3 and isinstance(d[2], list) and len(d[2]) >= 3:
+            out[row] = orjson.dumps(d[2]).decode()
+    return out
+
+
 def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> pl.DataFrame:
     """Add leaf/ran flags and FLOP columns to the tagged ops."""
     leaf = leaf_matmuls(ops)
     did_run = ran(ops, kernels, device_trace)
     rows = np.flatnonzero(leaf)
-    table = formula_table(ops, rows, conv_out_dims(ops, rows))
+    table = formula_table(ops, rows, conv_out_dims(ops, rows) | weight_grad_shapes(ops, rows))
     ops = ops.with_columns(matmul=pl.Series(leaf), ran=pl.Series(did_run))
     return ops.join(table, on="row", how="left")

@@ -20,6 +20,12 @@ these deliberate differences, each noted where it is implemented:
 * packed fp4 (``Float4_e2m1fn_x2``) operands of the scaled matmuls hold two values per element,
   so the contraction length is counted as twice the recorded size.
 
+Causal ``effective`` FLOPs use the exact share of kept (query, key) pairs: torch's top-left mask
+``tril(ones(Sq, Sk))`` for SDPA-level ops, the CPU flash kernel, cuDNN and efficient attention with
+custom_mask_type 1; bottom-right for FlashAttention-2 kernels and custom_mask_type 2 (the two agree
+when Sq == Sk, the only causal case SDPA sends to flash).  The unfused math path computes the
+whole score matrix, so its effective FLOPs equal its FLOPs.
+
 This module must not import torch.
 """
 
@@ -521,9 +527,9 @@ def _conv_out_spatial(sp, k, stride, padding, dilation) -> tuple[int, ...]:
         if s < 1 or d < 1 or p < 0:
             raise _Bad(f"convolution: invalid stride/padding/dilation {stride}/{padding}/{dilation}")
         o = (i + 2 * p - d * (kk - 1) - 1) // s + 1
-        if o < 0:
-            raise _Bad("convolution: kernel larger than padded input")
-        out.append(max(o, 0))
+        if o < 1:
+            raise _Bad("convolution: kernel larger than the padded input")
+        out.append(o)
     return tuple(out)
 
 
@@ -608,7 +614,7 @@ def _conv_fwd(spec: _ConvSpec, name: str):
             out_sp = od
         else:
             what = "stride" if stride is None else ("padding" if padding is None else "dilation")
-            return _unknown(f"convolution {what} unknown (no Concrete Inputs); pass out_dims", reads)
+            return _unknown(f"convolution {what} unknown (not in Concrete Inputs); pass out_dims", reads)
         return _conv_result(a, spec, n, w, sp, out_sp, False, groups, reads, out_dims, x)
     return f
 
@@ -636,7 +642,8 @@ def _conv_fwd_cudnn(transpose: bool, name: str):
     # (and the same with a bias at index 2 in old torch)
     def f(a: _Args, out_dims) -> _R:
         t2 = a.type(2)
-        shift = 1 if (t2 is not None and t2 != "ScalarList") else 0
+        # modern: an int list at index 2; deprecated: a (possibly undefined) bias tensor there
+        shift = 0 if (t2 is None or t2 == "ScalarList" or a.c_ints(2) is not None) else 1
         bias = 2 if shift else None
         if transpose:
             spec = _ConvSpec(bias=bias, padding=2 + shift, output_padding=3 + shift, stride=4 + shift,
@@ -658,7 +665,6 @@ class _ConvBwdSpec:
     w: int | None                 # None: weight shape from Concrete Inputs[w_size] (backward_weight ops)
     transposed: bool | int
     mask: int | None              # index of output_mask (-1: last argument); None: implied by `grads`
-    groups: int | None = None
     grads: tuple[bool, bool] = (True, True)   # (grad_input, grad_weight) when mask is None
     w_size: int | None = None
     x_size: int | None = None
@@ -977,23 +983,23 @@ _reg("_nnpack_spatial_convolution", _conv_fwd(_ConvSpec(padding=3, stride=4), "_
 # convolution backward
 # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
 #                      output_padding, groups, output_mask)
-_reg("convolution_backward", _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=7, mask=10, groups=9),
+_reg("convolution_backward", _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=7, mask=10),
                                        "convolution_backward"))
 # convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation, transposed,
 #                                   output_padding, groups, output_mask)
 _reg("convolution_backward_overrideable",
-     _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=6, mask=9, groups=8), "convolution_backward_overrideable"))
+     _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=6, mask=9), "convolution_backward_overrideable"))
 # 2021-era kernels: note `self` (the input) comes BEFORE grad_output here
 # cudnn_convolution_backward(self, grad_output, weight, padding, stride, dilation, groups, benchmark,
 #                            deterministic[, allow_tf32], output_mask)
 _reg(["cudnn_convolution_backward", "miopen_convolution_backward", "miopen_depthwise_convolution_backward"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1, groups=6), "cudnn_convolution_backward"))
+     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1), "cudnn_convolution_backward"))
 _reg(["cudnn_convolution_transpose_backward", "miopen_convolution_transpose_backward"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=True, mask=-1, groups=7),
+     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=True, mask=-1),
                "cudnn_convolution_transpose_backward"))
 # mkldnn_convolution_backward(self, grad_output, weight, padding, stride, dilation, groups, output_mask)
 _reg("mkldnn_convolution_backward",
-     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1, groups=6), "mkldnn_convolution_backward"))
+     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1), "mkldnn_convolution_backward"))
 # _slow_conv2d_backward(grad_output, self, weight, kernel_size, stride, padding, output_mask) and the
 # older thnn_conv2d_backward / slow_conv3d_backward(..., finput, fgrad_input, output_mask)
 _reg(["_slow_conv2d_backward", "thnn_conv2d_backward", "slow_conv3d_backward"],
@@ -1001,21 +1007,18 @@ _reg(["_slow_conv2d_backward", "thnn_conv2d_backward", "slow_conv3d_backward"],
 # cudnn_convolution_backward_input(self_size, grad_output, weight, padding, stride, dilation, groups, ...)
 _reg(["cudnn_convolution_backward_input", "miopen_convolution_backward_input",
       "miopen_depthwise_convolution_backward_input"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=None, w=2, transposed=False, mask=None, grads=(True, False), x_size=0,
-                            groups=6), "convolution_backward_input"))
+     _conv_bwd(_ConvBwdSpec(go=1, x=None, w=2, transposed=False, mask=None, grads=(True, False), x_size=0), "convolution_backward_input"))
 # cudnn_convolution_backward_weight(weight_size, grad_output, self, padding, stride, dilation, groups, ...)
 _reg(["cudnn_convolution_backward_weight", "miopen_convolution_backward_weight",
       "miopen_depthwise_convolution_backward_weight"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=2, w=None, transposed=False, mask=None, grads=(False, True), w_size=0,
-                            groups=6), "convolution_backward_weight"))
+     _conv_bwd(_ConvBwdSpec(go=1, x=2, w=None, transposed=False, mask=None, grads=(False, True), w_size=0), "convolution_backward_weight"))
 # cudnn_convolution_transpose_backward_input(grad_output, weight, padding, stride, dilation, groups, ...)
 _reg(["cudnn_convolution_transpose_backward_input", "miopen_convolution_transpose_backward_input"],
      _conv_bwd(_ConvBwdSpec(go=0, x=None, w=1, transposed=True, mask=None, grads=(True, False),
-                            padding=2, stride=3, dilation=4, groups=5), "convolution_transpose_backward_input"))
+                            padding=2, stride=3, dilation=4), "convolution_transpose_backward_input"))
 # cudnn_convolution_transpose_backward_weight(weight_size, grad_output, self, padding, stride, dilation, groups, ...)
 _reg(["cudnn_convolution_transpose_backward_weight", "miopen_convolution_transpose_backward_weight"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=2, w=None, transposed=True, mask=None, grads=(False, True), w_size=0,
-                            groups=6), "convolution_transpose_backward_weight"))
+     _conv_bwd(_ConvBwdSpec(go=1, x=2, w=None, transposed=True, mask=None, grads=(False, True), w_size=0), "convolution_transpose_backward_weight"))
 
 # attention (positions of is_causal / masks per op signature, torch 2.13)
 # scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, *, scale, enable_gqa)

@@ -44,16 +44,26 @@ def reentrant_recompute(node_name: np.ndarray, is_node: np.ndarray) -> np.ndarra
     return (node_name == CHECKPOINT_NODE) & ~is_node
 
 
-def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, node_row: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """An op recorded with a sequence number (grad mode on) inside a backward node.
+def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Roots of forward ops re-run inside a backward node (non-reentrant checkpoint).
 
-    Backward formulas run with grad mode off and get no sequence number; the
-    forward ops a non-reentrant checkpoint re-runs in its unpack hook get one.
-    Only the outermost such op counts (its children inherit through nesting).
+    Backward formulas run with grad mode off and record no sequence number; a
+    forward op re-run by a checkpoint's unpack hook records one. With
+    `create_graph=True` backward formulas record one too, so a root must also
+    repeat the signature (name and input shapes) of a forward root op: the
+    re-run forward calls what the model's forward called (`aten::linear`,
+    `aten::conv2d`, ...), a derivative formula calls `aten::mm` and friends.
     """
     has_seq = ops["seq"].is_not_null().to_numpy()
-    cand = in_bwd & has_seq & ~is_node
-    return cand
+    has_parent = parent >= 0
+    p = np.maximum(parent, 0)
+    parent_seq = has_parent & has_seq[p]
+    parent_node = has_parent & is_node[p]
+    outermost = has_seq & ~is_node & (~parent_seq | parent_node)
+    sig = (ops["name"] + "|" + ops["dims"].fill_null("")).to_numpy()
+    forward_roots = set(sig[outermost & ~in_bwd].tolist())
+    cand = outermost & in_bwd
+    return cand & np.fromiter((x in forward_roots for x in sig), dtype=bool, count=len(sig))
 
 
 def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:
@@ -103,7 +113,7 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray) -> pl.DataFrame:
 
     opt = in_optimizer(ops, parent)
     reentrant = reentrant_recompute(node_name, is_node)
-    nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, node_row, parent)
+    nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, parent)
     # Recompute is inherited by everything nested under a recomputed op.
     recompute_root = reentrant | nonreentrant
     recompute = nearest(parent, recompute_root) >= 0
