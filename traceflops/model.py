@@ -30,7 +30,20 @@ OPS_SCHEMA = {
     "types": pl.Utf8,
     "concrete": pl.Utf8,
     "strides": pl.Utf8,
+    # Set by parsers whose format says more than shapes (XLA): null elsewhere.
+    "scope": pl.Utf8,  # framework name stack (JAX `jvp(...)/...`, TF op name)
+    "flops_hint": pl.Int64,  # FLOPs the compiler reports for this op
+    "bytes_hint": pl.Int64,  # bytes the compiler reports it accesses
+    "matmul_hint": pl.Boolean,  # the op is (or fuses) a dot / convolution
 }
+
+HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint")
+
+
+def with_null_hints(ops: pl.DataFrame) -> pl.DataFrame:
+    """Add the format-specific hint columns as nulls, for parsers whose format has none."""
+    return ops.with_columns([pl.lit(None, OPS_SCHEMA[c]).alias(c) for c in HINT_COLUMNS]).select(list(OPS_SCHEMA))
+
 
 KERNELS_SCHEMA = {
     "kernel_id": pl.Int64,

@@ -19,10 +19,12 @@ from ..model import (
     KERNELS_SCHEMA,
     LAUNCHES_SCHEMA,
     MARKERS_SCHEMA,
+    HINT_COLUMNS,
     OPS_SCHEMA,
     STEPS_SCHEMA,
     Trace,
     Warnings,
+    with_null_hints,
 )
 from .io import read_bytes
 
@@ -176,7 +178,7 @@ def parse_kineto(path: str, *, max_bytes: int | None = None) -> Trace:
 
 
 def build_trace(head: _File, warnings: Warnings, source: str) -> Trace:
-    ops: dict[str, list] = {k: [] for k in OPS_SCHEMA}
+    ops: dict[str, list] = {k: [] for k in OPS_SCHEMA if k not in HINT_COLUMNS}
     kernels: dict[str, list] = {k: [] for k in KERNELS_SCHEMA}
     launches: dict[str, list] = {k: [] for k in LAUNCHES_SCHEMA}
     markers: dict[str, list] = {k: [] for k in MARKERS_SCHEMA}
@@ -248,7 +250,7 @@ def build_trace(head: _File, warnings: Warnings, source: str) -> Trace:
     for cat, n in unknown_cats.items():
         warnings.add(f"events of unknown category '{cat}' not analysed", n)
 
-    ops_df = pl.DataFrame(ops, schema=OPS_SCHEMA)
+    ops_df = with_null_hints(pl.DataFrame(ops, schema={k: v for k, v in OPS_SCHEMA.items() if k in ops}))
     kernels_df = pl.DataFrame(kernels, schema=KERNELS_SCHEMA)
     launches_df = pl.DataFrame(launches, schema=LAUNCHES_SCHEMA)
     markers_df = pl.DataFrame(markers, schema=MARKERS_SCHEMA)
