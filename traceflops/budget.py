@@ -1,0 +1,175 @@
+"""The loss budget: where peak × step time went, as fractions that sum to exactly 1.
+
+The budget joins two accounts of the same window T on a device of peak P:
+FLOPs (what the matmuls did) and time (the partition of the window). Its
+terms, as fractions of P·T:
+
+    mfu                    model FLOPs                          / P·T
+  + extra_executed         (executed − recompute − model)       / P·T   (may be < 0)
+  + recompute              recompute FLOPs                      / P·T
+  + attention_mask_credit  −(attention full − effective)        / P·T   (≤ 0)
+    ─────────────────────  = effective executed FLOPs / P·T: what ran, at peak
+  + matmul_below_peak      matmul time with known FLOPs / T − the line above
+  + matmul_flops_unknown   matmul time with unknown FLOPs / T
+  + non_matmul             other compute / T
+  + memcpy_exposed         memcpy and memset not under compute / T
+  + communication_exposed  communication under nothing else / T
+  + idle                   idle / T
+
+The first four terms telescope to the effective executed FLOPs, which
+`matmul_below_peak` subtracts again, so the sum is the partition's time over
+T: 1 whenever the partition sums to the window (which `timeline.partition`
+guarantees). `matmul_below_peak` is ≥ 0 unless FLOPs are over-counted (a
+matmul faster than peak is impossible), which makes it a counting check too.
+
+Executed FLOPs follow the full-attention convention; the mask credit removes
+what masked (causal) attention kernels skipped, so that the time a matmul
+"should" take is judged on the work it did.
+
+Unknowns: without a peak, every FLOP term and `matmul_below_peak` are None
+(the time terms stay); without model FLOPs, `mfu` and `extra_executed` are
+None (their sum, executed − recompute, is still implied by the others). The
+sum check runs only when every term is known.
+
+Totals: add the inputs of the steps (`BudgetInputs.__add__`, `sum_inputs`)
+and take the budget of the sum; averaging per-step fractions would weight
+short and long steps alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+TIME_KEYS = ("matmul_known", "matmul_unknown", "other_compute", "memcpy", "communication_exposed", "idle")
+TERMS = (
+    "mfu",
+    "extra_executed",
+    "recompute",
+    "attention_mask_credit",
+    "matmul_below_peak",
+    "matmul_flops_unknown",
+    "non_matmul",
+    "memcpy_exposed",
+    "communication_exposed",
+    "idle",
+)
+SUM_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class BudgetInputs:
+    """Plain numbers for one step (or a sum of steps) on one device.
+
+    window_us: the step window (µs); peak_flops: FLOP/s, dense, at the chosen
+    precision (None: unknown); model_flops: None when unknown; executed_flops:
+    all executed matmul-class FLOPs, recompute included (full-attention
+    convention); recompute_flops: the recompute share of them;
+    attention_full_flops / attention_effective_flops: attention FLOPs as
+    credited and as the masked kernels did them; time_us: the partition, keys
+    TIME_KEYS (missing keys are 0).
+    """
+
+    window_us: float
+    peak_flops: float | None
+    model_flops: float | None
+    executed_flops: float
+    recompute_flops: float = 0.0
+    attention_full_flops: float = 0.0
+    attention_effective_flops: float = 0.0
+    time_us: Mapping[str, float] = field(default_factory=dict)
+
+    def __add__(self, other: "BudgetInputs") -> "BudgetInputs":
+        """Sum of two steps' inputs: the budget of a sum is the time-weighted budget.
+
+        The peak must agree (one device kind); an unknown model FLOP count
+        makes the sum's unknown too.
+        """
+        if self.peak_flops != other.peak_flops:
+            raise ValueError(f"cannot add budgets with different peaks ({self.peak_flops} and {other.peak_flops})")
+        keys = set(self.time_us) | set(other.time_us)
+        return BudgetInputs(
+            window_us=self.window_us + other.window_us,
+            peak_flops=self.peak_flops,
+            model_flops=None if self.model_flops is None or other.model_flops is None else self.model_flops + other.model_flops,
+            executed_flops=self.executed_flops + other.executed_flops,
+            recompute_flops=self.recompute_flops + other.recompute_flops,
+            attention_full_flops=self.attention_full_flops + other.attention_full_flops,
+            attention_effective_flops=self.attention_effective_flops + other.attention_effective_flops,
+            time_us={k: self.time_us.get(k, 0.0) + other.time_us.get(k, 0.0) for k in keys},
+        )
+
+
+def sum_inputs(items: Iterable[BudgetInputs]) -> BudgetInputs | None:
+    """The inputs of several steps added up (None for none)."""
+    total = None
+    for item in items:
+        total = item if total is None else total + item
+    return total
+
+
+def _flop_terms(b: BudgetInputs, flops_at_peak: float | None) -> dict[str, float | None]:
+    """The four FLOP terms; each None when what it needs is unknown."""
+    if flops_at_peak is None:
+        return {"mfu": None, "extra_executed": None, "recompute": None, "attention_mask_credit": None}
+    model = b.model_flops
+    return {
+        "mfu": None if model is None else model / flops_at_peak,
+        "extra_executed": None if model is None else (b.executed_flops - b.recompute_flops - model) / flops_at_peak,
+        "recompute": b.recompute_flops / flops_at_peak,
+        "attention_mask_credit": -(b.attention_full_flops - b.attention_effective_flops) / flops_at_peak,
+    }
+
+
+def loss_budget(b: BudgetInputs) -> dict[str, float | None] | None:
+    """Fractions of peak × window, keys TERMS, summing to 1 (checked when all are known).
+
+    None for an empty window: there is no time to share out.
+    """
+    if not b.window_us or b.window_us <= 0:
+        return None
+    t = b.window_us
+    at_peak = b.peak_flops * t * 1e-6 if b.peak_flops else None
+    out: dict[str, float | None] = _flop_terms(b, at_peak)
+    time = {k: float(b.time_us.get(k, 0.0)) for k in TIME_KEYS}
+    effective = b.executed_flops - (b.attention_full_flops - b.attention_effective_flops)
+    out["matmul_below_peak"] = None if at_peak is None else time["matmul_known"] / t - effective / at_peak
+    out["matmul_flops_unknown"] = time["matmul_unknown"] / t
+    out["non_matmul"] = time["other_compute"] / t
+    out["memcpy_exposed"] = time["memcpy"] / t
+    out["communication_exposed"] = time["communication_exposed"] / t
+    out["idle"] = time["idle"] / t
+    check_budget(out)
+    return out
+
+
+def check_budget(budget: Mapping[str, float | None], tol: float = SUM_TOLERANCE) -> None:
+    """Raise if a fully known budget does not sum to 1 within `tol`.
+
+    A budget that misses its sum means the partition did not cover the
+    window, or an input was counted twice: a bug, never a result to print.
+    """
+    vals = [budget.get(k) for k in TERMS]
+    if any(v is None for v in vals):
+        return
+    total = sum(vals)
+    if abs(total - 1.0) > tol:
+        raise ValueError(f"loss budget sums to {total!r}, not 1 (|error| > {tol}): {dict(budget)}")
+
+
+def inputs_from_row(step: Mapping[str, Any], time: Mapping[str, Any], peak_flops: float | None) -> BudgetInputs:
+    """Budget inputs from a row of `Analysis.steps` and the matching row of `timeline.partition`.
+
+    The window is the partition's (one device), so the time terms and the
+    FLOP terms share one denominator.
+    """
+    return BudgetInputs(
+        window_us=float(time["window"]),
+        peak_flops=peak_flops,
+        model_flops=None if step.get("model_flops") is None else float(step["model_flops"]),
+        executed_flops=float(step.get("flops_executed") or 0.0),
+        recompute_flops=float(step.get("flops_recompute") or 0.0),
+        attention_full_flops=float(step.get("attention_full_flops") or 0.0),
+        attention_effective_flops=float(step.get("attention_effective_flops") or 0.0),
+        time_us={k: float(time.get(k) or 0.0) for k in TIME_KEYS},
+    )
