@@ -98,3 +98,34 @@ def test_legacy_2021_weight_gradients_match_forward_convolutions(shared):
     assert fwd["flops"].null_count() == 0 and wgrad["flops"].null_count() == 0
     assert fwd["flops"].sum() == wgrad["flops"].sum()
     assert a.totals["flops_coverage"] == 1.0
+
+
+def test_qwen_inference_with_a_model_description(shared):
+    """Qwen1.5-0.5B, described by the weight shapes its own GEMMs show (hidden 1024, MLP 2816,
+    24 layers, 16 heads of 64, tied 151936-token head): forward-only model FLOPs 2N + 4·L·H·Q·T
+    per token, with the tokens (16 × 559) read from the input embedding."""
+    from click.testing import CliRunner
+
+    from traceflops.cli import main
+
+    d, f, layers, heads, q, vocab, seq = 1024, 2816, 24, 16, 64, 151936, 559
+    n = layers * (4 * d * d + 3 * d * f) + d * vocab
+    r = CliRunner().invoke(main, ["analyze", str(shared / "kineto" / "h100_qwen_inference.json.gz"), "--format", "json",
+                                  "--params", str(n), "--layers", str(layers), "--heads", str(heads),
+                                  "--head-dim", str(q), "--seq-len", str(seq)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    m = rep["model"]
+    assert m["mode"] == "inference" and m["tokens_per_step"] == 16 * 559
+    assert m["flops_per_step"] == (2 * n + 4 * layers * heads * q * seq) * 16 * 559
+    assert m["flops_per_step_no_attention"] == 2 * n * 16 * 559
+    assert m["band"] is None  # bands are for dense training
+    hw = rep["hardware"]
+    assert hw["precision"] == "bf16" and hw["peak_flops"] == pytest.approx(989.4e12, rel=1e-3) and hw["sparse"] is False
+    s = rep["steps"][0]
+    assert s["mfu"] == pytest.approx(m["flops_per_step"] / (s["dur_us"] * 1e-6 * hw["peak_flops"]))
+    # terminal output carries the labels
+    r = CliRunner().invoke(main, ["analyze", str(shared / "kineto" / "h100_qwen_inference.json.gz"),
+                                  "--params", str(n), "--layers", str(layers), "--heads", str(heads),
+                                  "--head-dim", str(q), "--seq-len", str(seq)])
+    assert "inference" in r.output and "bf16" in r.output and "MFU" in r.output

@@ -48,6 +48,7 @@ class Analysis:
     totals: dict[str, Any]
     outside_steps: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -103,7 +104,39 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
             warnings.append(f"{totals['matmul_flops_unknown_count']} matmul ops have FLOPs that cannot be derived from their inputs")
     if hardware:
         hardware["precision"] = precision
-    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings)
+        totals["mfu_by_precision"] = other_peaks(hardware, totals, precision, opt)
+    if model is not None:
+        model.update(band_of(totals.get("mfu"), mode, model))
+    ranks = [rank_row(trace, totals)]
+    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks)
+
+
+def other_peaks(hardware: dict, totals: dict, precision: str, opt: ModelOptions) -> dict[str, float] | None:
+    """An FP8 run is shown against the bf16 peak too: the same clock, a different ceiling."""
+    if precision != "fp8" or opt.peak_tflops or totals.get("mfu") is None:
+        return None
+    h = hw.lookup(hardware["name"])
+    out = {}
+    for p in ("fp8", "bf16"):
+        peak = h.peak(p) if h else None
+        if peak:
+            out[p] = totals["mfu"] * hardware["peak_flops"] / peak
+    return out
+
+
+def band_of(mfu: float | None, mode: str, model: dict) -> dict[str, Any]:
+    if mfu is None or mode != "training":
+        return {"band": None, "band_caveat": mf.BAND_CAVEAT}
+    return {"band": mf.verdict_band(mfu), "band_caveat": mf.BAND_CAVEAT}
+
+
+def rank_row(trace: Trace, totals: dict) -> dict[str, Any]:
+    return {
+        "rank": trace.meta.get("rank"),
+        "wall_us": totals["wall_us"],
+        "device_mfu": totals.get("mfu"),
+        "hfu": totals.get("hfu"),
+    }
 
 
 def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:

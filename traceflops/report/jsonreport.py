@@ -62,6 +62,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "hardware": a.hardware,
         "model": a.model,
         "steps": step_rows(a),
+        "ranks": a.ranks,
         "outside_steps": a.outside_steps,
         "totals": a.totals,
         "warnings": a.warnings,

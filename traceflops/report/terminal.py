@@ -40,6 +40,8 @@ def render(a: Analysis, console: Console | None = None) -> None:
         f"[bold]MFU {_pct(t.get('mfu'))}[/bold] (no attention {_pct(t.get('mfu_no_attention'))})   "
         f"[bold]HFU {_pct(t.get('hfu'))}[/bold]   model FLOPs: {src}, {m.get('mode')}"
     )
+    if t.get("mfu_by_precision"):
+        c.print("MFU by peak: " + ", ".join(f"{p} {_pct(v)}" for p, v in t["mfu_by_precision"].items()))
     if m.get("band"):
         c.print(f"band: {m['band']}  [dim]{m.get('band_caveat', '')}[/dim]")
     cov = t.get("flops_coverage")
