@@ -97,28 +97,13 @@ IGNORED_CATS = frozenset(
     }
 )
 
-_COMM_RE = re.compile(r"nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.I)
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_COMM_RE = re.compile(r"(?i)nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.I)
 
 
-def kernel_kind(cat: str, name: str) -> str:
-    kind = KERNEL_CATS[cat]
-    if kind == "compute" and _COMM_RE.search(name):
-        return "communication"
-    return kind
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
+def kernel_kinds(cat: pl.Expr, name: pl.Expr) -> pl.Expr:
+    """compute | communication | memcpy | memset, from the category and (for kernels) the name."""
+    base = cat.replace_strict(KERNEL_CATS, default=None)
+    return pl.when((base == "compute") & name.str.contains(_COMM_RE.pattern)).then(pl.lit("communication")).otherwise(base)
 
 
 def _int(v: Any) -> int | None:
@@ -134,19 +119,6 @@ def _int(v: Any) -> int | None:
         except ValueError:
             return None
     return None
-
-
-def _key(v: Any) -> str | None:
-    """pid/tid/stream as text: traces write them as numbers or strings ('stream 7')."""
-    if v is None:
-        return None
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    return str(v)
-
-
-def _json(v: Any) -> str | None:
-    return None if v is None else orjson.dumps(v).decode()
 
 
 def decode(raw: bytes, warnings: Warnings) -> _File:
@@ -177,83 +149,93 @@ def parse_kineto(path: str, *, max_bytes: int | None = None) -> Trace:
     return build_trace(head, warnings, source=str(path))
 
 
+_EMPTY_ARGS = _Args()
+
+
+def _col(values: list, dtype) -> pl.Series:
+    """A typed column from loosely typed trace values; what does not convert becomes null."""
+    return pl.Series(values, dtype=dtype, strict=False)
+
+
+def _json_col(values: list) -> pl.Series:
+    dumps = orjson.dumps
+    return pl.Series([None if v is None else dumps(v).decode() for v in values], dtype=pl.Utf8)
+
+
+def event_table(events: list[_Event]) -> pl.DataFrame:
+    """All complete ('X') events as one typed table, built column by column."""
+    xs = [e for e in events if e.ph == "X"]
+    args = [e.args or _EMPTY_ARGS for e in xs]
+    is_op = [e.cat in OP_CATS if e.cat.__class__ is str else False for e in xs]
+    # Shapes only matter for ops: keep the JSON encoding off the other events.
+    pick = lambda field: [getattr(a, field) if o else None for a, o in zip(args, is_op)]  # noqa: E731
+    ext = [a.ext_id if a.ext_id is not None else a.ext_id_old for a in args]
+    return pl.DataFrame(
+        {
+            "cat": _col([e.cat for e in xs], pl.Utf8),
+            "name": _col([e.name if e.name.__class__ is str else None for e in xs], pl.Utf8),
+            "pid": _col([e.pid for e in xs], pl.Utf8),
+            "tid": _col([e.tid for e in xs], pl.Utf8),
+            "ts": _col([e.ts for e in xs], pl.Float64),
+            "dur": _col([e.dur for e in xs], pl.Float64),
+            "ext_id": _col(ext, pl.Int64),
+            "correlation": _col([a.correlation for a in args], pl.Int64),
+            "seq": _col([a.seq for a in args], pl.Int64),
+            "fwd_tid": _col([a.fwd_tid for a in args], pl.Int64),
+            "device": _col([a.device for a in args], pl.Int64),
+            "stream": _col([a.stream for a in args], pl.Utf8),
+            "bytes": _col([a.bytes for a in args], pl.Int64),
+            "collective": _col([a.collective if a.collective.__class__ is str else None for a in args], pl.Utf8),
+            "dims": _json_col(pick("dims")),
+            "types": _json_col(pick("types")),
+            "concrete": _json_col(pick("concrete")),
+            "strides": _json_col(pick("strides")),
+        }
+    )
+
+
+def _count(warnings: Warnings, frame: pl.DataFrame, reason: str) -> None:
+    for cat, n in frame.group_by("cat").len().iter_rows():
+        warnings.add(f"'{cat}' events {reason} (skipped)", n)
+
+
 def build_trace(head: _File, warnings: Warnings, source: str) -> Trace:
-    ops: dict[str, list] = {k: [] for k in OPS_SCHEMA if k not in HINT_COLUMNS}
-    kernels: dict[str, list] = {k: [] for k in KERNELS_SCHEMA}
-    launches: dict[str, list] = {k: [] for k in LAUNCHES_SCHEMA}
-    markers: dict[str, list] = {k: [] for k in MARKERS_SCHEMA}
-    unknown_cats: dict[str, int] = {}
-
-    for e in head.traceEvents:
-        if e.ph != "X":
-            continue
-        cat = e.cat
-        if cat in IGNORED_CATS:
-            continue
-        ts, dur = _num(e.ts), _num(e.dur)
-        name = e.name
-        if ts is None or dur is None or not isinstance(name, str):
-            warnings.add(f"'{cat}' event without a numeric ts/dur or a name (skipped)")
-            continue
-        if dur < 0:
-            warnings.add(f"'{cat}' event with negative duration (skipped)")
-            continue
-        a = e.args if e.args is not None else _Args()
-        ext = _int(a.ext_id if a.ext_id is not None else a.ext_id_old)
-        if cat in OP_CATS:
-            ops["op_id"].append(len(ops["op_id"]))
-            ops["name"].append(name)
-            ops["cat"].append("user_annotation" if cat == "user_annotation" else "cpu_op")
-            ops["pid"].append(_key(e.pid))
-            ops["tid"].append(_key(e.tid))
-            ops["ts"].append(ts)
-            ops["dur"].append(dur)
-            ops["ext_id"].append(ext)
-            ops["seq"].append(_int(a.seq))
-            ops["fwd_tid"].append(_int(a.fwd_tid))
-            ops["dims"].append(_json(a.dims))
-            ops["types"].append(_json(a.types))
-            ops["concrete"].append(_json(a.concrete))
-            ops["strides"].append(_json(a.strides))
-        elif cat in KERNEL_CATS:
-            corr = _int(a.correlation)
-            kernels["kernel_id"].append(len(kernels["kernel_id"]))
-            kernels["name"].append(name)
-            kernels["kind"].append(kernel_kind(cat, name))
-            kernels["pid"].append(_key(e.pid))
-            dev = _int(a.device)
-            kernels["device"].append(dev if dev is not None else _int(e.pid))
-            kernels["stream"].append(_key(a.stream) if a.stream is not None else _key(e.tid))
-            kernels["ts"].append(ts)
-            kernels["dur"].append(dur)
-            kernels["correlation"].append(corr)
-            kernels["ext_id"].append(ext)
-            kernels["bytes"].append(_int(a.bytes))
-            kernels["collective"].append(a.collective if isinstance(a.collective, str) else None)
-        elif cat in RUNTIME_CATS:
-            launches["name"].append(name)
-            launches["pid"].append(_key(e.pid))
-            launches["tid"].append(_key(e.tid))
-            launches["ts"].append(ts)
-            launches["dur"].append(dur)
-            launches["correlation"].append(_int(a.correlation))
-            launches["ext_id"].append(ext)
-        elif cat in MARKER_CATS:
-            markers["name"].append(name)
-            markers["cat"].append(cat)
-            markers["device"].append(_int(a.device) if a.device is not None else _int(e.pid))
-            markers["ts"].append(ts)
-            markers["dur"].append(dur)
-        else:
-            unknown_cats[str(cat)] = unknown_cats.get(str(cat), 0) + 1
-
-    for cat, n in unknown_cats.items():
+    ev = event_table(head.traceEvents)
+    ev = ev.filter(~pl.col("cat").is_in(list(IGNORED_CATS)) | pl.col("cat").is_null())
+    bad = pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("name").is_null()
+    _count(warnings, ev.filter(bad), "without a numeric ts/dur or a name")
+    _count(warnings, ev.filter(~bad & (pl.col("dur") < 0)), "with negative duration")
+    ev = ev.filter(~bad & (pl.col("dur") >= 0))
+    known = list(OP_CATS | set(KERNEL_CATS) | RUNTIME_CATS | MARKER_CATS)
+    for cat, n in ev.filter(~pl.col("cat").is_in(known) | pl.col("cat").is_null()).group_by("cat").len().iter_rows():
         warnings.add(f"events of unknown category '{cat}' not analysed", n)
 
-    ops_df = with_null_hints(pl.DataFrame(ops, schema={k: v for k, v in OPS_SCHEMA.items() if k in ops}))
-    kernels_df = pl.DataFrame(kernels, schema=KERNELS_SCHEMA)
-    launches_df = pl.DataFrame(launches, schema=LAUNCHES_SCHEMA)
-    markers_df = pl.DataFrame(markers, schema=MARKERS_SCHEMA)
+    ops_df = with_null_hints(
+        ev.filter(pl.col("cat").is_in(list(OP_CATS)))
+        .with_row_index("op_id")
+        .with_columns(
+            pl.col("op_id").cast(pl.Int64),
+            cat=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op")),
+        )
+        .select([c for c in OPS_SCHEMA if c not in HINT_COLUMNS])
+    )
+    kernels_df = (
+        ev.filter(pl.col("cat").is_in(list(KERNEL_CATS)))
+        .with_row_index("kernel_id")
+        .with_columns(
+            pl.col("kernel_id").cast(pl.Int64),
+            kind=kernel_kinds(pl.col("cat"), pl.col("name")),
+            device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False)),
+            stream=pl.coalesce("stream", "tid"),
+        )
+        .select(list(KERNELS_SCHEMA))
+    )
+    launches_df = ev.filter(pl.col("cat").is_in(list(RUNTIME_CATS))).select(list(LAUNCHES_SCHEMA))
+    markers_df = (
+        ev.filter(pl.col("cat").is_in(list(MARKER_CATS)))
+        .with_columns(device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False)))
+        .select(list(MARKERS_SCHEMA))
+    )
     steps_df = profiler_steps(ops_df)
 
     dist = head.distributedInfo if isinstance(head.distributedInfo, dict) else {}
@@ -264,7 +246,7 @@ def build_trace(head: _File, warnings: Warnings, source: str) -> Trace:
         "rank": _int(dist.get("rank")),
         "world_size": _int(dist.get("world_size")),
         "device_properties": [p for p in props if isinstance(p, dict)],
-        "schema_version": head.schemaVersion,
+        "schema_version": head.schemaVersion if isinstance(head.schemaVersion, (int, str)) else None,
     }
     if kernels_df.height and kernels_df["correlation"].null_count():
         warnings.add(
