@@ -11,8 +11,10 @@ import orjson
 import polars as pl
 
 from . import hardware as hw
+from . import budget as bd
 from . import metrics
 from . import modelflops as mf
+from . import timeline as tl
 from .counting import count_ops, has_formula
 from .link import link, nearest
 from .model import PHASES, Trace
@@ -20,7 +22,8 @@ from .parsers import load
 from .phases import tag_kernels, tag_ops
 from .steps import OUTSIDE, assign, device_windows, host_steps
 
-_TF32_RE = re.compile(r"tf32", re.I)
+# TF32 GEMM kernels: cuBLAS/xmma name it, CUTLASS Ampere kernels say s1688 / tensorop_s (fp32 I/O on tensor cores).
+_TF32_RE = re.compile(r"tf32|s1688|tensorop_s\d|xmma_gemm_f32f32_tf32", re.I)
 
 
 @dataclass
@@ -49,6 +52,9 @@ class Analysis:
     outside_steps: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    partition: pl.DataFrame | None = None  # per (device, step): time classes and overlays, µs
+    idle_gaps: pl.DataFrame | None = None
+    launch_stats: pl.DataFrame | None = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -93,7 +99,13 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
         warnings.append(
             f"{outside['kernels']} device activities ({outside['device_us']:.1f} us) were launched outside every step; reported under outside_steps"
         )
+    activities = kernels if device_trace else cpu_activities(ops)
+    part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
+    gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
+    stats = tl.launch_stats(kernels, steps) if device_trace else None
+    steps = attach_time(steps, part, peak)
     totals = totals_section(steps, ops, kernels, opt, peak)
+    totals["idle_us_by_reason"] = idle_by_reason(gaps, opt)
     warnings += metrics.suspect(totals.get("mfu"), totals.get("hfu"))
     if totals["matmul_flops_unknown_count"]:
         if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
@@ -108,7 +120,54 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     if model is not None:
         model.update(band_of(totals.get("mfu"), mode, model))
     ranks = [rank_row(trace, totals)]
-    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks)
+    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks, part, gaps, stats)
+
+
+def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions) -> dict[str, float] | None:
+    """Why the device sat idle: each gap is explained by the first rule that decides it."""
+    if gaps is None:
+        return None
+    use = gaps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    got = dict(use.group_by("reason").agg(pl.col("dur").sum()).iter_rows())
+    return {r: float(got.get(r, 0.0)) for r in tl.GAP_REASONS}
+
+
+def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
+    """On a CPU trace the ops are the compute: leaf matmuls, and every other top-level op."""
+    parent = ops["parent"].to_numpy()
+    is_op = (ops["cat"] == "cpu_op").to_numpy()
+    top = is_op & ((parent < 0) | ~is_op[np.maximum(parent, 0)])
+    mm = ops["matmul"].to_numpy() & ops["ran"].to_numpy()
+    acts = ops.filter(pl.Series(mm | top)).with_columns(
+        cls=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.lit("matmul")).otherwise(pl.lit("other_compute")),
+        device=pl.lit(None, pl.Int64),
+        stream=pl.col("tid"),
+        flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
+    )
+    return acts.select("name", "device", "stream", "ts", "dur", "cls", "phase", "step", "flops")
+
+
+def primary_device(part: pl.DataFrame) -> pl.DataFrame:
+    """One partition row per step: the device with the most busy time (a rank drives one device)."""
+    busy = pl.col("window") - pl.col("idle")
+    dev = part.group_by("device").agg(busy.sum().alias("_busy")).sort("_busy", descending=True, nulls_last=True)
+    if dev.height == 0:
+        return part
+    first = dev["device"][0]
+    return part.filter(pl.col("device").is_null() if first is None else pl.col("device") == first)
+
+
+def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None) -> pl.DataFrame:
+    """Each step's time partition, overlays and loss budget (of its primary device)."""
+    rows = primary_device(part).select(pl.exclude("start", "window", "device")).rename(
+        {c: f"time_{c}" for c in (*tl.PARTITION, *tl.OVERLAYS)}
+    )
+    steps = steps.join(rows, on="step", how="left")
+    budgets = []
+    for r in steps.iter_rows(named=True):
+        time = {"window": r["window"], **{c: r.get(f"time_{c}") or 0.0 for c in (*tl.PARTITION, *tl.OVERLAYS)}}
+        budgets.append(bd.loss_budget(bd.inputs_from_row(r, time, peak)))
+    return steps.with_columns(loss_budget=pl.Series(budgets, dtype=pl.Object))
 
 
 def other_peaks(hardware: dict, totals: dict, precision: str, opt: ModelOptions) -> dict[str, float] | None:
@@ -168,13 +227,20 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     return kernels.drop("_op_flops")
 
 
+def tf32_share(kernels: pl.DataFrame) -> float:
+    """Share of matmul kernel time spent in TF32 kernels (fp32 tensors on tensor cores)."""
+    mm = kernels.filter(pl.col("cls") == "matmul")
+    total = mm["dur"].sum()
+    return float(mm.filter(pl.col("name").str.contains(_TF32_RE.pattern))["dur"].sum() / total) if total else 0.0
+
+
 def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt: ModelOptions, warnings: list[str]):
     precision = opt.precision
     dtype = metrics.dominant_dtype(ops)
     guessed = precision is None and dtype is None
     if precision is None:
         precision = dtype or "bf16"
-        if precision == "fp32" and kernels.filter(pl.col("cls") == "matmul")["name"].str.contains(_TF32_RE.pattern).any():
+        if precision == "fp32" and tf32_share(kernels) > 0.5:
             precision = "tf32"
     if opt.peak_tflops:
         h = hw.custom(opt.peak_tflops, precision)
@@ -268,7 +334,8 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
         }
         return model, pl.lit(share, pl.Float64), pl.lit(share_na, pl.Float64)
     # Trace-derived: forward + backward matmul FLOPs of model ops.
-    per = pl.col("flops_forward") + pl.col("flops_backward")
+    known = pl.col("flops_forward") + pl.col("flops_backward")
+    per = pl.when((known == 0) & (pl.col("flops_unknown_count") > 0)).then(None).otherwise(known)
     no_attn = per - pl.col("attention_model_flops")
     model = {
         "source": "trace",
@@ -308,6 +375,11 @@ def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame) -> dict[str, Any] 
     }
 
 
+def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
+    sel = ops.filter(pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+    return sel["flops"].null_count()
+
+
 def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
     use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
@@ -317,8 +389,9 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     model_total = use["model_flops"].sum() if use["model_flops"].null_count() < use.height else None
     no_attn = use["mfu_no_attention"]
     secs = wall * 1e-6
-    mfu = metrics.utilization(model_total, secs, peak)
-    hfu = metrics.utilization(flops["executed"], secs, peak)
+    nothing_known = flops["executed"] == 0 and int(in_steps_unknown(ops, opt)) > 0
+    mfu = None if nothing_known and not opt.spec else metrics.utilization(model_total, secs, peak)
+    hfu = None if nothing_known else metrics.utilization(flops["executed"], secs, peak)
     mfu_na = None
     if no_attn.null_count() < use.height:
         mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
@@ -329,8 +402,18 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
         cov = metrics.coverage(mk["dur"].to_numpy(), mk["flops"].is_not_null().to_numpy())
     else:
         cov = metrics.coverage(in_steps["dur"].to_numpy(), in_steps["flops"].is_not_null().to_numpy())
+    time_us = {c: float(use[f"time_{c}"].sum()) for c in tl.PARTITION}
+    overlay_us = {c: float(use[f"time_{c}"].sum()) for c in tl.OVERLAYS}
+    inputs = [
+        bd.inputs_from_row(r, {"window": r["window"], **{c: r[f"time_{c}"] or 0.0 for c in (*tl.PARTITION, *tl.OVERLAYS)}}, peak)
+        for r in use.iter_rows(named=True)
+    ]
+    total_inputs = bd.sum_inputs(inputs)
     return {
         "wall_us": wall,
+        "time_us": time_us,
+        "overlay_us": overlay_us,
+        "loss_budget": bd.loss_budget(total_inputs) if total_inputs else None,
         "matmul_count": counts,
         "flops": flops,
         "flops_coverage": cov,

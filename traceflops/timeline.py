@@ -16,7 +16,7 @@ Windows are taken as given by `steps.device_windows`; they may even overlap
 every window it touches rather than assigned to one.
 
 Times are shifted to the earliest window start before any arithmetic:
-absolute Kineto timestamps (~1e12 µs) keep only ~1e-3 µs of resolution, which
+absolute Kineto timestamps (~1e12 µs) keep only ~5e-4 µs of resolution, which
 would cost the 1e-9 identity of the loss budget.
 """
 
@@ -34,12 +34,20 @@ PARTITION = ("matmul", "other_compute", "memcpy", "communication_exposed", "idle
 OVERLAYS = ("communication_overlapped", "communication_total", "recompute", "matmul_known", "matmul_unknown")
 GAP_REASONS = ("sync", "input_pipeline", "host_bound", "launch_gap", "unknown")
 
-# Count columns of the sweep. The first four are the busy classes of the
-# partition, in priority order (memset is folded into memcpy).
-_CLS_COL = {"matmul": 0, "other_compute": 1, "memcpy": 2, "memset": 2, "communication": 3}
+# Kernel classes (`cls`) that take device time; memset is counted with memcpy.
+BUSY_CLASSES = ("matmul", "other_compute", "memcpy", "memset", "communication")
+
+# Count columns of the sweep (see `_kernel_arrays`): the four busy classes of
+# the partition in priority order, then the overlay columns.
 _RECOMPUTE, _MM_KNOWN, _MM_UNKNOWN = 4, 5, 6
 _NCOLS = 7
 
+# Gaps shorter than half a nanosecond are below Kineto's resolution (1 ns):
+# rounding of absolute timestamps (a double near 1e12 µs keeps ~5e-4 µs), not
+# time the device lost. Real 1 ns gaps (back-to-back ROCm kernels) are kept.
+MIN_GAP_US = 5e-4
+
+_NO_DEVICE = np.iinfo(np.int64).min  # stands for a null device id while in numpy
 
 
 def is_sync_call(name: pl.Expr) -> pl.Expr:
@@ -55,9 +63,6 @@ def is_sync_call(name: pl.Expr) -> pl.Expr:
 def is_dataloader(name: pl.Expr) -> pl.Expr:
     """Host ops of the input pipeline (`enumerate(DataLoader)#...__next__` and kin)."""
     return name.str.contains("DataLoader")
-
-
-_NO_DEVICE = np.iinfo(np.int64).min  # stands for a null device id while in numpy
 
 
 @dataclass(frozen=True)
@@ -132,23 +137,24 @@ def _window_pairs(ks: np.ndarray, ke: np.ndarray, w: _Windows) -> tuple[np.ndarr
 
 
 def _kernel_arrays(kernels: pl.DataFrame, origin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Shifted start and end of each kernel, and its +1 row over the count columns."""
-    k = kernels.with_columns(
-        _flops_known=pl.col("flops").is_not_null() if "flops" in kernels.columns else pl.lit(False),
-        _phase=pl.col("phase") if "phase" in kernels.columns else pl.lit(None, pl.Utf8),
-    )
-    start = k["ts"].to_numpy().astype(np.float64) - origin
-    end = start + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)
-    cls = k["cls"].to_numpy()
-    weight = np.zeros((k.height, _NCOLS), np.int64)
-    for name, col in _CLS_COL.items():  # a loop over classes, not events
-        weight[:, col] |= cls == name
-    compute = weight[:, 0] | weight[:, 1]
-    weight[:, _RECOMPUTE] = compute & (k["_phase"].to_numpy() == "recompute")
-    known = k["_flops_known"].to_numpy().astype(bool)
-    weight[:, _MM_KNOWN] = weight[:, 0] & known
-    weight[:, _MM_UNKNOWN] = weight[:, 0] & ~known
-    return start, end, weight
+    """Shifted start and end of each kernel, and which count columns it adds to (bool, column-major)."""
+    cls = pl.col("cls")
+    compute = cls.is_in(["matmul", "other_compute"])
+    phase = pl.col("phase") if "phase" in kernels.columns else pl.lit(None, pl.Utf8)
+    known = pl.col("flops").is_not_null() if "flops" in kernels.columns else pl.lit(False)
+    cols = [
+        cls == "matmul",
+        cls == "other_compute",
+        cls.is_in(["memcpy", "memset"]),
+        cls == "communication",
+        compute & (phase == "recompute").fill_null(False),
+        (cls == "matmul") & known,
+        (cls == "matmul") & ~known,
+    ]
+    weight = kernels.select([c.alias(str(i)) for i, c in enumerate(cols)]).to_numpy(order="fortran")
+    start = kernels["ts"].cast(pl.Float64).to_numpy() - origin
+    end = start + np.maximum(kernels["dur"].cast(pl.Float64).to_numpy(), 0.0)
+    return start, end, weight.astype(bool)
 
 
 def _usable(kernels: pl.DataFrame) -> pl.DataFrame:
@@ -156,7 +162,7 @@ def _usable(kernels: pl.DataFrame) -> pl.DataFrame:
     if kernels.height == 0:
         return kernels
     return kernels.filter(
-        pl.col("ts").is_not_null() & pl.col("dur").is_not_null() & pl.col("cls").is_in(list(_CLS_COL))
+        pl.col("ts").is_not_null() & pl.col("dur").is_not_null() & pl.col("cls").is_in(list(BUSY_CLASSES))
     )
 
 
@@ -170,20 +176,24 @@ def _sweep(kernels: pl.DataFrame, steps: pl.DataFrame) -> _Sweep:
     k = _usable(kernels)
     devices, codes = _device_codes(k)
     nw, nd = len(w.start), len(devices)
-    ks, ke, weight = _kernel_arrays(k, w.origin) if k.height else (np.empty(0), np.empty(0), np.empty((0, _NCOLS), np.int64))
+    ks, ke, weight = _kernel_arrays(k, w.origin) if k.height else (np.empty(0), np.empty(0), np.empty((0, _NCOLS), bool))
     ki, wi = _window_pairs(ks, ke, w)
     kg = codes[ki] * nw + wi
-    cs = np.maximum(ks[ki], w.start[wi])
-    ce = np.minimum(ke[ki], w.end[wi])
     gid = np.arange(nd * nw)
-    gs, ge = np.tile(w.start, nd), np.tile(w.end, nd)
-    zeros = np.zeros((nd * nw, _NCOLS), np.int64)
     group = np.concatenate([kg, kg, gid, gid])
-    time = np.concatenate([cs, ce, gs, ge])
-    delta = np.concatenate([weight[ki], -weight[ki], zeros, zeros])
+    time = np.concatenate([np.maximum(ks[ki], w.start[wi]), np.minimum(ke[ki], w.end[wi]), np.tile(w.start, nd), np.tile(w.end, nd)])
     order = np.lexsort((time, group))
-    group, time, delta = group[order], time[order], delta[order]
-    count = np.cumsum(delta, axis=0)
+    group, time = group[order], time[order]
+    # event → (kernel row, +1 start / -1 end); window edges add nothing
+    n_ev = 2 * len(ki)
+    is_k = order < n_ev
+    rows = np.r_[ki, ki][order[is_k]]
+    sign = np.where(order[is_k] < len(ki), 1, -1).astype(np.int32)
+    count = np.zeros((len(order), _NCOLS), np.int32, order="F")
+    for c in range(_NCOLS):  # a loop over count columns, not events
+        delta = np.zeros(len(order), np.int32)
+        delta[is_k] = sign * weight[rows, c]
+        count[:, c] = np.cumsum(delta)
     same = np.r_[group[1:] == group[:-1], False]
     length = np.where(same, np.r_[time[1:], 0.0] - time, 0.0)
     return _Sweep(group, time, length, count, devices, w)
@@ -215,9 +225,9 @@ def _group_frame(s: _Sweep, cols: dict[str, np.ndarray]) -> pl.DataFrame:
         {
             "device": pl.Series(s.devices[g // max(nw, 1)], dtype=pl.Int64),
             "step": pl.Series(s.windows.step[wi], dtype=pl.Int64),
-            "start": s.windows.start[wi] + s.windows.origin,
-            "window": s.windows.end[wi] - s.windows.start[wi],
-            **cols,
+            "start": pl.Series(s.windows.start[wi] + s.windows.origin, dtype=pl.Float64),
+            "window": pl.Series(s.windows.end[wi] - s.windows.start[wi], dtype=pl.Float64),
+            **{name: pl.Series(v, dtype=pl.Float64) for name, v in cols.items()},
         }
     ).with_columns(_device_column())
 
@@ -349,30 +359,59 @@ def _next_kernels(kdev: np.ndarray, kt: np.ndarray, kl: np.ndarray, qdev: np.nda
     return out
 
 
+def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray, origin: float) -> tuple[np.ndarray, np.ndarray]:
+    """Launch time (NaN: none) and name of the kernel that ends each gap (starts at or after its end)."""
+    launch_ts = np.full(len(ge), np.nan)
+    names = np.full(len(ge), None, dtype=object)
+    k = _usable(kernels)
+    k = k.filter(pl.col("dur") > 0) if k.height else k  # an instant activity does not end a gap
+    if k.height == 0 or len(ge) == 0:
+        return launch_ts, names
+    lt = k["launch_ts"].cast(pl.Float64) if "launch_ts" in k.columns else pl.Series(np.full(k.height, np.nan))
+    nxt = _next_kernels(
+        k["device"].cast(pl.Int64).fill_null(_NO_DEVICE).to_numpy(),
+        k["ts"].cast(pl.Float64).to_numpy() - origin,
+        lt.fill_null(np.inf).to_numpy(),
+        gdev,
+        ge,
+    )
+    has = nxt >= 0
+    launch_ts[has] = lt.fill_null(np.nan).to_numpy()[nxt[has]]
+    names[has] = k["name"].to_numpy()[nxt[has]]
+    return launch_ts, names
+
+
 def _gap_reasons(gs, ge, launch_ts, launches, ops, origin) -> np.ndarray:
     """The first matching rule per gap (see `idle_gaps`)."""
+    known = ~np.isnan(launch_ts)
+    queued = known & (launch_ts - origin <= gs)
     sync = _overlaps_any(gs, ge, *_host_intervals(launches, is_sync_call, origin))
     loader = _overlaps_any(gs, ge, *_host_intervals(ops, is_dataloader, origin))
-    known = ~np.isnan(launch_ts)
-    late = known & (launch_ts - origin > gs)
-    return np.select([sync, loader, late, known], ["sync", "input_pipeline", "host_bound", "launch_gap"], default="unknown")
+    return np.select([queued, sync, loader, known], ["launch_gap", "sync", "input_pipeline", "host_bound"], default="unknown")
 
 
 def idle_gaps(kernels: pl.DataFrame, launches: pl.DataFrame | None, ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
     """Every maximal idle interval of a device inside a step window, with why it was idle.
 
     Idle means no device activity of any class on any stream of the device.
-    A gap is cut at step-window edges (each part belongs to its step).
+    A gap is cut at step-window edges (each part belongs to its step); gaps
+    shorter than MIN_GAP_US (0.5 ns) are timestamp rounding and left out.
     Reason, first rule that matches:
+      launch_gap:     the kernel that ends the gap was launched before the gap
+                      began: it was queued, so the host did not cause the gap
+                      (a bubble between back-to-back kernels, or a wait on
+                      another stream), whatever the host was doing meanwhile;
       sync:           a synchronizing host call (stream/device/event/context
                       synchronize, a blocking memcpy) overlaps the gap;
       input_pipeline: a DataLoader op overlaps the gap;
       host_bound:     the kernel that ends the gap was launched after the gap
-                      began: the device waited for the host;
-      launch_gap:     that kernel was launched before the gap began: a short
-                      gap between back-to-back kernels;
-      unknown:        no kernel ends the gap, or it has no launch in the trace,
-                      so neither of the last two can be told.
+                      began: the device waited for the host to launch;
+      unknown:        none of the above, and no kernel ends the gap or it has
+                      no launch in the trace.
+    The queued test comes first because a host blocked in a synchronize (or
+    in a data loader) leaves the device idle only once its queue runs dry:
+    on a deep queue (the MI300 ResNet trace queues ~25 ms ahead) a
+    synchronize overlaps every small gap without causing any of them.
     Host and device share the trace's clock (true of Kineto traces), which is
     what lets host calls be compared with device gaps; host calls are not
     matched to a device (one rank's trace usually drives one device). Columns:
@@ -382,27 +421,11 @@ def idle_gaps(kernels: pl.DataFrame, launches: pl.DataFrame | None, ops: pl.Data
     s = _sweep(kernels, steps)
     nw = max(len(s.windows.start), 1)
     group, gs, dur = _idle_runs(s)
+    real = dur >= MIN_GAP_US
+    group, gs, dur = group[real], gs[real], dur[real]
     ge, origin = gs + dur, s.windows.origin
     gdev = s.devices[group // nw]
-    k = _usable(kernels)
-    k = k.filter(pl.col("dur") > 0) if k.height else k  # an instant activity does not end a gap
-    nxt = np.full(len(ge), -1, np.int64)
-    if k.height and len(ge):
-        kl = k["launch_ts"].fill_null(np.inf) if "launch_ts" in k.columns else pl.Series(np.full(k.height, np.inf))
-        nxt = _next_kernels(
-            k["device"].cast(pl.Int64).fill_null(_NO_DEVICE).to_numpy(),
-            k["ts"].to_numpy().astype(np.float64) - origin,
-            kl.to_numpy().astype(np.float64),
-            gdev,
-            ge,
-        )
-    has = nxt >= 0
-    launch_ts = np.full(len(ge), np.nan)
-    names = np.full(len(ge), None, dtype=object)
-    if has.any():
-        lt = k["launch_ts"].cast(pl.Float64).fill_null(np.nan).to_numpy() if "launch_ts" in k.columns else np.full(k.height, np.nan)
-        launch_ts[has] = lt[nxt[has]]
-        names[has] = k["name"].to_numpy()[nxt[has]]
+    launch_ts, names = _next_kernel_launch(kernels, gdev, ge, origin)
     return pl.DataFrame(
         {
             "device": pl.Series(gdev, dtype=pl.Int64),
@@ -427,7 +450,7 @@ def launch_stats(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     device-bound one (large delays: a deep queue). Device work launched outside
     every step gets its own row (step -1) so that nothing is dropped.
     """
-    base = steps.select(pl.col("step").cast(pl.Int64), "name")
+    base = steps.select(pl.col("step").cast(pl.Int64), pl.col("name").cast(pl.Utf8))
     if kernels.height == 0:
         return base.with_columns(kernels=pl.lit(0, pl.Int64), median_dur=pl.lit(None, pl.Float64), median_launch_delay=pl.lit(None, pl.Float64))
     delay = (pl.col("ts") - pl.col("launch_ts")) if "launch_ts" in kernels.columns else pl.lit(None, pl.Float64)

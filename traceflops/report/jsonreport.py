@@ -8,6 +8,7 @@ import orjson
 
 from ..analysis import Analysis
 from ..model import PHASES
+from ..timeline import OVERLAYS, PARTITION
 
 SCHEMA = "traceflops.report/1"
 
@@ -42,6 +43,9 @@ def step_rows(a: Analysis) -> list[dict[str, Any]]:
                 "mfu": s["mfu"],
                 "mfu_no_attention": s["mfu_no_attention"],
                 "hfu": s["hfu"],
+                "time_us": {c: s.get(f"time_{c}") for c in PARTITION},
+                "overlay_us": {c: s.get(f"time_{c}") for c in OVERLAYS},
+                "loss_budget": s.get("loss_budget"),
             }
         )
     return rows

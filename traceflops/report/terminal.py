@@ -31,7 +31,7 @@ def render(a: Analysis, console: Console | None = None) -> None:
     hw = a.hardware
     c.print(f"[bold]{escape(str(a.meta.get('path')))}[/bold]  ({a.meta.get('format')}, rank {a.meta.get('rank')})")
     if hw:
-        c.print(f"hardware: {escape(hw['name'])}, dense {hw['precision']} peak {_flops(hw['peak_flops'])}FLOP/s ({escape(str(hw['source']))})")
+        c.print(f"hardware: {escape(hw['name'])}, dense {hw['precision']} peak {_flops(hw['peak_flops'])}FLOP/s [dim](source in --format json)[/dim]")
     else:
         c.print("hardware: unknown (give --hardware or --peak-tflops)")
     m = a.model or {}
@@ -43,7 +43,7 @@ def render(a: Analysis, console: Console | None = None) -> None:
     if t.get("mfu_by_precision"):
         c.print("MFU by peak: " + ", ".join(f"{p} {_pct(v)}" for p, v in t["mfu_by_precision"].items()))
     if m.get("band"):
-        c.print(f"band: {m['band']}  [dim]{m.get('band_caveat', '')}[/dim]")
+        c.print(f"band: {m['band']}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
     cov = t.get("flops_coverage")
     c.print(f"wall {t['wall_us'] / 1e3:.3f} ms over {a.steps.height} step(s); FLOPs known for {_pct(cov)} of matmul time")
 
@@ -55,6 +55,23 @@ def render(a: Analysis, console: Console | None = None) -> None:
         tab.add_row(p, str(t["matmul_count"][p]), _flops(t["flops"][p]))
     tab.add_row("[bold]executed[/bold]", str(sum(t["matmul_count"].values())), _flops(t["flops"]["executed"]))
     c.print(tab)
+
+    lb = t.get("loss_budget")
+    if lb:
+        bt = Table(title="Where peak x time went (loss budget, sums to 100%)")
+        bt.add_column("term")
+        bt.add_column("share", justify="right")
+        bt.add_column("")
+        for k, v in lb.items():
+            bar = "" if v is None or v <= 0 else "█" * max(1, round(v * 40))
+            bt.add_row(k, _pct(v), bar)
+        c.print(bt)
+    tu = t.get("time_us")
+    if tu:
+        c.print("device time: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in tu.items()))
+    ir = t.get("idle_us_by_reason")
+    if ir and any(ir.values()):
+        c.print("idle by reason: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in ir.items() if v))
 
     st = Table(title="Steps")
     for col in ("step", "start (us)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
