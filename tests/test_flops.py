@@ -11,7 +11,6 @@ expected value is written out independently in the test, with its derivation.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import tempfile

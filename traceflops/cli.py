@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .errors import EXIT_INPUT, EXIT_INTERNAL, TraceflopsError
+from .errors import EXIT_INTERNAL, TraceflopsError
 
 
 def _run(debug: bool, fn):
