@@ -30,6 +30,13 @@ OPS_SCHEMA = {
     "types": pl.Utf8,
     "concrete": pl.Utf8,
     "strides": pl.Utf8,
+    # Collective parameters (record_param_comms, nccl:* annotations): null elsewhere.
+    "collective": pl.Utf8,
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "coll_dtype": pl.Utf8,
+    "pg_name": pl.Utf8,
+    "group_size": pl.Int64,
     # Set by parsers whose format says more than shapes (XLA): null elsewhere.
     "scope": pl.Utf8,  # framework name stack (JAX `jvp(...)/...`, TF op name)
     "flops_hint": pl.Int64,  # FLOPs the compiler reports for this op
@@ -58,7 +65,14 @@ KERNELS_SCHEMA = {
     "ext_id": pl.Int64,
     "bytes": pl.Int64,
     "collective": pl.Utf8,
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "coll_dtype": pl.Utf8,
+    "pg_name": pl.Utf8,
+    "group_size": pl.Int64,
 }
+
+COLLECTIVE_COLUMNS = ("collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size")
 
 LAUNCHES_SCHEMA = {
     "name": pl.Utf8,

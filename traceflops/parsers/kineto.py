@@ -43,6 +43,11 @@ class _Args(msgspec.Struct, omit_defaults=True):
     stream: Any = None
     bytes: Any = None
     collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    coll_dtype: Any = msgspec.field(default=None, name="dtype")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    group_size: Any = msgspec.field(default=None, name="Group size")
 
 
 class _Event(msgspec.Struct):
@@ -186,6 +191,11 @@ def event_table(events: list[_Event]) -> pl.DataFrame:
             "stream": _col([a.stream for a in args], pl.Utf8),
             "bytes": _col([a.bytes for a in args], pl.Int64),
             "collective": _col([a.collective if a.collective.__class__ is str else None for a in args], pl.Utf8),
+            "in_nelems": _col([a.in_nelems for a in args], pl.Int64),
+            "out_nelems": _col([a.out_nelems for a in args], pl.Int64),
+            "coll_dtype": _col([a.coll_dtype if a.coll_dtype.__class__ is str else None for a in args], pl.Utf8),
+            "pg_name": _col([a.pg_name for a in args], pl.Utf8),
+            "group_size": _col([a.group_size for a in args], pl.Int64),
             "dims": _json_col(pick("dims")),
             "types": _json_col(pick("types")),
             "concrete": _json_col(pick("concrete")),
