@@ -60,7 +60,7 @@ def main():
 
 
 @main.command()
-@click.argument("trace", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("traces", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
 @click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)")
 @click.option("--layers", type=int, help="transformer layers L")
@@ -75,9 +75,16 @@ def main():
 @click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]))
 @click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)")
 @click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)")
+@click.option("--jobs", type=int, default=1, show_default=True, help="ranks analysed in parallel processes")
+@click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1)")
+@click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble")
 @click.option("--debug", is_flag=True, help="show tracebacks")
-def analyze(trace, fmt, params, layers, heads, head_dim, seq_len, model_config, tokens_per_step, world_size, mode, hardware, precision, peak_tflops, exclude_steps, debug):
-    """Analyse one trace: matmul FLOPs by phase, MFU and HFU per step."""
+def analyze(traces, fmt, params, layers, heads, head_dim, seq_len, model_config, tokens_per_step, world_size, mode, hardware, precision, peak_tflops, exclude_steps, jobs, pipeline_stages, microbatches, debug):
+    """Analyse traces: matmul FLOPs by phase, MFU and HFU, where the time went.
+
+    One file gives the single-device view; several files, a directory or a glob
+    give the job view across ranks.
+    """
     from .analysis import ModelOptions, analyze as run_analysis
 
     spec = _model_spec(params, layers, heads, head_dim, seq_len, model_config)
@@ -93,7 +100,12 @@ def analyze(trace, fmt, params, layers, heads, head_dim, seq_len, model_config, 
     )
 
     def go():
-        a = run_analysis(trace, opts)
+        from .inputs import expand
+
+        paths = expand(list(traces))
+        if len(paths) > 1:
+            return _job(paths, opts, fmt, jobs, pipeline_stages, microbatches)
+        a = run_analysis(paths[0], opts)
         if fmt == "json":
             from .report.jsonreport import render
 
@@ -104,6 +116,25 @@ def analyze(trace, fmt, params, layers, heads, head_dim, seq_len, model_config, 
             render(a)
 
     _run(debug, go)
+
+
+def _job(paths, opts, fmt, jobs, pipeline_stages, microbatches):
+    from .job import global_model_flops, job_view, summarize_all
+    from .report import jobreport
+
+    summaries = summarize_all(paths, opts, jobs)
+    job = job_view(
+        summaries,
+        world_size=opts.world_size,
+        tokens_model_flops=global_model_flops(summaries),
+        pipeline_stages=pipeline_stages,
+        microbatches=microbatches,
+        exclude_steps=opts.exclude_steps,
+    )
+    if fmt == "json":
+        click.echo(jobreport.render_json(job))
+    else:
+        jobreport.render(job)
 
 
 @main.command()

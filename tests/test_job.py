@@ -1,0 +1,121 @@
+"""Across ranks, on synthetic traces with known clock skew, a known straggler and known bubbles."""
+
+import pytest
+
+from synth import Builder
+from traceflops.analysis import analyze
+from traceflops.job import job_view, summarize
+
+WORLD = 4
+OFFSET = {0: 0.0, 1: 1_000.0, 2: -2_500.0, 3: 7_000.0}  # each rank's clock error, µs
+SLOW = 2  # this rank computes 300 µs longer before each all-reduce
+M, K, N = 64, 96, 32
+MM = 2 * M * N * K
+
+
+def rank_trace(tmp_path, rank, steps=2, p2p_us=0.0):
+    """Steps of 1000 µs true time: a GEMM, then an all-reduce that ends at the same true instant on all ranks."""
+    b = Builder(pid=100 + rank, device=rank, distributed={"backend": "nccl", "rank": rank, "world_size": WORLD})
+    b.device_properties = [dict(b.device_properties[0], id=rank)]
+    o = OFFSET[rank]
+    for i in range(steps):
+        t0 = 10_000.0 + 1_000.0 * i
+        b.annotation(f"ProfilerStep#{i}", t0 + o, 999.0)
+        b.op("aten::mm", t0 + 5 + o, 20, **{"Input Dims": [[M, K], [K, N]], "Input type": ["c10::BFloat16"] * 2})
+        gemm = 400.0 + (300.0 if rank == SLOW else 0.0)
+        b.kernel("sm90_xmma_gemm_bf16", t0 + 10 + o, t0 + 50 + o, gemm)
+        start = t0 + 50 + gemm + 10  # arrives when its compute is done
+        end = t0 + 900.0  # all ranks finish together (true time)
+        b.op("record_param_comms", t0 + 30 + o, 5, **{"Collective name": "allreduce", "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20,
+                                                       "dtype": "BFloat16", "Process Group Name": "0", "Group size": WORLD})
+        b.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", t0 + 31 + o, start + o, end - start, stream=20)
+        if p2p_us:
+            b.kernel("ncclDevKernel_SendRecv", t0 + 40 + o, end + 5 + o, p2p_us, stream=21)
+    return b.write(tmp_path / f"rank{rank}.json.gz")
+
+
+@pytest.fixture
+def job(tmp_path):
+    return job_view([summarize(analyze(rank_trace(tmp_path, r))) for r in range(WORLD)])
+
+
+def test_clocks_are_aligned_on_collective_ends(job):
+    for r in range(WORLD):
+        assert job.clock["offsets_us"][str(r)] == pytest.approx(OFFSET[0] - OFFSET[r], abs=1e-6)
+    assert job.clock["residual_skew_us"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_arrival_skew_is_separated_from_transfer(job):
+    c = job.collectives
+    assert c.height == 2  # one all-reduce per step, matched on all four ranks
+    assert c["ranks"].to_list() == [WORLD, WORLD]
+    assert c["arrival_skew_us"].to_list() == pytest.approx([300.0, 300.0])
+    # transfer: from the last arrival (the slow rank) to the common end
+    assert c["transfer_us"].to_list() == pytest.approx([900 - (50 + 700 + 10)] * 2)
+    assert c["last_rank"].to_list() == [SLOW, SLOW]
+    payload = (1 << 20) * 2
+    assert c["bytes"].to_list() == [payload, payload]
+    assert c["busbw_gbps"][0] == pytest.approx(payload / 140e-6 * 2 * 3 / 4 / 1e9)
+
+
+def test_straggler_and_its_reason(job):
+    s = job.stragglers
+    assert s["rank"].to_list() == [SLOW, SLOW]
+    assert set(s["reason"]) == {"compute"}
+    assert s["excess_compute_us"].to_list() == pytest.approx([300.0, 300.0])
+
+
+def test_job_mfu_uses_the_slowest_rank_and_world_size(job):
+    # each rank: one mm per step; trace-derived model FLOPs = forward matmul FLOPs, summed over ranks
+    st = job.steps
+    assert st["model_flops"].to_list() == [WORLD * MM] * 2
+    peak = 989.4e12
+    # step time is each rank's device window; the last step ends at its last activity
+    first = st.row(0, named=True)
+    assert first["mfu"] == pytest.approx(WORLD * MM / (first["step_us"] * 1e-6 * peak * WORLD), rel=1e-6)
+    assert job.totals["world_size"] == WORLD
+
+
+def test_missing_rank_is_a_warning(tmp_path):
+    j = job_view([summarize(analyze(rank_trace(tmp_path, r))) for r in (0, 1, 3)])
+    assert any("ranks missing" in w and "[2]" in w for w in j.warnings)
+
+
+def test_pipeline_bubble_against_the_ideal(tmp_path):
+    j = job_view([summarize(analyze(rank_trace(tmp_path, r, p2p_us=50.0))) for r in range(WORLD)],
+                 pipeline_stages=4, microbatches=8)
+    p = j.pipeline
+    assert p.height == WORLD * 2
+    assert p["ideal_bubble"][0] == pytest.approx(3 / 11)
+    assert p["p2p_us"].to_list() == pytest.approx([50.0] * (WORLD * 2))
+
+
+def test_cli_job_view_from_a_directory(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from traceflops.cli import main
+
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for r in range(WORLD):
+        rank_trace(d, r)
+    out = CliRunner().invoke(main, ["analyze", str(d), "--format", "json", "--jobs", "2"])
+    assert out.exit_code == 0, out.output
+    rep = json.loads(out.output)
+    assert [r["rank"] for r in rep["ranks"]] == list(range(WORLD))
+    assert rep["totals"]["world_size"] == WORLD and rep["totals"]["collectives_matched"] == 2
+    assert {s["rank"] for s in rep["steps"]} == set(range(WORLD))
+    assert [s["rank"] for s in rep["stragglers"]] == [SLOW, SLOW]
+
+
+def test_dlrm_eight_ranks(shared):
+    """A real 8-rank job: all ranks present, collectives matched on all eight, clocks close (one host)."""
+    files = sorted((shared / "kineto" / "dlrm_8rank").glob("rank*.json.gz"))
+    j = job_view([summarize(analyze(str(f))) for f in files])
+    assert j.ranks["rank"].to_list() == list(range(8))
+    assert not any("ranks missing" in w for w in j.warnings)
+    assert j.collectives.height > 0 and set(j.collectives["ranks"]) == {8}
+    assert abs(j.clock["residual_skew_us"]) < 50
+    assert j.steps["slowest_rank"][0] == j.ranks.sort("wall_us")["rank"][-1]
