@@ -371,9 +371,11 @@ def summarize_all(paths: list[str], opts, jobs: int = 1) -> list[RankSummary]:
     """Summaries of many ranks, in a process pool when jobs > 1 (each rank is independent)."""
     if jobs <= 1 or len(paths) <= 1:
         return [_summarize_one((p, opts)) for p in paths]
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_summarize_one, [(p, opts) for p in paths]))
 
 
