@@ -67,8 +67,8 @@ def analyze(path: str, options: ModelOptions | None = None) -> Analysis:
 
 def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     linked = link(trace)
-    matmul_like = has_formula(linked.ops["name"])
-    ops = tag_ops(linked, matmul_like)
+    matmul_like = has_formula(linked.ops["name"], linked.ops["matmul_hint"])
+    ops = tag_ops(linked, matmul_like, trace.steps)
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
     ops = count_ops(ops, kernels, device_trace)

@@ -29,8 +29,12 @@ FLOP_COLS = {
 BOOKKEEPING = frozenset({"aten::detach", "detach", "PythonDispatchMode"})
 
 
-def has_formula(names: pl.Series) -> np.ndarray:
-    return names.is_in(list(registry.MATMUL_OPS)).to_numpy()
+def has_formula(names: pl.Series, hint: pl.Series | None = None) -> np.ndarray:
+    """Matmul-class ops: a formula in the registry, or the format says so (an XLA dot fusion)."""
+    mask = names.is_in(list(registry.MATMUL_OPS))
+    if hint is not None:
+        mask = mask | hint.fill_null(False)
+    return mask.to_numpy()
 
 
 def mark_ancestors(parent: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -48,7 +52,7 @@ def mark_ancestors(parent: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def leaf_matmuls(ops: pl.DataFrame) -> np.ndarray:
     parent = ops["parent"].to_numpy()
-    formula = has_formula(ops["name"])
+    formula = has_formula(ops["name"], ops["matmul_hint"])
     return formula & ~mark_ancestors(parent, np.flatnonzero(formula))
 
 
@@ -174,4 +178,26 @@ def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> p
     rows = np.flatnonzero(leaf)
     table = formula_table(ops, rows, conv_out_dims(ops, rows) | weight_grad_shapes(ops, rows))
     ops = ops.with_columns(matmul=pl.Series(leaf), ran=pl.Series(did_run))
-    return ops.join(table, on="row", how="left")
+    ops = ops.join(table, on="row", how="left")
+    return apply_hints(ops)
+
+
+def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
+    """Where the format reports FLOPs (the XLA compiler's), they win over shape formulas."""
+    hinted = pl.col("matmul") & pl.col("flops_hint").is_not_null()
+    types_dtype = pl.col("types").map_elements(_first_dtype, return_dtype=pl.Utf8)
+    return ops.with_columns(
+        flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("flops")),
+        effective_flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("effective_flops")),
+        recompute_flops=pl.when(hinted).then(0).otherwise(pl.col("recompute_flops")),
+        bytes=pl.coalesce("bytes", "bytes_hint"),
+        flops_reason=pl.when(hinted).then(None).otherwise(pl.col("flops_reason")),
+        dtype=pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
+        .then(types_dtype)
+        .otherwise(pl.col("dtype")),
+    )
+
+
+def _first_dtype(types: str) -> str | None:
+    t = orjson.loads(types)
+    return registry.dtype_of(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None

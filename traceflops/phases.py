@@ -102,7 +102,7 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.nd
     return out
 
 
-def tag_ops(linked: Linked, matmul_like: np.ndarray) -> pl.DataFrame:
+def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None = None) -> pl.DataFrame:
     ops = linked.ops
     parent = ops["parent"].to_numpy()
     names = node_names(ops["name"]).to_numpy()
@@ -130,7 +130,13 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray) -> pl.DataFrame:
     phase[opt] = "optimizer"
     # Step markers and bare annotations outside any model work are 'other'.
     phase[ops["name"].str.contains(STEP_RE).to_numpy()] = "other"
-    return ops.with_columns(phase=pl.Series(phase.astype(str)), node=pl.Series(node_name.astype(str)))
+    phase_s = pl.Series(phase.astype(str))
+    if ops["scope"].is_not_null().any():
+        # Name-stack rules (JAX: jvp / transpose(jvp) / rematted_computation) decide where they apply.
+        from .xla_phases import tag as scope_phases
+
+        phase_s = pl.coalesce(scope_phases(ops, steps), phase_s)
+    return ops.with_columns(phase=phase_s, node=pl.Series(node_name.astype(str)))
 
 
 def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:

@@ -27,4 +27,10 @@ def load(path: str) -> Trace:
         from .kineto import parse_kineto
 
         return parse_kineto(str(path))
-    raise FormatError(str(path), "XLA profiles (.xplane.pb) are not supported yet", "analyse a Kineto trace")
+    # --- xplane (XLA profiler XSpace) ---
+    if fmt == "xplane":
+        from .xplane import parse_xplane
+
+        return parse_xplane(str(path))
+    # --- end xplane ---
+    raise FormatError(str(path), f"unsupported trace format '{fmt}'", "pass a PyTorch profiler or XLA profile file")

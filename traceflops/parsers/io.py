@@ -22,10 +22,9 @@ def read_bytes(path: str, *, max_bytes: int | None = None) -> bytes:
             magic = f.read(2)
             f.seek(0)
             if magic != b"\x1f\x8b":
-                data = f.read(limit + 1)
-                if len(data) > limit:
+                if os.fstat(f.fileno()).st_size > limit:
                     raise InputError(path, f"file is larger than the {limit}-byte limit", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
-                return data
+                return f.read()
             return _gunzip(f, path, limit)
     except FileNotFoundError:
         raise InputError(path, "no such file", "check the path") from None

@@ -15,6 +15,7 @@ dict with `ref_value`s already resolved to the referenced string.
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,28 +208,71 @@ class _PlaneCtx:
 
 
 def _stat(ctx: _PlaneCtx, pos: int, end: int, out: dict) -> None:
-    """One XStat into out[name] = value (ref_value resolved to the referenced name)."""
+    """One XStat into out[name] = value (ref_value resolved to the referenced name).
+
+    Hand-inlined field loop: stats are the most numerous messages in a profile.
+    """
     buf = ctx.buf
     mid = 0
     val: Any = None
-    for fno, wt, v in fields(buf, pos, end):
-        if fno == 1 and wt == 0:
-            mid = v
-        elif fno == 2 and wt == 1:
-            val = _double(v)
-        elif fno == 3 and wt == 0:
-            val = v & (_U64 - 1)
-        elif fno == 4 and wt == 0:
-            val = signed(v)
-        elif fno == 5 and wt == 2:
-            val = _str(buf, v)
-        elif fno == 6 and wt == 2:
-            val = buf[v[0] : v[1]]
-        elif fno == 7 and wt == 0:
-            ref = ctx.names.get(v)
-            if ref is None:
-                ctx.unknown += 1
-            val = ref
+    while pos < end:
+        tag = buf[pos]
+        pos += 1
+        if tag >= 0x80:
+            tag, pos = varint(buf, pos - 1, end)
+        wt = tag & 7
+        if wt == 0:
+            v = 0
+            shift = 0
+            while True:
+                if pos >= end or shift >= 70:
+                    _bad("truncated or overlong varint")
+                b = buf[pos]
+                pos += 1
+                v |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+            fno = tag >> 3
+            if fno == 1:
+                mid = v
+            elif fno == 3:
+                val = v & (_U64 - 1)
+            elif fno == 4:
+                val = signed(v)
+            elif fno == 7:
+                ref = ctx.names.get(v)
+                if ref is None:
+                    ctx.unknown += 1
+                val = ref
+        elif wt == 2:
+            b = buf[pos] if pos < end else _bad("truncated length")
+            if b < 0x80:
+                n = b
+                pos += 1
+            else:
+                n, pos = varint(buf, pos, end)
+            stop = pos + n
+            if stop > end:
+                _bad("stat value runs past its message")
+            fno = tag >> 3
+            if fno == 5:
+                val = buf[pos:stop].decode("utf-8", "replace")
+            elif fno == 6:
+                val = buf[pos:stop]
+            pos = stop
+        elif wt == 1:
+            if pos + 8 > end:
+                _bad("truncated fixed64")
+            if tag >> 3 == 2:
+                val = _DOUBLE.unpack_from(buf, pos)[0]
+            pos += 8
+        elif wt == 5:
+            if pos + 4 > end:
+                _bad("truncated fixed32")
+            pos += 4
+        else:
+            _bad(f"unsupported wire type {wt} in a stat")
     name = ctx.names.get(mid)
     if name is None:
         ctx.unknown += 1
@@ -245,24 +289,61 @@ def _stats_of(ctx: _PlaneCtx, spans: list) -> dict:
 
 def _event(ctx: _PlaneCtx, pos: int, end: int) -> XEvent:
     buf = ctx.buf
-    mid = off = dur = 0
-    occ = 0
-    stat_spans = None
-    for fno, wt, v in fields(buf, pos, end):
-        if fno == 1 and wt == 0:
-            mid = v
-        elif fno == 2 and wt == 0:
-            off = signed(v)
-        elif fno == 3 and wt == 0:
-            dur = signed(v)
-        elif fno == 4 and wt == 2:
-            if stat_spans is None:
-                stat_spans = [v]
+    mid = off = dur = occ = 0
+    stats = None
+    while pos < end:
+        tag = buf[pos]
+        pos += 1
+        if tag >= 0x80:
+            tag, pos = varint(buf, pos - 1, end)
+        wt = tag & 7
+        if wt == 0:
+            # inline varint (offsets and durations are several bytes long)
+            v = 0
+            shift = 0
+            while True:
+                if pos >= end or shift >= 70:
+                    _bad("truncated or overlong varint")
+                b = buf[pos]
+                pos += 1
+                v |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+            fno = tag >> 3
+            if fno == 1:
+                mid = v
+            elif fno == 2:
+                off = v if v < _I64 else signed(v)
+            elif fno == 3:
+                dur = v if v < _I64 else signed(v)
+            elif fno == 5:
+                occ = v if v < _I64 else signed(v)
+        elif wt == 2:
+            b = buf[pos] if pos < end else _bad("truncated length")
+            if b < 0x80:
+                n = b
+                pos += 1
             else:
-                stat_spans.append(v)
-        elif fno == 5 and wt == 0:
-            occ = signed(v)
-    stats = _stats_of(ctx, stat_spans) if stat_spans else None
+                n, pos = varint(buf, pos, end)
+            stop = pos + n
+            if stop > end:
+                _bad("event field runs past its message")
+            if tag >> 3 == 4:
+                if stats is None:
+                    stats = {}
+                _stat(ctx, pos, stop, stats)
+            pos = stop
+        elif wt == 1:
+            if pos + 8 > end:
+                _bad("truncated fixed64")
+            pos += 8
+        elif wt == 5:
+            if pos + 4 > end:
+                _bad("truncated fixed32")
+            pos += 4
+        else:
+            _bad(f"unsupported wire type {wt} in an event")
     return XEvent(mid, off, occ, dur, stats)
 
 
@@ -320,12 +401,10 @@ def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True) -> XPlane
     names: dict[int, str] = {}
     for s, e in sm_spans:
         key, val = _map_entry(buf, s, e)
-        name, desc, mid = "", "", key
+        name, desc = "", ""
         if val is not None:
             for fno, wt, v in fields(buf, val[0], val[1]):
-                if fno == 1 and wt == 0:
-                    mid = signed(v)
-                elif fno == 2 and wt == 2:
+                if fno == 2 and wt == 2:
                     name = _str(buf, v)
                 elif fno == 3 and wt == 2:
                     desc = _str(buf, v)
@@ -340,9 +419,7 @@ def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True) -> XPlane
         if val is not None:
             sspans = []
             for fno, wt, v in fields(buf, val[0], val[1]):
-                if fno == 1 and wt == 0:
-                    md.id = signed(v)
-                elif fno == 6:
+                if fno == 6:
                     packed_ints(buf, wt, v, md.child_id)
                 elif wt != 2:
                     continue
@@ -364,8 +441,26 @@ def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True) -> XPlane
     return plane
 
 
-def decode_xspace(buf: bytes, path: str | None = None) -> XSpace:
-    """Decode a serialized XSpace; raises FormatError on malformed input."""
+def decode_xspace(buf: bytes, path: str | None = None, *, backend: str | None = None) -> XSpace:
+    """Decode a serialized XSpace; raises FormatError on malformed input.
+
+    backend: 'protobuf' (the upb runtime, about twice as fast; see `xplane_pb`),
+    'python' (this module's reader), or None = protobuf when installed, else python.
+    The environment variable TRACEFLOPS_XPLANE_DECODER sets the default.
+    """
+    backend = backend or os.environ.get("TRACEFLOPS_XPLANE_DECODER") or "auto"
+    if backend in ("auto", "protobuf"):
+        from . import xplane_pb
+
+        if xplane_pb.available():
+            return xplane_pb.decode_xspace(buf, path)
+        if backend == "protobuf":
+            raise ImportError("the protobuf runtime (upb) is not installed: pip install protobuf")
+    return decode_xspace_python(buf, path)
+
+
+def decode_xspace_python(buf: bytes, path: str | None = None) -> XSpace:
+    """The pure-Python reader."""
     try:
         space = XSpace()
         for fno, wt, v in fields(buf, 0, len(buf)):
@@ -407,7 +502,7 @@ PRIMITIVE_TYPES: dict[int, tuple[str, float]] = {
 class Shape:
     element_type: str  # 'f32', 'bf16', 'tuple', ...
     dims: list[int]
-    tuple_shapes: list["Shape"] = field(default_factory=list)
+    tuple_shapes: list[Shape] = field(default_factory=list)
 
     def text(self) -> str:
         if self.element_type == "tuple":
@@ -485,7 +580,7 @@ class HloModule:
 
 def _shape(buf: bytes, pos: int, end: int, depth: int = 0) -> Shape:
     if depth > MAX_DEPTH:
-        _bad("shape nesting deeper than %d" % MAX_DEPTH)
+        _bad(f"shape nesting deeper than {MAX_DEPTH}")
     et, dims, tup = 0, [], []
     for fno, wt, v in fields(buf, pos, end):
         if fno == 2 and wt == 0:
