@@ -14,6 +14,7 @@ from . import hardware as hw
 from . import budget as bd
 from . import metrics
 from . import modelflops as mf
+from . import rollup, roofline
 from . import timeline as tl
 from .counting import count_ops, has_formula
 from .link import link, nearest
@@ -55,6 +56,10 @@ class Analysis:
     partition: pl.DataFrame | None = None  # per (device, step): time classes and overlays, µs
     idle_gaps: pl.DataFrame | None = None
     launch_stats: pl.DataFrame | None = None
+    roofline: pl.DataFrame | None = None  # per kernel: intensity, bound, recoverable time
+    top_kernels: pl.DataFrame | None = None  # by name, ranked by recoverable time
+    by_kernel: pl.DataFrame | None = None
+    by_module: pl.DataFrame | None = None
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -104,7 +109,13 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
     stats = tl.launch_stats(kernels, steps) if device_trace else None
     steps = attach_time(steps, part, peak)
+    roof = roofline.roofline(kernels, ops, hw.lookup(hardware["name"]) if hardware and hardware.get("source") != "--peak-tflops" else None, precision) if device_trace else None
     totals = totals_section(steps, ops, kernels, opt, peak)
+    if roof is not None:
+        bound = kernels.filter(roofline.memory_bound_overlay(roof))
+        mb = tl.partition(bound, steps.select("step", "name", "ts", "dur", "start", "window")) if bound.height else None
+        use = ~pl.col("step").is_in(list(opt.exclude_steps))
+        totals["overlay_us"]["memory_bound"] = float((mb.filter(use)["window"] - mb.filter(use)["idle"]).sum()) if mb is not None else 0.0
     totals["idle_us_by_reason"] = idle_by_reason(gaps, opt)
     warnings += metrics.suspect(totals.get("mfu"), totals.get("hfu"))
     if totals["matmul_flops_unknown_count"]:
@@ -120,7 +131,10 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     if model is not None:
         model.update(band_of(totals.get("mfu"), mode, model))
     ranks = [rank_row(trace, totals)]
-    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks, part, gaps, stats)
+    top = roofline.top_recoverable(roof) if roof is not None else None
+    kernel_rollup = rollup.by_kernel(kernels) if device_trace else None
+    module_rollup = rollup.by_module(ops, kernels) if device_trace else None
+    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks, part, gaps, stats, roof, top, kernel_rollup, module_rollup)
 
 
 def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions) -> dict[str, float] | None:
@@ -219,7 +233,9 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     kernels = kernels.with_columns(
         cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
     )
-    share = pl.col("dur") / pl.col("dur").sum().over("matmul_row")
+    # Only the op's matmul kernels share its FLOPs (a memset it launched does none).
+    mm_dur = pl.when(pl.col("cls") == "matmul").then(pl.col("dur")).otherwise(0.0)
+    share = pl.col("dur") / mm_dur.sum().over("matmul_row")
     op_flops = ops.select(pl.col("row").alias("matmul_row"), pl.col("flops").alias("_op_flops"))
     kernels = kernels.join(op_flops, on="matmul_row", how="left").with_columns(
         flops=pl.when(pl.col("cls") == "matmul").then(pl.col("_op_flops") * share.fill_nan(1.0))

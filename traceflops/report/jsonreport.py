@@ -20,6 +20,10 @@ def _num(v):
     return int(f) if f.is_integer() and abs(f) < 2**63 else f
 
 
+def _rows(df, n: int) -> list[dict[str, Any]] | None:
+    return None if df is None else df.head(n).to_dicts()
+
+
 def step_rows(a: Analysis) -> list[dict[str, Any]]:
     rank = a.meta.get("rank")
     rows = []
@@ -68,6 +72,9 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "steps": step_rows(a),
         "ranks": a.ranks,
         "outside_steps": a.outside_steps,
+        "top_kernels": _rows(a.top_kernels, 20),
+        "modules": _rows(a.by_module, 50),
+        "idle_gaps_by_reason": a.totals.get("idle_us_by_reason"),
         "totals": a.totals,
         "warnings": a.warnings,
     }

@@ -87,6 +87,22 @@ def render(a: Analysis, console: Console | None = None) -> None:
             _pct(s["hfu"]),
         )
     c.print(st)
+    if a.top_kernels is not None and a.top_kernels.height:
+        kt = Table(title="Top recoverable kernels (duration - max(FLOPs/peak, bytes/bandwidth))")
+        kt.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=44)
+        for col in ("class", "bound", "count", "time (ms)", "recov. (ms)"):
+            kt.add_column(col, justify="right", no_wrap=True)
+        for r in a.top_kernels.head(8).iter_rows(named=True):
+            kt.add_row(escape(r["name"][:60]), str(r["cls"]), str(r["bound"]), str(r["count"]), f"{r['dur_us'] / 1e3:.3f}", f"{(r['recoverable_us'] or 0) / 1e3:.3f}")
+        c.print(kt)
+    if a.by_module is not None and a.by_module.height and a.by_module["recompute_share"].max():
+        mt = Table(title="Recompute by module")
+        mt.add_column("module", no_wrap=True, overflow="ellipsis", max_width=50)
+        for col in ("time (ms)", "recompute share"):
+            mt.add_column(col, justify="right", no_wrap=True)
+        for r in a.by_module.sort("time_recompute", descending=True).head(8).iter_rows(named=True):
+            mt.add_row(escape(str(r["module"])[:60]), f"{r['time_us'] / 1e3:.3f}", _pct(r["recompute_share"]))
+        c.print(mt)
     if a.outside_steps:
         o = a.outside_steps
         c.print(f"outside steps: {o['kernels']} device activities, {o['device_us'] / 1e3:.3f} ms")
