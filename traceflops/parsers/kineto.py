@@ -26,7 +26,8 @@ from ..model import (
     Warnings,
     with_null_hints,
 )
-from .io import read_bytes
+from .io import max_bytes_default
+from .jsonstream import stream_events
 
 
 class _Args(msgspec.Struct, omit_defaults=True):
@@ -61,19 +62,12 @@ class _Event(msgspec.Struct):
     args: _Args | None = None
 
 
-class _File(msgspec.Struct):
-    traceEvents: list[_Event] = []
+class _Head(msgspec.Struct):
+    """The top-level fields beside traceEvents that the analysis reads."""
+
     deviceProperties: Any = None
     distributedInfo: Any = None
     schemaVersion: Any = None
-
-
-class _LooseFile(_File):
-    traceEvents: Any = None
-
-
-_FILE_DECODER = msgspec.json.Decoder(_File)
-_LOOSE_DECODER = msgspec.json.Decoder(_LooseFile)
 
 OP_CATS = frozenset({"cpu_op", "Operator", "user_annotation"})
 KERNEL_CATS = {
@@ -126,32 +120,64 @@ def _int(v: Any) -> int | None:
     return None
 
 
-def decode(raw: bytes, warnings: Warnings) -> _File:
-    """Typed decode; if some event does not fit the schema, fall back per event."""
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_HEAD_DECODER = msgspec.json.Decoder(_Head)
+_SEP = b", \n\r\t"
+
+
+def decode_batch(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
+    """Typed decode of a batch of raw events; a batch with a bad event falls back to one by one."""
+    pieces = [p.lstrip(_SEP) for p in pieces]
     try:
-        return _FILE_DECODER.decode(raw)
-    except msgspec.ValidationError:
+        return _EVENTS_DECODER.decode(b"[" + b",".join(pieces) + b"]")
+    except (msgspec.ValidationError, msgspec.DecodeError):
         pass
-    loose = _LOOSE_DECODER.decode(raw)
-    events = []
-    raw_events = loose.traceEvents if isinstance(loose.traceEvents, list) else []
-    if not isinstance(loose.traceEvents, list):
-        warnings.add("'traceEvents' is not a list")
-    for e in raw_events:
+    out = []
+    for p in pieces:
         try:
-            events.append(msgspec.convert(e, _Event))
+            out.append(_EVENT_DECODER.decode(p))
         except msgspec.ValidationError:
-            warnings.add("event that is not a chrome-trace object (skipped)")
-    loose.traceEvents = events
-    return loose
+            try:
+                out.append(msgspec.convert(_loose(p), _Event))
+            except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+                warnings.add("event that is not a chrome-trace object (skipped)")
+        except msgspec.DecodeError:
+            warnings.add("event that is not valid JSON (skipped)")
+    return out
+
+
+def _loose(piece: bytes):
+    """An event whose args do not fit the typed schema: keep its top-level fields, drop its args."""
+    obj = msgspec.json.decode(piece)
+    if isinstance(obj, dict) and not isinstance(obj.get("args"), dict):
+        obj = {k: v for k, v in obj.items() if k != "args"}
+    return obj
+
+
+def decode_head(head: bytes, warnings: Warnings) -> _Head:
+    try:
+        return _HEAD_DECODER.decode(head)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        warnings.add("the top-level fields (deviceProperties, distributedInfo) could not be read")
+        return _Head()
 
 
 def parse_kineto(path: str, *, max_bytes: int | None = None) -> Trace:
+    """Stream the file in chunks into typed event batches, then columns."""
     warnings = Warnings()
-    raw = read_bytes(path, max_bytes=max_bytes)
-    head = decode(raw, warnings)
-    del raw
-    return build_trace(head, warnings, source=str(path))
+    frames = []
+    res = None
+    for batch, res in stream_events(path, max_bytes or max_bytes_default()):
+        if batch:
+            frames.append(event_table(decode_batch(batch, warnings)))
+    head = decode_head(res.head, warnings)
+    if res.truncated:
+        warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
+    events = pl.concat(frames, how="vertical_relaxed") if frames else event_table([])
+    trace = build_trace(events, head, warnings, source=str(path))
+    trace.meta["truncated"] = res.truncated
+    return trace
 
 
 _EMPTY_ARGS = _Args()
@@ -209,8 +235,7 @@ def _count(warnings: Warnings, frame: pl.DataFrame, reason: str) -> None:
         warnings.add(f"'{cat}' events {reason} (skipped)", n)
 
 
-def build_trace(head: _File, warnings: Warnings, source: str) -> Trace:
-    ev = event_table(head.traceEvents)
+def build_trace(ev: pl.DataFrame, head: _Head, warnings: Warnings, source: str) -> Trace:
     ev = ev.filter(~pl.col("cat").is_in(list(IGNORED_CATS)) | pl.col("cat").is_null())
     bad = pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("name").is_null()
     _count(warnings, ev.filter(bad), "without a numeric ts/dur or a name")

@@ -1,0 +1,72 @@
+"""The streaming splitter against json.loads, with chunk sizes that cut every token."""
+
+import gzip
+import json
+import random
+
+import pytest
+
+from traceflops.errors import FormatError
+from traceflops.parsers.jsonstream import stream_events
+
+TRICKY = {
+    "schemaVersion": 1,
+    "note": 'a string with "traceEvents": [ {inside} ] and \\ backslashes \\\\" and braces }}]]',
+    "deviceProperties": [{"id": 0, "name": "GPU {0}"}],
+    "traceEvents": [
+        {"ph": "X", "name": 'aten::mm "quoted" {brace} [bracket]', "ts": 1, "dur": 2, "args": {"Input Dims": [[2, 3], [3, 4]]}},
+        {"ph": "X", "name": "ends with backslash \\\\", "ts": 3, "dur": 1, "args": {}},
+        {"ph": "X", "name": "\\\"escaped quote\\\"", "ts": 4, "dur": 1},
+        {"ph": "i", "name": "nested", "args": {"a": {"b": [{"c": "}"}]}}},
+    ],
+    "distributedInfo": {"rank": 3, "world_size": 8},
+}
+
+
+def run(path, chunk, limit=1 << 30):
+    events, res = [], None
+    for batch, res in stream_events(str(path), limit, batch_bytes=64, chunk=chunk):
+        events += [json.loads(b.lstrip(b", \n\r\t")) for b in batch]
+    return events, res
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 7, 13, 64, 1 << 20])
+@pytest.mark.parametrize("gz", [False, True])
+def test_events_and_head_match_json_loads(tmp_path, chunk, gz):
+    raw = json.dumps(TRICKY, indent=1).encode()
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    events, res = run(path, chunk)
+    assert events == TRICKY["traceEvents"]
+    head = json.loads(res.head)
+    assert head["distributedInfo"] == TRICKY["distributedInfo"] and head["note"] == TRICKY["note"]
+    assert head["traceEvents"] == [] and not res.truncated
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_cut_file_yields_every_complete_event(tmp_path, seed):
+    rng = random.Random(seed)
+    doc = {"traceEvents": [{"ph": "X", "name": f"op{i} \\\" {{", "ts": i, "dur": 1, "args": {"k": [i, {"x": "]"}]}} for i in range(50)]}
+    raw = json.dumps(doc).encode()
+    cut = rng.randrange(len(b'{"traceEvents": [') + 1, len(raw) - 2)
+    path = tmp_path / "cut.json"
+    path.write_bytes(raw[:cut])
+    events, res = run(path, rng.choice([3, 17, 1 << 16]))
+    assert res.truncated
+    # every event that was wholly inside the cut is there, in order, and nothing else
+    complete = [e for e in doc["traceEvents"] if raw.find(json.dumps(e).encode()) + len(json.dumps(e)) <= cut]
+    assert events == complete
+
+
+def test_not_an_object_is_a_format_error(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_bytes(b"[1, 2, 3]")
+    with pytest.raises(FormatError):
+        run(p, 4)
+
+
+def test_no_trace_events_is_a_format_error(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_bytes(b'{"a": "traceEvents", "b": 1}')
+    with pytest.raises(FormatError):
+        run(p, 4)

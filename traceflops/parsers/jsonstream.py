@@ -1,0 +1,243 @@
+"""Streaming split of a chrome-trace JSON document into batches of whole events.
+
+The file is read in chunks (decompressing as it goes); numpy finds the string,
+escape and nesting structure of each chunk, so the events of the
+`traceEvents` array come out as byte slices ready for a typed decoder, and
+the rest of the top-level object (device properties, distributed info) as a
+small document of its own. Neither the whole file nor its decoded form is held
+at once. A document cut short yields every event that was complete.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import FormatError, InputError
+
+_QUOTE, _BSLASH = ord('"'), ord("\\")
+_OPEN = (ord("{"), ord("["))
+_CLOSE = (ord("}"), ord("]"))
+_KEY = b'"traceEvents"'
+
+
+@dataclass
+class StreamResult:
+    head: bytes = b""  # the top-level object without its traceEvents array
+    truncated: bool = False  # the document ended before it was closed
+    events_seen: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def raw_chunks(path: str, limit: int, chunk: int = 8 << 20) -> Iterator[bytes]:
+    """The file's bytes in chunks, gunzipped if needed, stopping with an error past `limit`."""
+    total = 0
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise InputError(path, "no such file", "check the path") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a trace file", "pass the trace file itself") from None
+    except PermissionError:
+        raise InputError(path, "permission denied", "check the file's permissions") from None
+    with f:
+        gz = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        d = zlib.decompressobj(wbits=31) if gz else None
+        while True:
+            block = f.read(chunk)
+            if not block:
+                break
+            if d is None:
+                out = block
+            else:
+                try:
+                    # Decompress in bounded pieces: a small compressed block may expand a lot.
+                    out = d.decompress(block, chunk)
+                    while d.unconsumed_tail:
+                        total += len(out)
+                        if total > limit:
+                            break
+                        yield out
+                        out = d.decompress(d.unconsumed_tail, chunk)
+                except zlib.error as e:
+                    raise InputError(path, f"corrupt gzip data after {total} bytes ({e})", "re-copy or re-export the trace") from None
+                if d.eof and d.unused_data:
+                    rest = d.unused_data
+                    d = zlib.decompressobj(wbits=31)
+                    out += d.decompress(rest)
+            total += len(out)
+            if total > limit:
+                what = "decompresses to" if gz else "is"
+                raise InputError(path, f"{what} more than the {limit}-byte limit (a gzip bomb or a huge trace)", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
+            if out:
+                yield out
+
+
+class _Scanner:
+    """Carries string/escape/depth state across chunks and cuts events out of them."""
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.escaped = False  # the previous chunk ended inside an odd run of backslashes
+        self.depth = 0
+        self.state = "before"  # before | key | array | after
+        self.head = bytearray()
+        self.pending = bytearray()  # bytes of the event in progress (array state)
+        self.prefix = bytearray()  # bytes before the array, while looking for it
+
+    def structure(self, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of structural (outside-string) braces/brackets, and the depth after each.
+
+        Works on the sparse positions of quotes, backslashes and braces only: a
+        quote is escaped by an odd run of backslashes before it (runs carry over
+        chunks), a brace is structural when an even number of real quotes precede it.
+        """
+        n = len(buf)
+        quotes = np.flatnonzero(buf == _QUOTE)
+        bs = np.flatnonzero(buf == _BSLASH)
+        braces = np.flatnonzero((buf == _OPEN[0]) | (buf == _OPEN[1]) | (buf == _CLOSE[0]) | (buf == _CLOSE[1]))
+        # Backslash runs: start position of the run each backslash belongs to.
+        if len(bs):
+            new_run = np.empty(len(bs), dtype=bool)
+            new_run[0] = True
+            new_run[1:] = np.diff(bs) != 1
+            run_start = np.maximum.accumulate(np.where(new_run, bs, 0))
+            carried = (run_start == 0) & (bs[0] == 0) if self.escaped else np.zeros(len(bs), dtype=bool)
+        # Real quotes: not preceded by an odd run of backslashes.
+        if len(quotes) and (len(bs) or self.escaped):
+            k = np.searchsorted(bs, quotes) if len(bs) else np.zeros(len(quotes), dtype=np.int64)
+            run_len = np.zeros(len(quotes), dtype=np.int64)
+            if len(bs):
+                prev = np.maximum(k - 1, 0)
+                adjacent = (k > 0) & (bs[prev] == quotes - 1)
+                run_len = np.where(adjacent, quotes - run_start[prev], 0)
+                run_len = run_len + np.where(adjacent & carried[prev], 1, 0)
+            if self.escaped:
+                run_len = np.where(quotes == 0, 1, run_len)  # the chunk starts right after an odd run
+            real = quotes[run_len % 2 == 0]
+        else:
+            real = quotes
+        before = np.searchsorted(real, braces) + (1 if self.in_string else 0)
+        struct = braces[before % 2 == 0]
+        delta = np.where((buf[struct] == _OPEN[0]) | (buf[struct] == _OPEN[1]), 1, -1)
+        depth_after = self.depth + np.cumsum(delta, dtype=np.int64)
+        # Carry the state into the next chunk.
+        self.in_string = (len(real) + (1 if self.in_string else 0)) % 2 == 1
+        if n and buf[-1] == _BSLASH:
+            tail = n - int(run_start[-1])
+            if int(run_start[-1]) == 0 and bs[0] == 0 and self.escaped:
+                tail += 1
+            self.escaped = tail % 2 == 1
+        else:
+            self.escaped = False
+        return struct, depth_after
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Consume a chunk; return the complete events it closed (as raw JSON objects)."""
+        if self.state == "before":
+            # The prefix before the array is small: rescan it whole until the key and '[' are in.
+            self.prefix += data
+            at = _locate(bytes(self.prefix))
+            if at is None:
+                return []
+            self.head += self.prefix[:at]
+            data = bytes(self.prefix[at + 1 :])
+            self.prefix = bytearray()
+            self.state, self.depth, self.in_string, self.escaped = "array", 2, False, False
+        if self.state == "after":
+            self.head += data
+            return []
+        buf = np.frombuffer(data, dtype=np.uint8)
+        if len(buf) == 0:
+            return []
+        struct, depth_after = self.structure(buf)
+        array_end = struct[depth_after == 1]
+        stop = int(array_end[0]) if len(array_end) else len(data)
+        ends = struct[(depth_after == 2) & (struct < stop) & np.isin(buf[struct], _CLOSE)]
+        events: list[bytes] = []
+        start = 0
+        for e in ends.tolist():
+            piece = data[start : e + 1]
+            if self.pending:
+                piece = bytes(self.pending) + piece
+                self.pending.clear()
+            events.append(piece)
+            start = e + 1
+        if stop < len(data):
+            self.pending.clear()
+            self.state = "after"
+            self.head += b"[]"  # the head stays a valid object: "traceEvents": []
+            self.head += data[stop + 1 :]
+        else:
+            self.pending += data[start:]
+        if len(depth_after):
+            self.depth = int(depth_after[-1])
+        return events
+
+
+def _locate(prefix: bytes) -> int | None:
+    """Offset of the '[' that opens the root object's traceEvents array, once it has arrived."""
+    sc = _Scanner()
+    struct, depth_after = sc.structure(np.frombuffer(prefix, dtype=np.uint8))
+    at = prefix.find(_KEY)
+    while at != -1:
+        i = np.searchsorted(struct, at)
+        depth_here = int(depth_after[i - 1]) if i > 0 else 0
+        in_root = depth_here == 1 and _outside_string(prefix, at, struct)
+        colon = prefix.find(b":", at + len(_KEY))
+        if in_root and colon != -1 and not prefix[at + len(_KEY) : colon].strip():
+            j = colon + 1
+            while j < len(prefix) and prefix[j : j + 1].isspace():
+                j += 1
+            if j < len(prefix):
+                return j if prefix[j : j + 1] == b"[" else None
+            return None  # the value has not arrived yet
+        at = prefix.find(_KEY, at + 1)
+    return None
+
+
+def _outside_string(prefix: bytes, at: int, struct: np.ndarray) -> bool:
+    """The key's opening quote is a real quote starting a string at root level."""
+    sc = _Scanner()
+    sc.structure(np.frombuffer(prefix[:at], dtype=np.uint8)) if at else None
+    return not sc.in_string
+
+
+def stream_events(path: str, limit: int, batch_bytes: int = 32 << 20, chunk: int = 8 << 20) -> Iterator[tuple[list[bytes], StreamResult]]:
+    """Yield batches of raw event objects; the last yield carries the head and truncation state."""
+    sc = _Scanner()
+    res = StreamResult()
+    batch: list[bytes] = []
+    size = 0
+    first = True
+    for data in raw_chunks(path, limit, chunk):
+        if first:
+            stripped = data.lstrip()
+            if not stripped.startswith(b"{"):
+                raise FormatError(path, "not a JSON object (a Kineto trace is a JSON object with traceEvents)", "pass a PyTorch profiler trace")
+            first = False
+        for ev in sc.feed(data):
+            batch.append(ev)
+            size += len(ev)
+            if size >= batch_bytes:
+                res.events_seen += len(batch)
+                yield batch, res
+                batch, size = [], 0
+    if first:
+        raise FormatError(path, "the file is empty", "re-export the trace")
+    res.events_seen += len(batch)
+    res.truncated = sc.state in ("before", "array") or (sc.state == "after" and not bytes(sc.head).rstrip().endswith(b"}"))
+    if sc.state == "before":
+        raise FormatError(path, "no traceEvents array found", "pass a PyTorch profiler (Kineto) trace")
+    head = bytes(sc.head)
+    if sc.state == "array":
+        head += b"[]"
+    if res.truncated:
+        # close what is open so the head decodes: the root object, nothing else matters
+        head = head.rstrip().rstrip(b",") + b"}" if not head.rstrip().endswith(b"}") else head
+    res.head = head
+    yield batch, res
