@@ -78,3 +78,23 @@ def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
         last=is_last & pl.col("first").is_not_null(),
         window_source=pl.when(pl.col("first").is_null()).then(pl.lit("host")).otherwise(pl.lit("device")),
     ).drop("first", "last_end", "next_first")
+
+
+# Runtime calls that put work on the device: each should have a device activity with its correlation.
+DEVICE_WORK_LAUNCH = r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|MemsetAsync|MemcpyPeerAsync|ExtModuleLaunch"
+
+
+def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.DataFrame) -> dict[int, int]:
+    """Steps of a cut trace whose launches lost their device activity: step → launches missing.
+
+    Kineto writes device activities after the host ops, so a cut file can keep a
+    step's host span but lose its kernels; such a step's numbers would be wrong.
+    """
+    work = launches.filter(pl.col("name").str.contains(DEVICE_WORK_LAUNCH) & pl.col("correlation").is_not_null())
+    if work.height == 0 or kernels.height == 0:
+        return {}
+    lost = work.join(kernels.select("correlation").unique(), on="correlation", how="anti")
+    if lost.height == 0:
+        return {}
+    lost = lost.with_columns(step=assign(lost, "ts", steps))
+    return {s: n for s, n in lost.filter(pl.col("step") != OUTSIDE).group_by("step").len().iter_rows()}
