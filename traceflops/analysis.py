@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from .link import link, nearest
 from .model import PHASES, Trace
 from .parsers import load
 from .phases import tag_kernels, tag_ops
-from .steps import OUTSIDE, assign, device_windows, host_steps
+from .steps import OUTSIDE, assign, device_windows, host_steps, incomplete_steps
 
 # TF32 GEMM kernels: cuBLAS/xmma name it, CUTLASS Ampere kernels say s1688 / tensorop_s (fp32 I/O on tensor cores).
 _TF32_RE = re.compile(r"tf32|s1688|tensorop_s\d|xmma_gemm_f32f32_tf32", re.I)
@@ -79,11 +79,20 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     ops = count_ops(ops, kernels, device_trace)
 
     host, step_source = host_steps(trace)
+    warnings_cut = []
+    if trace.meta.get("truncated"):
+        if trace.kernels.height:
+            cut = incomplete_steps(host, trace.launches, trace.kernels)
+            for st, n in sorted(cut.items()):
+                warnings_cut.append(f"step {st} is incomplete in the cut file ({n} launches lost their device activity): left out of the totals")
+            opt = replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | set(cut))))
+        else:
+            warnings_cut.append("the file was cut: steps of a CPU-only trace cannot be checked for completeness")
     ops = ops.with_columns(step=assign(ops, "ts", host))
     kernels = kernels.with_columns(step=assign(kernels, "launch_ts", host))
     kernels = classify_kernels(kernels, ops)
     steps = device_windows(host, kernels).sort("ts")
-    warnings = list(trace.warnings.lines())
+    warnings = list(trace.warnings.lines()) + warnings_cut
     if step_source != "ProfilerStep":
         warnings.append(f"no ProfilerStep markers: steps taken from {step_source}")
 
