@@ -1,9 +1,13 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The CLI caches parsed traces under the user's cache by default: keep test runs out of it.
+os.environ.setdefault("TRACEFLOPS_CACHE_DIR", tempfile.mkdtemp(prefix="traceflops-test-cache-"))
 
 
 def shared_fixtures() -> Path:

@@ -66,8 +66,8 @@ class Analysis:
         return self.trace.meta
 
 
-def analyze(path: str, options: ModelOptions | None = None) -> Analysis:
-    return analyze_trace(load(path), options or ModelOptions())
+def analyze(path: str, options: ModelOptions | None = None, cache_dir=None) -> Analysis:
+    return analyze_trace(load(path, cache_dir), options or ModelOptions())
 
 
 def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:

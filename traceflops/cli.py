@@ -59,53 +59,83 @@ def main():
     """traceflops: MFU, HFU, recompute and where the time went, from profiler traces."""
 
 
+def model_options(fn):
+    """The model, hardware and step options shared by the commands that analyse traces."""
+    opts = [
+        click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)"),
+        click.option("--layers", type=int, help="transformer layers L"),
+        click.option("--heads", type=int, help="attention heads H"),
+        click.option("--head-dim", type=int, help="head dimension Q"),
+        click.option("--seq-len", type=int, help="sequence length T"),
+        click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json"),
+        click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks)"),
+        click.option("--world-size", type=int, help="ranks in the job, when the trace does not say"),
+        click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode"),
+        click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)"),
+        click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"])),
+        click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)"),
+        click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)"),
+        click.option("--cache-dir", type=click.Path(file_okay=False), help="where parsed traces are cached (default: the user cache)"),
+        click.option("--no-cache", is_flag=True, help="parse again; do not read or write the cache"),
+        click.option("--debug", is_flag=True, help="show tracebacks"),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _options(kw) -> tuple:
+    """ModelOptions and cache dir from the shared options (removed from kw)."""
+    from .analysis import ModelOptions
+
+    spec = _model_spec(*(kw.pop(k) for k in ("params", "layers", "heads", "head_dim", "seq_len", "model_config")))
+    opts = ModelOptions(
+        spec=spec,
+        tokens_per_step=kw.pop("tokens_per_step"),
+        world_size=kw.pop("world_size"),
+        mode=kw.pop("mode"),
+        hardware=kw.pop("hardware"),
+        precision=kw.pop("precision"),
+        peak_tflops=kw.pop("peak_tflops"),
+        exclude_steps=tuple(kw.pop("exclude_steps")),
+    )
+    cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
+    if no_cache:
+        return opts, None
+    from .cache import default_dir
+
+    return opts, Path(cache_dir) if cache_dir else default_dir()
+
+
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
-@click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)")
-@click.option("--layers", type=int, help="transformer layers L")
-@click.option("--heads", type=int, help="attention heads H")
-@click.option("--head-dim", type=int, help="head dimension Q")
-@click.option("--seq-len", type=int, help="sequence length T")
-@click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json")
-@click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks)")
-@click.option("--world-size", type=int, help="ranks in the job, when the trace does not say")
-@click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode")
-@click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)")
-@click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]))
-@click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)")
-@click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)")
+@model_options
 @click.option("--jobs", type=int, default=1, show_default=True, help="ranks analysed in parallel processes")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="where ranks are summarised")
+@click.option("--ray-address", help="Ray cluster address for --executor ray (default: start or join a local one)")
 @click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1)")
 @click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble")
-@click.option("--debug", is_flag=True, help="show tracebacks")
-def analyze(traces, fmt, params, layers, heads, head_dim, seq_len, model_config, tokens_per_step, world_size, mode, hardware, precision, peak_tflops, exclude_steps, jobs, pipeline_stages, microbatches, debug):
+def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatches, **kw):
     """Analyse traces: matmul FLOPs by phase, MFU and HFU, where the time went.
 
     One file gives the single-device view; several files, a directory or a glob
     give the job view across ranks.
     """
-    from .analysis import ModelOptions, analyze as run_analysis
-
-    spec = _model_spec(params, layers, heads, head_dim, seq_len, model_config)
-    opts = ModelOptions(
-        spec=spec,
-        tokens_per_step=tokens_per_step,
-        world_size=world_size,
-        mode=mode,
-        hardware=hardware,
-        precision=precision,
-        peak_tflops=peak_tflops,
-        exclude_steps=tuple(exclude_steps),
-    )
+    debug = kw.pop("debug")
+    opts, cache_dir = _options(kw)
 
     def go():
+        from .analysis import analyze as run_analysis
         from .inputs import expand
 
         paths = expand(list(traces))
         if len(paths) > 1:
-            return _job(paths, opts, fmt, jobs, pipeline_stages, microbatches)
-        a = run_analysis(paths[0], opts)
+            from .job import summarize_all
+
+            summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir)
+            return _job(summaries, opts, fmt, pipeline_stages, microbatches)
+        a = run_analysis(paths[0], opts, cache_dir)
         if fmt == "json":
             from .report.jsonreport import render
 
@@ -118,11 +148,10 @@ def analyze(traces, fmt, params, layers, heads, head_dim, seq_len, model_config,
     _run(debug, go)
 
 
-def _job(paths, opts, fmt, jobs, pipeline_stages, microbatches):
-    from .job import global_model_flops, job_view, summarize_all
+def _job(summaries, opts, fmt, pipeline_stages, microbatches):
+    from .job import global_model_flops, job_view
     from .report import jobreport
 
-    summaries = summarize_all(paths, opts, jobs)
     job = job_view(
         summaries,
         world_size=opts.world_size,
@@ -135,6 +164,51 @@ def _job(paths, opts, fmt, jobs, pipeline_stages, microbatches):
         click.echo(jobreport.render_json(job))
     else:
         jobreport.render(job)
+
+
+@main.command()
+@click.argument("trace")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="the summary file to write (.tfsum)")
+@model_options
+def summarize(trace, output, **kw):
+    """Summarise one rank's trace into the small tables the job view needs.
+
+    Run it anywhere (a cluster's own scheduler), then `traceflops merge *.tfsum`.
+    """
+    debug = kw.pop("debug")
+    opts, cache_dir = _options(kw)
+
+    def go():
+        from .analysis import analyze as run_analysis
+        from .job import summarize as make_summary
+        from .summary import write_summary
+
+        write_summary(make_summary(run_analysis(trace, opts, cache_dir)), output)
+
+    _run(debug, go)
+
+
+@main.command()
+@click.argument("summaries", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--world-size", type=int, help="ranks in the job, when the summaries do not say")
+@click.option("--exclude-step", "exclude_steps", type=int, multiple=True)
+@click.option("--pipeline-stages", type=int)
+@click.option("--microbatches", type=int)
+@click.option("--debug", is_flag=True)
+def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatches, debug):
+    """Merge per-rank summaries into the job report (the same as analysing all ranks at once)."""
+    from .analysis import ModelOptions
+
+    def go():
+        from .inputs import expand
+        from .summary import read_summary
+
+        paths = expand(list(summaries))
+        opts = ModelOptions(world_size=world_size, exclude_steps=tuple(exclude_steps))
+        _job([read_summary(p) for p in paths], opts, fmt, pipeline_stages, microbatches)
+
+    _run(debug, go)
 
 
 @main.command()

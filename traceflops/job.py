@@ -360,23 +360,66 @@ def job_view(
     return Job(per_rank_table(summaries), steps, coll, stragglers(coll, summaries), pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals, warnings, summaries)
 
 
-def _summarize_one(args: tuple[str, Any]) -> RankSummary:
+def _summarize_one(args: tuple) -> RankSummary:
     from .analysis import analyze
 
-    path, opts = args
-    return summarize(analyze(path, opts))
+    path, opts, cache_dir = args
+    if "://" in path:
+        return _summarize_url(path, opts)
+    return summarize(analyze(path, opts, cache_dir))
 
 
-def summarize_all(paths: list[str], opts, jobs: int = 1) -> list[RankSummary]:
-    """Summaries of many ranks, in a process pool when jobs > 1 (each rank is independent)."""
+def _summarize_url(url: str, opts) -> RankSummary:
+    """A trace the worker reads through fsspec (object store, HTTP): copied to local disk, then parsed."""
+    import tempfile
+
+    import fsspec
+
+    name = url.rsplit("/", 1)[-1] or "trace.json"
+    with tempfile.TemporaryDirectory() as d:
+        local = f"{d}/{name}"
+        with fsspec.open(url, "rb") as src, open(local, "wb") as dst:
+            while chunk := src.read(16 << 20):
+                dst.write(chunk)
+        from .analysis import analyze
+
+        s = summarize(analyze(local, opts))
+        s.path = url
+        return s
+
+
+def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None) -> list[RankSummary]:
+    """Summaries of many ranks: in this process, a process pool (jobs > 1), or Ray tasks."""
+    work = [(p, opts, cache_dir) for p in paths]
+    if executor == "ray":
+        return _on_ray(work, ray_address)
     if jobs <= 1 or len(paths) <= 1:
-        return [_summarize_one((p, opts)) for p in paths]
+        return [_summarize_one(w) for w in work]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_summarize_one, [(p, opts) for p in paths]))
+        return list(pool.map(_summarize_one, work))
+
+
+def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
+    """The same summarize tasks on a Ray cluster; inputs must be paths or URLs the workers can read."""
+    try:
+        import ray
+    except ImportError:
+        from .errors import InputError
+
+        raise InputError(None, "--executor ray needs Ray", "pip install 'traceflops[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(_summarize_one)
+        return ray.get([task.remote(w) for w in work])
+    finally:
+        if started and address is None:
+            ray.shutdown()
 
 
 def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:

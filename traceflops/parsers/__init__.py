@@ -21,7 +21,24 @@ def detect_format(path: str) -> str:
     raise FormatError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
 
 
-def load(path: str) -> Trace:
+def load(path: str, cache_dir=None) -> Trace:
+    """Parse a trace; with a cache directory, reuse (or store) its parsed tables."""
+    if cache_dir is not None and Path(path).is_file():
+        from .. import cache
+
+        hit = cache.load(str(path), cache_dir)
+        if hit is not None:
+            return hit
+        trace = _parse(path)
+        try:
+            cache.store(str(path), trace, cache_dir)
+        except OSError as e:
+            trace.warnings.add(f"cache not written ({e.strerror})")
+        return trace
+    return _parse(path)
+
+
+def _parse(path: str) -> Trace:
     fmt = detect_format(str(path))
     if fmt == "kineto":
         from .kineto import parse_kineto

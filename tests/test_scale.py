@@ -1,0 +1,80 @@
+"""Per-rank summaries that merge, the parse cache, and ranks on a local Ray instance."""
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from test_job import SLOW, WORLD, rank_trace
+from traceflops import cache
+from traceflops.cli import main
+from traceflops.parsers import load
+
+
+def cli(*args):
+    r = CliRunner().invoke(main, [str(a) for a in args])
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def strip_paths(rep):
+    rep = json.loads(rep)
+    rep.pop("inputs")
+    for r in rep["ranks"]:
+        r.pop("path")
+    return rep
+
+
+@pytest.fixture
+def ranks(tmp_path):
+    d = tmp_path / "ranks"
+    d.mkdir()
+    return [rank_trace(d, r) for r in range(WORLD)], d
+
+
+def test_merged_summaries_equal_the_job_analysed_at_once(ranks, tmp_path):
+    files, d = ranks
+    sums = []
+    for f in files:
+        out = tmp_path / (os.path.basename(f) + ".tfsum")
+        cli("summarize", f, "-o", out, "--no-cache")
+        sums.append(out)
+    merged = strip_paths(cli("merge", *sums, "--format", "json"))
+    direct = strip_paths(cli("analyze", d, "--format", "json", "--no-cache"))
+    assert merged == direct
+    assert [s["rank"] for s in merged["stragglers"]] == [SLOW, SLOW]
+
+
+def test_a_damaged_summary_is_one_clean_error(tmp_path):
+    bad = tmp_path / "x.tfsum"
+    bad.write_bytes(b"PK\x03\x04 not really a zip")
+    r = CliRunner().invoke(main, ["merge", str(bad)])
+    assert r.exit_code == 3 and "Traceback" not in r.output
+    assert "summary" in r.output or "bundle" in r.output
+
+
+def test_cache_hit_gives_the_same_tables_and_a_changed_file_misses(ranks, tmp_path):
+    files, _ = ranks
+    cdir = tmp_path / "cache"
+    first = load(files[0], cdir)
+    assert len(list(cdir.glob("*.tfcache"))) == 1
+    again = load(files[0], cdir)
+    for t in cache.TABLES:
+        assert getattr(again, t).equals(getattr(first, t)), t
+    assert again.meta["rank"] == first.meta["rank"] and again.warnings.counts == first.warnings.counts
+    k1 = cache.key(files[0])
+    os.utime(files[0], ns=(1, 1))  # mtime changes: a new key
+    assert cache.key(files[0]) != k1
+
+
+def test_ranks_on_a_local_ray_instance(ranks):
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra traceflops[ray]")
+    files, d = ranks
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        via_ray = strip_paths(cli("analyze", d, "--format", "json", "--executor", "ray", "--no-cache"))
+    finally:
+        ray.shutdown()
+    local = strip_paths(cli("analyze", d, "--format", "json", "--no-cache"))
+    assert via_ray == local
