@@ -116,7 +116,9 @@ def _options(kw) -> tuple:
 @click.option("--ray-address", help="Ray cluster address for --executor ray (default: start or join a local one)")
 @click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1)")
 @click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble")
-def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatches, **kw):
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="also write the self-contained HTML report here")
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False), help="also write the tables (parquet and CSV) here")
+def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatches, html_out, tables_dir, **kw):
     """Analyse traces: matmul FLOPs by phase, MFU and HFU, where the time went.
 
     One file gives the single-device view; several files, a directory or a glob
@@ -134,7 +136,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             from .job import summarize_all
 
             summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir)
-            return _job(summaries, opts, fmt, pipeline_stages, microbatches)
+            return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir)
         a = run_analysis(paths[0], opts, cache_dir)
         if fmt == "json":
             from .report.jsonreport import render
@@ -144,11 +146,12 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             from .report.terminal import render
 
             render(a)
+        write_extras(a, html_out, tables_dir)
 
     _run(debug, go)
 
 
-def _job(summaries, opts, fmt, pipeline_stages, microbatches):
+def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None):
     from .job import global_model_flops, job_view
     from .report import jobreport
 
@@ -164,6 +167,7 @@ def _job(summaries, opts, fmt, pipeline_stages, microbatches):
         click.echo(jobreport.render_json(job))
     else:
         jobreport.render(job)
+    write_job_extras(job, html_out, tables_dir)
 
 
 @main.command()
@@ -269,6 +273,11 @@ def mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, ha
     if out["band"]:
         click.echo(f"band: {out['band']} ({mf.BAND_CAVEAT})")
 
+
+from .cli_reports import annotate_cmd, diff_cmd, write_extras, write_job_extras  # noqa: E402
+
+main.add_command(annotate_cmd)
+main.add_command(diff_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

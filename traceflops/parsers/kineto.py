@@ -93,6 +93,7 @@ IGNORED_CATS = frozenset(
         "overhead",
         "Python",
         "python",
+        "traceflops",  # our own annotation tracks, when an annotated trace is analysed again
     }
 )
 

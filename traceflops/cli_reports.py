@@ -1,0 +1,183 @@
+"""Report commands for the command line: `annotate`, `diff`, and analyze's `--html` / `--tables`.
+
+Registered by `cli.py`:
+
+    from .cli_reports import annotate_cmd, diff_cmd
+    main.add_command(annotate_cmd)
+    main.add_command(diff_cmd)
+
+and `analyze` calls `write_extras(analysis, html, tables)` (one trace) or
+`write_job_extras(job, html, tables)` (many). Errors are one line with the
+README's exit codes (`cli._run`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import click
+
+from .errors import InputError
+
+
+def model_options(f):
+    """The analysis options of `traceflops analyze` (model, hardware, steps), as one decorator."""
+    opts = [
+        click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)"),
+        click.option("--layers", type=int, help="transformer layers L"),
+        click.option("--heads", type=int, help="attention heads H"),
+        click.option("--head-dim", type=int, help="head dimension Q"),
+        click.option("--seq-len", type=int, help="sequence length T"),
+        click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json"),
+        click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks)"),
+        click.option("--world-size", type=int, help="ranks in the job, when the trace does not say"),
+        click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode"),
+        click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)"),
+        click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"])),
+        click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)"),
+        click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals"),
+        click.option("--debug", is_flag=True, help="show tracebacks"),
+    ]
+    return functools.reduce(lambda g, o: o(g), reversed(opts), f)
+
+
+def build_options(params, layers, heads, head_dim, seq_len, model_config, tokens_per_step, world_size, mode, hardware, precision,
+                  peak_tflops, exclude_steps):
+    from .analysis import ModelOptions
+    from .cli import _model_spec
+
+    return ModelOptions(
+        spec=_model_spec(params, layers, heads, head_dim, seq_len, model_config),
+        tokens_per_step=tokens_per_step,
+        world_size=world_size,
+        mode=mode,
+        hardware=hardware,
+        precision=precision,
+        peak_tflops=peak_tflops,
+        exclude_steps=tuple(exclude_steps),
+    )
+
+
+def _opts(kw: dict):
+    debug = kw.pop("debug")
+    return build_options(**kw), debug
+
+
+def _write_text(path: str, text: str) -> None:
+    from pathlib import Path
+
+    from .tables import _atomic
+
+    try:
+        _atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as e:
+        raise InputError(path, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+
+
+def _write_tables(fn, what, directory: str) -> dict:
+    try:
+        return fn(what, directory)
+    except OSError as e:
+        raise InputError(directory, f"cannot write tables ({e.strerror or e})", "check the directory is writable") from None
+
+
+def write_extras(analysis, html: str | None = None, tables: str | None = None) -> None:
+    """`analyze --html PATH --tables DIR` for one trace; says what it wrote on stderr (stdout stays the report)."""
+    if html:
+        from .report.html import render_html
+
+        _write_text(html, render_html(analysis))
+        click.echo(f"wrote {html}", err=True)
+    if tables:
+        from .tables import write_tables
+
+        done = _write_tables(write_tables, analysis, tables)
+        click.echo(f"wrote {len(done)} tables (parquet and csv) to {tables}", err=True)
+
+
+def write_job_extras(job, html: str | None = None, tables: str | None = None) -> None:
+    """`analyze --html PATH --tables DIR` for many ranks."""
+    if html:
+        from .report.html import render_job_html
+
+        _write_text(html, render_job_html(job))
+        click.echo(f"wrote {html}", err=True)
+    if tables:
+        from .tables import write_job_tables
+
+        done = _write_tables(write_job_tables, job, tables)
+        click.echo(f"wrote {len(done)} tables (parquet and csv) to {tables}", err=True)
+
+
+@click.command("annotate")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="annotated trace to write (gzipped unless it ends in .json)")
+@model_options
+def annotate_cmd(trace, output, **kw):
+    """Write TRACE back with phases, FLOPs and counters, for Perfetto or chrome://tracing.
+
+    Every input event is kept; device kernels (and ops) gain `traceflops.*`
+    args; a new `traceflops` process holds per-phase tracks, step windows and
+    counters (achieved TFLOP/s, MFU and HFU per step). Secrets in the trace's
+    metadata (environment variables, tokens, keys, passwords) are redacted.
+    """
+    opts, debug = _opts(kw)
+
+    def go():
+        from .analysis import analyze
+        from .annotate import annotate
+
+        if os.path.abspath(trace) == os.path.abspath(output):
+            raise InputError(output, "is the input trace", "write the annotated trace to another file")
+        a = analyze(trace, opts)
+        s = annotate(trace, a, output)
+        click.echo(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
+                   f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted", err=True)
+
+    from .cli import _run
+
+    _run(debug, go)
+
+
+@click.command("diff")
+@click.argument("before", type=click.Path(dir_okay=False))
+@click.argument("after", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "html"]), default="terminal", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="write the report here instead of stdout")
+@model_options
+def diff_cmd(before, after, fmt, output, **kw):
+    """What moved from BEFORE to AFTER: MFU/HFU, loss-budget terms, kernels and modules.
+
+    Both traces are analysed with the same options.
+    """
+    opts, debug = _opts(kw)
+
+    def go():
+        from .analysis import analyze
+        from .diff import diff, render_diff_html, render_json, render_terminal
+
+        d = diff(analyze(before, opts), analyze(after, opts))
+        if fmt == "terminal":
+            if output:
+                from rich.console import Console
+
+                try:
+                    with open(output, "w", encoding="utf-8") as f:
+                        render_terminal(d, Console(file=f, width=160))
+                except OSError as e:
+                    raise InputError(output, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+            else:
+                render_terminal(d)
+            return
+        text = render_json(d) if fmt == "json" else render_diff_html(d)
+        if output:
+            _write_text(output, text)
+            click.echo(f"wrote {output}", err=True)
+        else:
+            click.echo(text)
+
+    from .cli import _run
+
+    _run(debug, go)
