@@ -16,6 +16,7 @@ from . import metrics
 from . import modelflops as mf
 from . import rollup, roofline
 from . import timeline as tl
+from . import sanity  # --- sanity ---
 from .counting import count_ops, has_formula
 from .link import link, nearest
 from .model import PHASES, Trace
@@ -70,6 +71,9 @@ def analyze(path: str, options: ModelOptions | None = None, cache_dir=None) -> A
     return analyze_trace(load(path, cache_dir), options or ModelOptions())
 
 
+# --- sanity: clean the trace tables first (traceflops/sanity.py), check conservation last (InternalError) ---
+@sanity.checked
+# --- end sanity ---
 def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     linked = link(trace)
     matmul_like = has_formula(linked.ops["name"], linked.ops["matmul_hint"])
@@ -92,6 +96,9 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     kernels = kernels.with_columns(step=assign(kernels, "launch_ts", host))
     kernels = classify_kernels(kernels, ops)
     steps = device_windows(host, kernels).sort("ts")
+    clamped = steps.filter((pl.col("window_source") == "device") & (pl.col("window") <= 0) & ~pl.col("last")).height
+    if clamped:
+        trace.warnings.add("steps whose first device activity precedes the previous step's (clock or ordering problem): window set to 0", clamped)
     warnings = list(trace.warnings.lines()) + warnings_cut
     if step_source != "ProfilerStep":
         warnings.append(f"no ProfilerStep markers: steps taken from {step_source}")

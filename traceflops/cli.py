@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .errors import EXIT_INTERNAL, TraceflopsError
+from .errors import EXIT_INTERNAL, OptionsError, TraceflopsError
 
 
 def _run(debug: bool, fn):
@@ -38,17 +38,19 @@ def _model_spec(params, layers, heads, head_dim, seq_len, model_config):
         try:
             cfg = json.loads(Path(model_config).read_text())
         except (OSError, ValueError) as e:
-            raise click.BadParameter(f"{model_config}: cannot read a JSON config ({e})", param_hint="--model-config")
+            raise OptionsError(model_config, f"cannot read a JSON config ({e})", "pass a Hugging Face style config.json")
         try:
             return mf.spec_from_config(cfg, seq_len=seq_len)
         except ValueError as e:
-            raise click.BadParameter(f"{model_config}: {e}", param_hint="--model-config")
+            raise OptionsError(model_config, str(e), "describe the model with --params/--layers/--heads/--head-dim/--seq-len instead")
     given = [params, layers, heads, head_dim, seq_len]
     if all(v is None for v in given):
         return None
     if any(v is None for v in given):
-        raise click.UsageError(
-            "a model description needs all of --params, --layers, --heads, --head-dim and --seq-len (or --model-config)"
+        raise OptionsError(
+            None,
+            "a model description needs all of --params, --layers, --heads, --head-dim and --seq-len",
+            "give the missing ones, or --model-config",
         )
     return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
 
@@ -125,12 +127,12 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     give the job view across ranks.
     """
     debug = kw.pop("debug")
-    opts, cache_dir = _options(kw)
 
     def go():
         from .analysis import analyze as run_analysis
         from .inputs import expand
 
+        opts, cache_dir = _options(kw)
         paths = expand(list(traces))
         if len(paths) > 1:
             from .job import summarize_all
@@ -180,11 +182,12 @@ def summarize(trace, output, **kw):
     Run it anywhere (a cluster's own scheduler), then `traceflops merge *.tfsum`.
     """
     debug = kw.pop("debug")
-    opts, cache_dir = _options(kw)
 
     def go():
         from .analysis import analyze as run_analysis
         from .job import summarize as make_summary
+
+        opts, cache_dir = _options(kw)
         from .summary import write_summary
 
         write_summary(make_summary(run_analysis(trace, opts, cache_dir)), output)

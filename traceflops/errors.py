@@ -35,3 +35,16 @@ class InternalError(TraceflopsError):
     """A conservation check failed: a bug, reported instead of a wrong number."""
 
     exit_code = EXIT_INTERNAL
+
+
+class EmptyTraceError(FormatError):
+    """The file parses, but holds no host op or device activity to analyse (exit 3)."""
+
+
+class OptionsError(TraceflopsError):
+    """The command line is inconsistent (e.g. --params without --layers): exit 2, as click's usage errors.
+
+    Raised with path=None, so the line reads `error: WHAT; TODO`.
+    """
+
+    exit_code = EXIT_INPUT

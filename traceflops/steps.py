@@ -74,7 +74,7 @@ def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
         .then(pl.col("dur"))
         .when(is_last)
         .then(pl.col("last_end") - pl.col("first"))
-        .otherwise(pl.col("next_first") - pl.col("first")),
+        .otherwise(pl.max_horizontal(pl.col("next_first") - pl.col("first"), pl.lit(0.0))),
         last=is_last & pl.col("first").is_not_null(),
         window_source=pl.when(pl.col("first").is_null()).then(pl.lit("host")).otherwise(pl.lit("device")),
     ).drop("first", "last_end", "next_first")

@@ -29,6 +29,7 @@ class StreamResult:
     head: bytes = b""  # the top-level object without its traceEvents array
     truncated: bool = False  # the document ended before it was closed
     events_seen: int = 0
+    stray: int = 0  # array entries after the last object that are not objects
     notes: list[str] = field(default_factory=list)
 
 
@@ -68,7 +69,7 @@ def raw_chunks(path: str, limit: int, chunk: int = 8 << 20) -> Iterator[bytes]:
                 if d.eof and d.unused_data:
                     rest = d.unused_data
                     d = zlib.decompressobj(wbits=31)
-                    out += d.decompress(rest)
+                    out += d.decompress(rest, chunk)  # a further member: bounded like the first
             total += len(out)
             if total > limit:
                 what = "decompresses to" if gz else "is"
@@ -88,6 +89,7 @@ class _Scanner:
         self.head = bytearray()
         self.pending = bytearray()  # bytes of the event in progress (array state)
         self.prefix = bytearray()  # bytes before the array, while looking for it
+        self.stray = 0
 
     def structure(self, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions of structural (outside-string) braces/brackets, and the depth after each.
@@ -168,12 +170,16 @@ class _Scanner:
             events.append(piece)
             start = e + 1
         if stop < len(data):
+            leftover = (bytes(self.pending) + data[start:stop]).strip(b", \n\r\t")
+            if leftover:
+                self.stray += leftover.count(b",") + 1
             self.pending.clear()
             self.state = "after"
             self.head += b"[]"  # the head stays a valid object: "traceEvents": []
             self.head += data[stop + 1 :]
         else:
-            self.pending += data[start:]
+            # between events only separators: keep nothing until an event starts
+            self.pending += data[start:] if self.pending else data[start:].lstrip(b", \n\r\t")
         if len(depth_after):
             self.depth = int(depth_after[-1])
         return events
@@ -230,6 +236,7 @@ def stream_events(path: str, limit: int, batch_bytes: int = 32 << 20, chunk: int
     if first:
         raise FormatError(path, "the file is empty", "re-export the trace")
     res.events_seen += len(batch)
+    res.stray = sc.stray
     res.truncated = sc.state in ("before", "array") or (sc.state == "after" and not bytes(sc.head).rstrip().endswith(b"}"))
     if sc.state == "before":
         raise FormatError(path, "no traceEvents array found", "pass a PyTorch profiler (Kineto) trace")

@@ -125,11 +125,12 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _HEAD_DECODER = msgspec.json.Decoder(_Head)
 _SEP = b", \n\r\t"
+NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
 
 
 def decode_batch(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
     """Typed decode of a batch of raw events; a batch with a bad event falls back to one by one."""
-    pieces = [p.lstrip(_SEP) for p in pieces]
+    pieces = [q for q in (_object_only(p.lstrip(_SEP), warnings) for p in pieces) if q]
     try:
         return _EVENTS_DECODER.decode(b"[" + b",".join(pieces) + b"]")
     except (msgspec.ValidationError, msgspec.DecodeError):
@@ -146,6 +147,21 @@ def decode_batch(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
         except msgspec.DecodeError:
             warnings.add("event that is not valid JSON (skipped)")
     return out
+
+
+def _object_only(piece: bytes, warnings: Warnings) -> bytes:
+    """An event's bytes from its opening brace; array entries before it that are not objects are counted.
+
+    Entries are counted by their separating commas (a comma inside a string
+    would over-count: a warning count, never a number of the report).
+    """
+    if piece[:1] == b"{" or not piece:
+        return piece
+    at = piece.find(b"{")
+    stray = (piece[:at] if at >= 0 else piece).strip(_SEP)
+    if stray:
+        warnings.add(NOT_AN_OBJECT, stray.count(b",") + 1)
+    return piece[at:] if at >= 0 else b""
 
 
 def _loose(piece: bytes):
@@ -175,6 +191,7 @@ def parse_kineto(path: str, *, max_bytes: int | None = None) -> Trace:
     head = decode_head(res.head, warnings)
     if res.truncated:
         warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
+    warnings.add(NOT_AN_OBJECT, res.stray)
     events = pl.concat(frames, how="vertical_relaxed") if frames else event_table([])
     trace = build_trace(events, head, warnings, source=str(path))
     trace.meta["truncated"] = res.truncated
@@ -184,14 +201,37 @@ def parse_kineto(path: str, *, max_bytes: int | None = None) -> Trace:
 _EMPTY_ARGS = _Args()
 
 
+_I64 = 1 << 63
+
+
+def _scalar(v: Any) -> Any:
+    """A value polars can take: lists, objects and integers beyond 64 bits become null."""
+    if v.__class__ is int:
+        return v if -_I64 <= v < _I64 else None
+    return v if v.__class__ in (float, str, bool) else None
+
+
 def _col(values: list, dtype) -> pl.Series:
     """A typed column from loosely typed trace values; what does not convert becomes null."""
-    return pl.Series(values, dtype=dtype, strict=False)
+    try:
+        return pl.Series(values, dtype=dtype, strict=False)
+    except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series([_scalar(v) for v in values], dtype=dtype, strict=False)
+
+
+def _dumps(v: Any) -> str | None:
+    try:
+        return orjson.dumps(v).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return None  # nesting too deep or integers too large to be shapes
 
 
 def _json_col(values: list) -> pl.Series:
     dumps = orjson.dumps
-    return pl.Series([None if v is None else dumps(v).decode() for v in values], dtype=pl.Utf8)
+    try:
+        return pl.Series([None if v is None else dumps(v).decode() for v in values], dtype=pl.Utf8)
+    except (TypeError, orjson.JSONEncodeError):
+        return pl.Series([None if v is None else _dumps(v) for v in values], dtype=pl.Utf8)
 
 
 def event_table(events: list[_Event]) -> pl.DataFrame:
