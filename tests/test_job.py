@@ -119,3 +119,9 @@ def test_dlrm_eight_ranks(shared):
     assert j.collectives.height > 0 and set(j.collectives["ranks"]) == {8}
     assert abs(j.clock["residual_skew_us"]) < 50
     assert j.steps["slowest_rank"][0] == j.ranks.sort("wall_us")["rank"][-1]
+
+
+def test_bus_bandwidth_against_nvlink(job):
+    """H100 SXM: NVLink 900 GB/s both directions together, 450 GB/s each way (NVIDIA datasheet)."""
+    c = job.collectives
+    assert c["busbw_of_nvlink"][0] == pytest.approx(c["busbw_gbps"][0] * 1e9 / 450e9)

@@ -26,7 +26,8 @@ TRICKY = {
 def run(path, chunk, limit=1 << 30):
     events, res = [], None
     for batch, res in stream_events(str(path), limit, batch_bytes=64, chunk=chunk):
-        events += [json.loads(b.lstrip(b", \n\r\t")) for b in batch]
+        for block in batch:  # each block is a run of complete array entries
+            events += json.loads(b"[" + block.lstrip(b", \n\r\t") + b"]")
     return events, res
 
 
@@ -70,3 +71,14 @@ def test_no_trace_events_is_a_format_error(tmp_path):
     p.write_bytes(b'{"a": "traceEvents", "b": 1}')
     with pytest.raises(FormatError):
         run(p, 4)
+
+
+def test_progress_reports_bytes_read(tmp_path):
+    raw = json.dumps(TRICKY).encode() * 1
+    p = tmp_path / "t.json"
+    p.write_bytes(raw)
+    seen = []
+    for _ in stream_events(str(p), 1 << 30, chunk=16, progress=lambda done, total: seen.append((done, total))):
+        pass
+    assert seen[-1] == (len(raw), len(raw))
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)

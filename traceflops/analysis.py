@@ -67,8 +67,9 @@ class Analysis:
         return self.trace.meta
 
 
-def analyze(path: str, options: ModelOptions | None = None, cache_dir=None) -> Analysis:
-    return analyze_trace(load(path, cache_dir), options or ModelOptions())
+def analyze(path: str, options: ModelOptions | None = None, cache_dir=None, progress=None) -> Analysis:
+    """`progress(done_bytes, total_bytes)` is called while a large file is read, if given."""
+    return analyze_trace(load(path, cache_dir, progress), options or ModelOptions())
 
 
 # --- sanity: clean the trace tables first (traceflops/sanity.py), check conservation last (InternalError) ---
@@ -125,6 +126,12 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
     stats = tl.launch_stats(kernels, steps) if device_trace else None
     steps = attach_time(steps, part, peak)
+    if stats is not None:
+        steps = steps.join(
+            stats.select("step", pl.col("kernels").alias("launch_kernels"), pl.col("median_dur").alias("launch_median_kernel_us"),
+                         pl.col("median_launch_delay").alias("launch_median_delay_us")),
+            on="step", how="left",
+        )
     roof = roofline.roofline(kernels, ops, hw.lookup(hardware["name"]) if hardware and hardware.get("source") != "--peak-tflops" else None, precision) if device_trace else None
     totals = totals_section(steps, ops, kernels, opt, peak)
     if roof is not None:

@@ -79,11 +79,34 @@ def model_options(fn):
         click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)"),
         click.option("--cache-dir", type=click.Path(file_okay=False), help="where parsed traces are cached (default: the user cache)"),
         click.option("--no-cache", is_flag=True, help="parse again; do not read or write the cache"),
+        click.option("--quiet", is_flag=True, help="no progress bar"),
         click.option("--debug", is_flag=True, help="show tracebacks"),
     ]
     for o in reversed(opts):
         fn = o(fn)
     return fn
+
+
+class _Progress:
+    """A progress bar on stderr while a big file is read; silent when not a terminal or --quiet."""
+
+    def __init__(self, quiet: bool):
+        self.on = not quiet and sys.stderr.isatty()
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.on or total < (64 << 20):
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            self.bar = Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("read", total=total)
+        self.bar.update(self.task, completed=done)
+        if done >= total:
+            self.bar.stop()
 
 
 def _options(kw) -> tuple:
@@ -102,6 +125,7 @@ def _options(kw) -> tuple:
         exclude_steps=tuple(kw.pop("exclude_steps")),
     )
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
+    kw.pop("quiet", None)
     if no_cache:
         return opts, None
     from .cache import default_dir
@@ -127,6 +151,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     give the job view across ranks.
     """
     debug = kw.pop("debug")
+    progress = _Progress(kw.get("quiet", False))
 
     def go():
         from .analysis import analyze as run_analysis
@@ -139,7 +164,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
 
             summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir)
             return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir)
-        a = run_analysis(paths[0], opts, cache_dir)
+        a = run_analysis(paths[0], opts, cache_dir, progress)
         if fmt == "json":
             from .report.jsonreport import render
 

@@ -185,7 +185,8 @@ def collective_table(m: pl.DataFrame, offsets: dict[int, float], link_bw: float 
         algbw_gbps=pl.col("bytes") / pl.col("transfer_us") * 1e-3,
     ).with_columns(busbw_gbps=pl.col("algbw_gbps") * pl.col("bus_factor"))
     if link_bw:
-        per = per.with_columns(busbw_of_link=pl.col("busbw_gbps") * 1e9 / link_bw)
+        # against intra-node NVLink: a collective that crosses nodes is bounded by the network instead
+        per = per.with_columns(busbw_of_nvlink=pl.col("busbw_gbps") * 1e9 / link_bw)
     return per.sort("pg", "seq")
 
 
@@ -313,6 +314,16 @@ def pipeline_bubbles(summaries: list[RankSummary], stages: int | None, microbatc
     return out.with_columns(ideal_bubble=pl.lit(ideal, pl.Float64)).sort("rank", "step")
 
 
+def nvlink_per_direction(summaries: list[RankSummary]) -> float | None:
+    """The device's NVLink bandwidth per direction (datasheets quote both directions together)."""
+    from . import hardware as hw
+
+    name = next(((s.hardware or {}).get("name") for s in summaries if s.hardware), None)
+    h = hw.lookup(name) if name else None
+    bw = (h.links or {}).get("nvlink") if h else None
+    return bw / 2 if bw else None
+
+
 def job_view(
     summaries: list[RankSummary],
     *,
@@ -335,7 +346,7 @@ def job_view(
         warnings.append("ranks report different peaks; job MFU is not computed")
     m = matched(summaries)
     offsets, residual = clock_offsets(m, ranks)
-    coll = collective_table(m, offsets, None)
+    coll = collective_table(m, offsets, nvlink_per_direction(summaries))
     steps = job_steps(summaries, world, peak, tokens_model_flops)
     use = steps.filter(~pl.col("step").is_in(list(exclude_steps)))
     wall = float(use["step_us"].sum())

@@ -21,7 +21,7 @@ def detect_format(path: str) -> str:
     raise FormatError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
 
 
-def load(path: str, cache_dir=None) -> Trace:
+def load(path: str, cache_dir=None, progress=None) -> Trace:
     """Parse a trace; with a cache directory, reuse (or store) its parsed tables."""
     if cache_dir is not None and Path(path).is_file():
         from .. import cache
@@ -29,21 +29,21 @@ def load(path: str, cache_dir=None) -> Trace:
         hit = cache.load(str(path), cache_dir)
         if hit is not None:
             return hit
-        trace = _parse(path)
+        trace = _parse(path, progress)
         try:
             cache.store(str(path), trace, cache_dir)
         except OSError as e:
             trace.warnings.add(f"cache not written ({e.strerror})")
         return trace
-    return _parse(path)
+    return _parse(path, progress)
 
 
-def _parse(path: str) -> Trace:
+def _parse(path: str, progress=None) -> Trace:
     fmt = detect_format(str(path))
     if fmt == "kineto":
         from .kineto import parse_kineto
 
-        return parse_kineto(str(path))
+        return parse_kineto(str(path), progress=progress)
     # --- xplane (XLA profiler XSpace) ---
     if fmt == "xplane":
         from .xplane import parse_xplane

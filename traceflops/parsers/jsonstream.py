@@ -10,6 +10,7 @@ at once. A document cut short yields every event that was complete.
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ class StreamResult:
     notes: list[str] = field(default_factory=list)
 
 
-def raw_chunks(path: str, limit: int, chunk: int = 8 << 20) -> Iterator[bytes]:
+def raw_chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[bytes]:
     """The file's bytes in chunks, gunzipped if needed, stopping with an error past `limit`."""
     total = 0
     try:
@@ -48,8 +49,11 @@ def raw_chunks(path: str, limit: int, chunk: int = 8 << 20) -> Iterator[bytes]:
         gz = f.read(2) == b"\x1f\x8b"
         f.seek(0)
         d = zlib.decompressobj(wbits=31) if gz else None
+        size = os.fstat(f.fileno()).st_size
         while True:
             block = f.read(chunk)
+            if progress is not None:
+                progress(f.tell(), size)
             if not block:
                 break
             if d is None:
@@ -160,15 +164,17 @@ class _Scanner:
         array_end = struct[depth_after == 1]
         stop = int(array_end[0]) if len(array_end) else len(data)
         ends = struct[(depth_after == 2) & (struct < stop) & np.isin(buf[struct], _CLOSE)]
+        # One block per chunk: the run of complete events, separators included, decoded as one array.
         events: list[bytes] = []
         start = 0
-        for e in ends.tolist():
-            piece = data[start : e + 1]
+        if len(ends):
+            last = int(ends[-1]) + 1
+            block = data[:last]
             if self.pending:
-                piece = bytes(self.pending) + piece
+                block = bytes(self.pending) + block
                 self.pending.clear()
-            events.append(piece)
-            start = e + 1
+            events.append(block)
+            start = last
         if stop < len(data):
             leftover = (bytes(self.pending) + data[start:stop]).strip(b", \n\r\t")
             if leftover:
@@ -183,6 +189,24 @@ class _Scanner:
         if len(depth_after):
             self.depth = int(depth_after[-1])
         return events
+
+
+def split_events(block: bytes) -> list[bytes]:
+    """The events of a block (a run of array entries), one by one: the slow path for a bad block."""
+    sc = _Scanner()
+    sc.depth = 2
+    buf = np.frombuffer(block, dtype=np.uint8)
+    if len(buf) == 0:
+        return []
+    struct, depth_after = sc.structure(buf)
+    ends = struct[(depth_after == 2) & np.isin(buf[struct], _CLOSE)]
+    out, start = [], 0
+    for e in ends.tolist():
+        out.append(block[start : e + 1])
+        start = e + 1
+    if block[start:].strip(b", \n\r\t"):
+        out.append(block[start:])
+    return out
 
 
 def _locate(prefix: bytes) -> int | None:
@@ -213,14 +237,14 @@ def _outside_string(prefix: bytes, at: int, struct: np.ndarray) -> bool:
     return not sc.in_string
 
 
-def stream_events(path: str, limit: int, batch_bytes: int = 32 << 20, chunk: int = 8 << 20) -> Iterator[tuple[list[bytes], StreamResult]]:
+def stream_events(path: str, limit: int, batch_bytes: int = 32 << 20, chunk: int = 8 << 20, progress=None) -> Iterator[tuple[list[bytes], StreamResult]]:
     """Yield batches of raw event objects; the last yield carries the head and truncation state."""
     sc = _Scanner()
     res = StreamResult()
     batch: list[bytes] = []
     size = 0
     first = True
-    for data in raw_chunks(path, limit, chunk):
+    for data in raw_chunks(path, limit, chunk, progress):
         if first:
             stripped = data.lstrip()
             if not stripped.startswith(b"{"):

@@ -27,7 +27,7 @@ from ..model import (
     with_null_hints,
 )
 from .io import max_bytes_default
-from .jsonstream import stream_events
+from .jsonstream import split_events, stream_events
 
 
 class _Args(msgspec.Struct, omit_defaults=True):
@@ -128,13 +128,21 @@ _SEP = b", \n\r\t"
 NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
 
 
-def decode_batch(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
-    """Typed decode of a batch of raw events; a batch with a bad event falls back to one by one."""
+def decode_batch(blocks: list[bytes], warnings: Warnings) -> list[_Event]:
+    """Typed decode of blocks of raw events (each a run of array entries); a bad block goes event by event."""
+    out: list[_Event] = []
+    for block in blocks:
+        try:
+            out += _EVENTS_DECODER.decode(b"[" + block.lstrip(_SEP) + b"]")
+            continue
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass
+        out += _decode_pieces(split_events(block), warnings)
+    return out
+
+
+def _decode_pieces(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
     pieces = [q for q in (_object_only(p.lstrip(_SEP), warnings) for p in pieces) if q]
-    try:
-        return _EVENTS_DECODER.decode(b"[" + b",".join(pieces) + b"]")
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        pass
     out = []
     for p in pieces:
         try:
@@ -180,12 +188,12 @@ def decode_head(head: bytes, warnings: Warnings) -> _Head:
         return _Head()
 
 
-def parse_kineto(path: str, *, max_bytes: int | None = None) -> Trace:
+def parse_kineto(path: str, *, max_bytes: int | None = None, progress=None) -> Trace:
     """Stream the file in chunks into typed event batches, then columns."""
     warnings = Warnings()
     frames = []
     res = None
-    for batch, res in stream_events(path, max_bytes or max_bytes_default()):
+    for batch, res in stream_events(path, max_bytes or max_bytes_default(), progress=progress):
         if batch:
             frames.append(event_table(decode_batch(batch, warnings)))
     head = decode_head(res.head, warnings)

@@ -50,6 +50,11 @@ def step_rows(a: Analysis) -> list[dict[str, Any]]:
                 "time_us": {c: s.get(f"time_{c}") for c in PARTITION},
                 "overlay_us": {c: s.get(f"time_{c}") for c in OVERLAYS},
                 "loss_budget": s.get("loss_budget"),
+                "launch": {
+                    "kernels": s.get("launch_kernels"),
+                    "median_kernel_us": s.get("launch_median_kernel_us"),
+                    "median_launch_to_start_us": s.get("launch_median_delay_us"),
+                },
             }
         )
     return rows
