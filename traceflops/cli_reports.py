@@ -13,55 +13,19 @@ README's exit codes (`cli._run`).
 
 from __future__ import annotations
 
-import functools
 import os
 
 import click
 
+from .cli_common import _options, _run, model_options
 from .errors import InputError
 
 
-def model_options(f):
-    """The analysis options of `traceflops analyze` (model, hardware, steps), as one decorator."""
-    opts = [
-        click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)"),
-        click.option("--layers", type=int, help="transformer layers L"),
-        click.option("--heads", type=int, help="attention heads H"),
-        click.option("--head-dim", type=int, help="head dimension Q"),
-        click.option("--seq-len", type=int, help="sequence length T"),
-        click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json"),
-        click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks)"),
-        click.option("--world-size", type=int, help="ranks in the job, when the trace does not say"),
-        click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode"),
-        click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)"),
-        click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"])),
-        click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)"),
-        click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals"),
-        click.option("--debug", is_flag=True, help="show tracebacks"),
-    ]
-    return functools.reduce(lambda g, o: o(g), reversed(opts), f)
-
-
-def build_options(params, layers, heads, head_dim, seq_len, model_config, tokens_per_step, world_size, mode, hardware, precision,
-                  peak_tflops, exclude_steps):
-    from .analysis import ModelOptions
-    from .cli import _model_spec
-
-    return ModelOptions(
-        spec=_model_spec(params, layers, heads, head_dim, seq_len, model_config),
-        tokens_per_step=tokens_per_step,
-        world_size=world_size,
-        mode=mode,
-        hardware=hardware,
-        precision=precision,
-        peak_tflops=peak_tflops,
-        exclude_steps=tuple(exclude_steps),
-    )
-
-
 def _opts(kw: dict):
+    """(ModelOptions, cache dir, debug) from the shared options, parsed inside `_run`."""
     debug = kw.pop("debug")
-    return build_options(**kw), debug
+    kw.pop("quiet", None)
+    return kw, debug
 
 
 def _write_text(path: str, text: str) -> None:
@@ -123,20 +87,19 @@ def annotate_cmd(trace, output, **kw):
     counters (achieved TFLOP/s, MFU and HFU per step). Secrets in the trace's
     metadata (environment variables, tokens, keys, passwords) are redacted.
     """
-    opts, debug = _opts(kw)
+    kw, debug = _opts(kw)
 
     def go():
         from .analysis import analyze
         from .annotate import annotate
 
+        opts, cache_dir = _options(kw)
         if os.path.abspath(trace) == os.path.abspath(output):
             raise InputError(output, "is the input trace", "write the annotated trace to another file")
-        a = analyze(trace, opts)
+        a = analyze(trace, opts, cache_dir)
         s = annotate(trace, a, output)
         click.echo(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
                    f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted", err=True)
-
-    from .cli import _run
 
     _run(debug, go)
 
@@ -152,13 +115,14 @@ def diff_cmd(before, after, fmt, output, **kw):
 
     Both traces are analysed with the same options.
     """
-    opts, debug = _opts(kw)
+    kw, debug = _opts(kw)
 
     def go():
         from .analysis import analyze
         from .diff import diff, render_diff_html, render_json, render_terminal
 
-        d = diff(analyze(before, opts), analyze(after, opts))
+        opts, cache_dir = _options(kw)
+        d = diff(analyze(before, opts, cache_dir), analyze(after, opts, cache_dir))
         if fmt == "terminal":
             if output:
                 from rich.console import Console
@@ -177,7 +141,5 @@ def diff_cmd(before, after, fmt, output, **kw):
             click.echo(f"wrote {output}", err=True)
         else:
             click.echo(text)
-
-    from .cli import _run
 
     _run(debug, go)

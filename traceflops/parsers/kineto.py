@@ -15,6 +15,7 @@ import msgspec
 import orjson
 import polars as pl
 
+from .values import as_int as _int
 from ..model import (
     KERNELS_SCHEMA,
     LAUNCHES_SCHEMA,
@@ -104,21 +105,6 @@ def kernel_kinds(cat: pl.Expr, name: pl.Expr) -> pl.Expr:
     """compute | communication | memcpy | memset, from the category and (for kernels) the name."""
     base = cat.replace_strict(KERNEL_CATS, default=None)
     return pl.when((base == "compute") & name.str.contains(_COMM_RE.pattern)).then(pl.lit("communication")).otherwise(base)
-
-
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            return None
-    return None
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])

@@ -46,6 +46,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from .values import as_int as _int
 from ..errors import FormatError
 from ..model import (
     KERNELS_SCHEMA,
@@ -379,21 +380,6 @@ def _stat(ev_stats: dict | None, md_stats: dict, key: str) -> Any:
         if v is not None:
             return v
     return md_stats.get(key)
-
-
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            return None
-    return None
 
 
 def _tf_scope(v: Any) -> str | None:
