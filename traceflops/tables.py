@@ -5,11 +5,6 @@ Each table is written twice, `NAME.parquet` and `NAME.csv`. Parquet keeps
 nested list columns; CSV cannot hold them, so there list and struct columns
 are JSON text. Object columns (a step's `loss_budget` dict) are JSON text in
 both. Row counts are the frames' own.
-
-Also the one place the report renderers get the optional per-kernel frames
-(`roofline`, `top_kernels`, `by_kernel`, `by_module`): from the `Analysis`
-when it carries them, otherwise computed here from `traceflops.roofline` /
-`traceflops.rollup` (the hook for analyses built before those fields existed).
 """
 
 from __future__ import annotations
@@ -23,77 +18,32 @@ import polars as pl
 
 from .analysis import Analysis
 
-_MISSING = object()
-
-
-# --- optional frames --------------------------------------------------------
-
-
-def _device_trace(a: Analysis) -> bool:
-    return a.kernels is not None and a.kernels.height > 0
+# --- per-kernel frames (computed by the analysis; None on a CPU-only trace) ---
 
 
 def roofline_frame(a: Analysis) -> pl.DataFrame | None:
-    """Per kernel: intensity, achieved fractions, bound, recoverable time (roofline.py); None on a CPU trace."""
-    got = getattr(a, "roofline", _MISSING)
-    if got is not _MISSING:
-        return got
-    if not _device_trace(a):
-        return None
-    try:  # hook: an Analysis without the field
-        from . import hardware as hw
-        from .roofline import roofline
-    except ImportError:
-        return None
-    h = a.hardware or {}
-    dev = hw.lookup(h["name"]) if h.get("name") and h.get("source") != "--peak-tflops" else None
-    return roofline(a.kernels, a.ops, dev, h.get("precision") or "bf16")
+    """Per kernel: intensity, achieved fractions, bound, recoverable time."""
+    return a.roofline
 
 
 def top_kernels_frame(a: Analysis) -> pl.DataFrame | None:
-    """Kernel names ranked by recoverable time (roofline.top_recoverable)."""
-    got = getattr(a, "top_kernels", _MISSING)
-    if got is not _MISSING:
-        return got
-    roof = roofline_frame(a)
-    if roof is None:
-        return None
-    from .roofline import top_recoverable
-
-    return top_recoverable(roof)
+    """Kernel names ranked by recoverable time."""
+    return a.top_kernels
 
 
 def by_kernel_frame(a: Analysis) -> pl.DataFrame | None:
-    """Per kernel name: count, time, share, FLOPs, TFLOP/s (rollup.by_kernel)."""
-    got = getattr(a, "by_kernel", _MISSING)
-    if got is not _MISSING:
-        return got
-    if not _device_trace(a):
-        return None
-    try:
-        from .rollup import by_kernel
-    except ImportError:
-        return None
-    return by_kernel(a.kernels)
+    """Per kernel name: count, time, share, FLOPs, TFLOP/s."""
+    return a.by_kernel
 
 
 def by_module_frame(a: Analysis) -> pl.DataFrame | None:
-    """Per module: time and FLOPs by phase, recompute share (rollup.by_module)."""
-    got = getattr(a, "by_module", _MISSING)
-    if got is not _MISSING:
-        return got
-    if not _device_trace(a):
-        return None
-    try:
-        from .rollup import by_module
-    except ImportError:
-        return None
-    return by_module(a.ops, a.kernels)
+    """Per module: time and FLOPs by phase, recompute share."""
+    return a.by_module
 
 
 def collectives_frame(a: Analysis) -> pl.DataFrame | None:
     """Communication kernels with group, kind, payload (job.collectives); None on a CPU trace."""
-    if not _device_trace(a):
+    if a.kernels is None or a.kernels.height == 0:
         return None
     from .job import collectives
 
