@@ -78,3 +78,22 @@ def test_ranks_on_a_local_ray_instance(ranks):
         ray.shutdown()
     local = strip_paths(cli("analyze", d, "--format", "json", "--no-cache"))
     assert via_ray == local
+
+
+def test_dlrm_same_report_sequential_parallel_merged_and_on_ray(shared, tmp_path):
+    """dlrm_8rank: --jobs 2, summarize + merge, and --executor ray give the sequential report."""
+    d = shared / "kineto" / "dlrm_8rank"
+    seq = strip_paths(cli("analyze", d, "--format", "json", "--no-cache"))
+    assert strip_paths(cli("analyze", d, "--format", "json", "--no-cache", "--jobs", "2")) == seq
+    sums = []
+    for f in sorted(d.glob("rank*.json.gz")):
+        out = tmp_path / (f.name + ".tfsum")
+        cli("summarize", f, "-o", out, "--no-cache")
+        sums.append(out)
+    assert strip_paths(cli("merge", *sums, "--format", "json")) == seq
+    ray = pytest.importorskip("ray", reason="Ray is the optional extra traceflops[ray]")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        assert strip_paths(cli("analyze", d, "--format", "json", "--no-cache", "--executor", "ray")) == seq
+    finally:
+        ray.shutdown()

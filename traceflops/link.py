@@ -19,19 +19,20 @@ from .model import Trace
 _EPS_US = 1e-3
 
 
-def nesting(pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+def nesting(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Parent index (or -1) of each interval, innermost container on the same thread.
 
-    Intervals must be pre-sorted by (pid, tid, ts, -dur). A stack walk is the one
-    per-event loop in the pipeline; it runs over plain Python lists of host events.
+    Intervals must be pre-sorted by (thread, ts, -dur); `thread` is an integer
+    code per (pid, tid). A stack walk is the one per-event loop in the
+    pipeline; it runs over plain Python lists of host events.
     """
     n = len(ts)
     parent = [-1] * n
     stack: list[int] = []
-    pid_l, tid_l, ts_l, end_l = pid.tolist(), tid.tolist(), ts.tolist(), end.tolist()
+    thread_l, ts_l, end_l = thread.tolist(), ts.tolist(), end.tolist()
     prev_thread = None
     for i in range(n):
-        thread = (pid_l[i], tid_l[i])
+        thread = thread_l[i]
         if thread != prev_thread:
             stack.clear()
             prev_thread = thread
@@ -88,7 +89,8 @@ def link(trace: Trace) -> Linked:
     ).sort(["pid", "tid", "ts", "kind", "dur"], descending=[False, False, False, False, True])
     ts = both["ts"].to_numpy()
     end = ts + both["dur"].to_numpy()
-    parent_pos = nesting(both["pid"].fill_null("").to_numpy(), both["tid"].fill_null("").to_numpy(), ts, end)
+    thread = both.select(pl.struct(pl.col("pid").fill_null(""), pl.col("tid").fill_null("")).rank("dense"))
+    parent_pos = nesting(thread.to_series().to_numpy(), ts, end)
     refs = both["ref"].to_numpy()
     kinds = both["kind"].to_numpy()
     # Map parent positions (in `both`) to op rows; launches are never parents of ops.
