@@ -364,6 +364,13 @@ def job_view(
     }
     warnings += metrics.suspect(totals["mfu"], totals["hfu"])
     clock = {"reference_rank": min(ranks) if ranks else None, "offsets_us": {str(r): o for r, o in offsets.items()}, "residual_skew_us": residual}
+    if coll.height and coll["bytes"].null_count():
+        warnings.append(
+            f"{coll['bytes'].null_count()} matched collectives record no message size: their bandwidth is null "
+            "(record_param_comms args appear with newer PyTorch)"
+        )
+    model = next((s.model for s in summaries if s.model), None) or {}
+    totals["model_source"] = model.get("source")
     if m.height == 0 and len(summaries) > 1:
         warnings.append("no collective matched across ranks: clocks not aligned, arrival skew unknown")
     for s in summaries:

@@ -51,7 +51,9 @@ def render(job: Job, console: Console | None = None) -> None:
     c = console or Console()
     t = job.totals
     c.print(f"[bold]job of {t['world_size']} ranks[/bold] ({len(job.summaries)} traces)")
-    c.print(f"[bold]MFU {_pct(t['mfu'])}   HFU {_pct(t['hfu'])}[/bold]  (step time = slowest rank's; devices = world size)")
+    src = t.get("model_source")
+    label = {"trace": "model FLOPs from the trace (forward + backward matmuls)", "flags": "model FLOPs from flags", "config": "model FLOPs from the config"}.get(src, "model FLOPs unknown")
+    c.print(f"[bold]MFU {_pct(t['mfu'])}   HFU {_pct(t['hfu'])}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
     ck = job.clock
     if ck.get("residual_skew_us") is not None:
         c.print(f"clocks aligned on {t['collectives_matched']} matched collectives; residual skew {ck['residual_skew_us']:.2f} us")
@@ -63,6 +65,15 @@ def render(job: Job, console: Console | None = None) -> None:
         rt.add_row(str(r["rank"]), f"{(r['wall_us'] or 0) / 1e3:.3f}", _pct(r["device_mfu"]), _pct(r["hfu"]),
                    *[f"{(r.get(f'time_{k}') or 0) / 1e3:.2f}" for k in ("matmul", "other_compute", "communication_exposed", "idle")])
     c.print(rt)
+    if job.collectives.height:
+        ct = Table(title="Collectives (clock-aligned; longest arrival skew first)")
+        for col in ("group", "#", "kind", "step", "ranks", "skew (us)", "transfer (us)", "last rank", "busbw (GB/s)"):
+            ct.add_column(col, justify="right")
+        for r in job.collectives.sort("arrival_skew_us", descending=True).head(12).iter_rows(named=True):
+            bw = "—" if r.get("busbw_gbps") is None else f"{r['busbw_gbps']:.1f}"
+            ct.add_row(escape(str(r["pg"])), str(r["seq"]), escape(str(r["kind"])), str(r["step"]), str(r["ranks"]),
+                       f"{r['arrival_skew_us']:.1f}", f"{r['transfer_us']:.1f}", str(r["last_rank"]), bw)
+        c.print(ct)
     if job.stragglers.height:
         st = Table(title="Stragglers (the rank others waited for)")
         for col in ("step", "rank", "others waited (ms)", "why"):

@@ -12,7 +12,9 @@ from .jsonreport import step_rows
 
 
 def _pct(v) -> str:
-    return "—" if v is None else f"{v:.1%}"
+    if v is None:
+        return "—"
+    return f"{v:.3%}" if 0 < abs(v) < 0.001 else f"{v:.1%}"
 
 
 def _flops(v) -> str:
