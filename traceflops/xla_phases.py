@@ -37,11 +37,25 @@ _AUTODIFF = r"(^|/)(jvp|transpose|vjp|linearize)\("
 _DROP = frozenset({REMAT, "checkpoint", "remat"})
 
 
+def _unwrap(part: str) -> str:
+    """A name-stack component without its autodiff wrappers: 'transpose(jvp(x))' → 'x', 'jvp()' → ''."""
+    while True:
+        for w in ("jvp(", "transpose(", "vjp(", "linearize("):
+            if part.startswith(w) and part.endswith(")"):
+                part = part[len(w) : -1]
+                break
+        else:
+            return part
+
+
 def logical_name(scope: str) -> str:
-    """The forward twin's name stack of a (possibly rematerialized) op's name stack.
+    """The name stack an op shares with its forward twin, whatever autodiff wrapped it.
 
     'jit(f)/transpose(jvp(b))/jvp(b)/checkpoint/rematted_computation/mlp/dot_general'
-    → 'jit(f)/jvp(b)/mlp/dot_general'
+    → 'jit(f)/b/mlp/dot_general', as 'jit(f)/jvp(b)/mlp/dot_general' (its forward twin).
+    jax versions differ in how they wrap (`jvp()` components, einsum names inside `jvp(...)`),
+    so every component is unwrapped. Backward ops map to the same names: callers compare
+    candidates with forward ops only.
     """
     parts = scope.split("/")
     if REMAT in parts:
@@ -51,7 +65,7 @@ def logical_name(scope: str) -> str:
             if parts[j].startswith("transpose("):
                 del parts[j]
                 break
-    return "/".join(p for p in parts if p not in _DROP)
+    return "/".join(u for u in (_unwrap(p) for p in parts if p not in _DROP) if u)
 
 
 def rule_phases(ops: pl.DataFrame) -> pl.DataFrame:
@@ -116,7 +130,7 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
     mapping = dict(zip(uniq.to_list(), [logical_name(s) for s in uniq.to_list()]))
     scoped = scoped.with_columns(_key=pl.col("scope").replace_strict(mapping, return_dtype=pl.Utf8))
     group = ["_step", "_key", "_shape"]
-    plain = scoped.group_by(group).agg(_plain=(~pl.col("cand")).sum())
+    plain = scoped.group_by(group).agg(_plain=(~pl.col("cand") & (pl.col("base") == "forward")).sum())
     cands = scoped.filter("cand").join(plain, on=group, how="left")
     # Per group with no plain op: the candidate instruction that runs first stands in for the forward.
     first = (

@@ -259,7 +259,43 @@ class ModuleFacts:
             return 2 * _prod(out.dims) * k, ""
         if m.opcode == "convolution" or (m.opcode == "custom-call" and _CONV_TARGET.search(m.custom_call_target)):
             return self._conv_flops(m, out)
+        if m.opcode == "custom-call" and _TE_ATTN_TARGET.search(m.custom_call_target):
+            te = self.te_attention(m)
+            if te is not None:
+                return te[0], ""
         return None, f"fused attention / custom call '{m.custom_call_target or m.opcode}': FLOPs not derived"
+
+    def te_attention(self, m: HloInstruction) -> tuple[int, int, str] | None:
+        """(FLOPs, in-kernel recompute FLOPs, mask) of a Transformer Engine fused-attention call.
+
+        As FlopCounterMode counts SDPA, dense (the mask does not reduce the count; it is
+        reported): forward 2·B·H·Sq·Sk·(Dqk + Dv) (= 4·B·H·Sq·Sk·D), backward
+        2·B·H·Sq·Sk·(3·Dqk + 2·Dv) (2.5× forward), of which the Q·Kᵀ recompute
+        2·B·H·Sq·Sk·Dqk. H is the query heads (GQA on the expanded heads). Sizes from the
+        call's backend config (``input_batch``, ``attn_heads``, ``q_max_seqlen``,
+        ``kv_max_seqlen``, ``qk_head_dim``, ``v_head_dim``), checked against the attention
+        output's shape [B, Sq, H, Dv] (the forward's first result, the backward's operand 6).
+        The ops table has no recompute / mask column for hints: the whole count goes to
+        ``flops_hint``.
+        """
+        cfg = _te_config(m.backend_config)
+        try:
+            b, h = int(cfg["input_batch"]), int(cfg["attn_heads"])
+            sq, sk = int(cfg["q_max_seqlen"]), int(cfg["kv_max_seqlen"])
+            dq, dv = int(cfg["qk_head_dim"]), int(cfg["v_head_dim"])
+        except (KeyError, ValueError):
+            return None
+        bwd = "backward" in m.custom_call_target
+        out = self.operand_shape(m, 6) if bwd else _array(m.shape)
+        if out is None or list(out.dims) != [b, sq, h, dv]:
+            return None
+        mt = cfg.get("mask_type", "0")
+        # NVTE_Mask_Type: 0 none, 1 padding, 2 causal, 3 padding+causal, 4/5 causal bottom-right (+padding)
+        mask = {"2": "causal", "3": "causal", "4": "causal", "5": "causal"}.get(mt, "none")
+        pairs = b * h * sq * sk
+        if bwd:
+            return pairs * 2 * (3 * dq + 2 * dv), pairs * 2 * dq, mask
+        return pairs * 2 * (dq + dv), 0, mask
 
     def _conv_flops(self, m: HloInstruction, out: Shape | None) -> tuple[int | None, str]:
         """2 · (forward output elements) · (kernel input features per group × window)."""
@@ -290,6 +326,19 @@ def _is_matmul_instr(ins: HloInstruction) -> bool:
         t = ins.custom_call_target
         return bool(_GEMM_TARGET.search(t) or _CONV_TARGET.search(t) or _ATTN_TARGET.search(t))
     return False
+
+
+_TE_ATTN_TARGET = re.compile(r"^te_fused_attn_(forward|backward)(_ffi)?$")
+_TE_CFG_ITEM = re.compile(r"(\w+)\s*=\s*([^,{}:]+?)\s*(?::\s*\w+)?\s*(?=[,}])")
+
+
+def _te_config(backend_config: bytes) -> dict[str, str]:
+    """Transformer Engine's FFI attributes: '{attn_heads = 16 : i64, ..., is_training = true}'."""
+    try:
+        text = backend_config.decode("utf-8", "replace")
+    except AttributeError:
+        return {}
+    return {k: v.strip() for k, v in _TE_CFG_ITEM.findall(text)}
 
 
 def _gemm_dnums(backend_config: bytes):
