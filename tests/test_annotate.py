@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import gzip
 import json
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from conftest import shared_fixtures
 from synth import Builder
 
 from traceflops.analysis import ModelOptions, analyze
@@ -255,3 +257,55 @@ def test_real_traces(shared, tmp_path, name):
     env = (got.get("metadata") or {}).get("system", {}).get("env")
     if env is not None:  # the H100 trace carries its environment (an HF token among it)
         assert env and set(env.values()) == {REDACTED}
+
+
+# --- every shared real trace ---------------------------------------------------------------
+
+SHARED_KINETO = sorted(str(p.relative_to(shared_fixtures() / "kineto")) for p in (shared_fixtures() / "kineto").glob("**/*.json.gz")) \
+    if (shared_fixtures() / "kineto").is_dir() else ["(none)"]
+STEP_COLS = ("step", "name", *[f"{k}_{p}" for p in ("forward", "backward", "recompute", "optimizer", "other") for k in ("flops", "count")],
+             "flops_unknown_count", "flops_executed", "time_matmul", "time_other_compute", "time_memcpy", "time_communication_exposed",
+             "time_idle", "time_communication_overlapped", "time_recompute")
+
+
+def assert_chrome_trace(doc):
+    """What chrome://tracing and Perfetto need of a JSON object trace."""
+    assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
+    for e in doc["traceEvents"]:
+        assert isinstance(e, dict) and isinstance(e.get("ph"), str), e
+        if e.get("cat") == "traceflops" or e.get("pid") == doc["traceflops"]["pid"]:
+            assert isinstance(e["name"], str) and isinstance(e["ts"], (int, float)) and math.isfinite(e["ts"]), e
+            assert isinstance(e["pid"], int) and isinstance(e.get("tid", 0), int), e
+            if e["ph"] == "X":
+                assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+            if e["ph"] in ("C", "M"):
+                assert isinstance(e["args"], dict), e
+            if e["ph"] == "C":
+                assert all(isinstance(v, (int, float)) for v in e["args"].values()), e
+
+
+@pytest.mark.parametrize("name", SHARED_KINETO)
+def test_every_shared_trace_annotates_losslessly(shared, name, tmp_path):
+    src = shared / "kineto" / name
+    if not src.is_file():
+        pytest.skip(f"no shared Kineto traces under {shared / 'kineto'}")
+    a = analyze(str(src))
+    out = tmp_path / "annotated.json.gz"
+    s = annotate(str(src), a, str(out))
+    got, doc = load(out), load(src)
+    assert_chrome_trace(got)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    assert s["events_in"] == len(events)
+    assert len(got["traceEvents"]) == len(events) + s["events_added"]
+    for before, after in zip(events, got["traceEvents"]):
+        if not isinstance(before, dict):
+            assert after == before
+            continue
+        for k in ("name", "ts", "dur", "ph", "cat", "pid", "tid"):
+            assert after.get(k) == before.get(k), (k, before)
+    b = analyze(str(out))
+    assert (b.kernels.height, b.ops.height, b.steps.height) == (a.kernels.height, a.ops.height, a.steps.height)
+    assert b.steps.select(STEP_COLS).to_dicts() == a.steps.select(STEP_COLS).to_dicts()
+    assert b.partition.to_dicts() == a.partition.to_dicts()
+    for k in ("flops", "matmul_count", "matmul_flops_unknown_count", "time_us", "overlay_us", "wall_us"):
+        assert b.totals[k] == a.totals[k], k

@@ -105,3 +105,59 @@ def test_cli_diff(tmp_path):
     assert r.exit_code == 0 and out.read_text().startswith("<!DOCTYPE html>")
     r = CliRunner().invoke(group, ["diff", a, str(tmp_path / "nope.json.gz")])
     assert r.exit_code == 2 and "no such file" in r.output
+
+
+# The small GPT of fixtures/cpu (README's JSON example): its embedding gives tokens per step.
+GPT = {"params": 136320, "layers": 2, "heads": 4, "head_dim": 20, "seq_len": 24}
+
+
+def gpt(name):
+    from traceflops.api import analyze as api_analyze
+
+    return api_analyze(str(CPU / name), peak_tflops=1, **GPT)
+
+
+def test_largest_change_of_plain_vs_checkpointed_is_recompute_per_token():
+    a, b = gpt("ns_eager_sdpa.json.gz"), gpt("ns_ckpt_nonreentrant.json.gz")
+    ta, tb = a.model["tokens_per_step"], b.model["tokens_per_step"]
+    assert ta and tb and ta != tb  # different micro-batch counts: per-step FLOPs differ in every phase
+    d = diff(a, b)
+    assert all(d["flops_per_step"][p]["delta"] != 0 for p in ("forward", "backward", "recompute"))
+    per_token = d["flops_per_token"]
+    for p, v in per_token.items():
+        assert v["before"] == pytest.approx(d["flops_per_step"][p]["before"] / ta)
+        assert v["after"] == pytest.approx(d["flops_per_step"][p]["after"] / tb)
+    # same model, same tokens: forward and backward FLOPs per token do not move; recompute does
+    assert per_token["forward"]["delta"] == pytest.approx(0, abs=1e-6 * per_token["forward"]["before"])
+    assert per_token["backward"]["delta"] == pytest.approx(0, abs=1e-6 * per_token["backward"]["before"])
+    lc = d["largest_change"]
+    assert (lc["phase"], lc["basis"]) == ("recompute", "flops_per_token")
+    assert lc["delta"] == per_token["recompute"]["delta"] > 0
+    assert json.loads(render_json(d))["largest_change"]["phase"] == "recompute"
+    assert "Largest change: recompute FLOPs per token" in render_diff_html(d)
+    buf = io.StringIO()
+    render_terminal(d, Console(file=buf, width=160))
+    assert "Largest change: recompute FLOPs per token" in buf.getvalue()
+
+
+def test_largest_change_falls_back_to_per_step_without_tokens():
+    a = analyze(str(CPU / "ns_eager_sdpa.json.gz"), PEAK)
+    d = diff(a, a)
+    assert d["flops_per_token"] is None and d["largest_change"] is None  # nothing moved
+    b = analyze(str(CPU / "ns_ckpt_nonreentrant.json.gz"), PEAK)
+    d = diff(a, b)
+    assert d["flops_per_token"] is None and d["largest_change"]["basis"] == "flops_per_step"
+    deltas = {p: abs(d["flops_per_step"][p]["delta"]) for p in ("forward", "backward", "recompute", "optimizer", "other")}
+    assert d["largest_change"]["phase"] == max(deltas, key=deltas.get)
+    d = diff(a, gpt("ns_ckpt_nonreentrant.json.gz"))
+    assert d["largest_change"]["basis"] == "flops_per_step" and any("per token" in w for w in d["warnings"])
+
+
+def test_cli_diff_names_recompute(tmp_path):
+    from traceflops.cli_reports import diff_cmd
+
+    group = click.Group(commands={"diff": diff_cmd})
+    model = ["--params", "136320", "--layers", "2", "--heads", "4", "--head-dim", "20", "--seq-len", "24", "--peak-tflops", "1"]
+    r = CliRunner().invoke(group, ["diff", str(CPU / "ns_eager_sdpa.json.gz"), str(CPU / "ns_ckpt_nonreentrant.json.gz"), "--format", "json", *model])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["largest_change"]["phase"] == "recompute"

@@ -5,6 +5,13 @@ differences (after − before) and per-step means:
 
 * `headline`: MFU, MFU without attention, HFU, FLOPs coverage, mean step time
   (wall / steps), matmul FLOPs per step by phase;
+* `flops_per_token`: matmul FLOPs by phase per token of this device, when both
+  analyses know their tokens per step (`model['tokens_per_step']`: given, or
+  inferred from the input embedding when the model is described; a job's
+  global tokens are divided by its world size), else null;
+* `largest_change`: the phase whose matmul FLOPs moved most, per token when
+  `flops_per_token` is known (runs with different batch or micro-batch counts
+  compare), else per step; `basis` says which; null when nothing moved;
 * `loss_budget`: each term's fractions and delta, sorted by |delta| (unknown
   deltas last);
 * `time_us`: the time partition per step (mean);
@@ -63,6 +70,30 @@ def _side(a: Analysis) -> dict[str, Any]:
     }
 
 
+def _device_tokens(a: Analysis) -> float | None:
+    """Tokens per step on this trace's device: the model's (global) tokens over the world size it was split by."""
+    m = a.model or {}
+    tokens = m.get("tokens_per_step")
+    if not tokens:
+        return None
+    whole, share = m.get("flops_per_step"), m.get("flops_per_step_device")
+    world = round(whole / share) if whole and share else 1
+    return tokens / max(world, 1)
+
+
+def _largest_change(by_phase: dict[str, dict], basis: str) -> dict[str, Any] | None:
+    """The phase (never `executed`, their sum) whose FLOPs moved most; ties go to the earlier phase."""
+    best = None
+    for p in PHASES:
+        v = by_phase[p]
+        if v["delta"] is None or v["delta"] == 0:
+            continue
+        if best is None or abs(v["delta"]) > abs(best["delta"]):
+            rel = None if not v["before"] else v["delta"] / v["before"]
+            best = {"phase": p, "basis": basis, **v, "relative": rel}
+    return best
+
+
 def _moved(fa: pl.DataFrame | None, fb: pl.DataFrame | None, key: str, value: str, na: int, nb: int, extra: tuple[str, ...] = ()) -> list[dict]:
     """Rows of two roll-ups joined on `key`, per-step `value` before/after/delta, by |delta|."""
     if fa is None or fb is None:
@@ -96,6 +127,16 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     headline = {k: _pair(ta.get(k), tb.get(k)) for k in ("mfu", "mfu_no_attention", "hfu", "flops_coverage")}
     headline["step_us"] = _pair(_per_step(ta.get("wall_us"), na), _per_step(tb.get("wall_us"), nb))
     flops = {p: _pair(_per_step(ta["flops"][p], na), _per_step(tb["flops"][p], nb)) for p in (*PHASES, "executed")}
+    tok_a, tok_b = _device_tokens(a), _device_tokens(b)
+    per_token = None
+    if tok_a and tok_b:
+        per_token = {p: _pair(_per_step(v["before"], tok_a), _per_step(v["after"], tok_b)) for p, v in flops.items()}
+        basis = "flops_per_token"
+    else:
+        basis = "flops_per_step"
+        if tok_a != tok_b:
+            warnings.append("tokens per step known for only one trace: FLOPs compared per step, not per token")
+    largest = _largest_change(per_token or flops, basis)
     la, lb = ta.get("loss_budget") or {}, tb.get("loss_budget") or {}
     terms = [{"term": k, **_pair(la.get(k), lb.get(k))} for k in dict.fromkeys([*la, *lb])]
     terms.sort(key=lambda r: (r["delta"] is None, -abs(r["delta"] or 0.0)))
@@ -114,6 +155,8 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
         "after": _side(b),
         "headline": headline,
         "flops_per_step": flops,
+        "flops_per_token": per_token,
+        "largest_change": largest,
         "loss_budget": terms,
         "time_us_per_step": time_us,
         "kernels": kernels,
@@ -143,6 +186,20 @@ def _ms(us, signed: bool = False) -> str:
     return f"{us / 1e3:+.3f} ms" if signed else f"{us / 1e3:.3f} ms"
 
 
+def largest_change_text(d: dict[str, Any]) -> str:
+    """One line: which phase's matmul FLOPs moved most, and by how much."""
+    from .report.terminal import _flops
+
+    lc = d.get("largest_change")
+    if not lc:
+        return "Largest change: no phase's matmul FLOPs moved"
+    unit = "per token" if lc["basis"] == "flops_per_token" else "per step"
+    rel = "" if lc["relative"] is None else f", {lc['relative'] * 100:+.1f}%"
+    sign = "+" if lc["delta"] > 0 else "−"
+    return (f"Largest change: {lc['phase']} FLOPs {unit}, {sign}{_flops(abs(lc['delta']))} "
+            f"({_flops(lc['before'])} → {_flops(lc['after'])}{rel})")
+
+
 def render_terminal(d: dict[str, Any], console=None) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -163,7 +220,10 @@ def render_terminal(d: dict[str, Any], console=None) -> None:
     ht.add_row("step time", _ms(s["before"]), _ms(s["after"]), _ms(s["delta"], True))
     for p, v in d["flops_per_step"].items():
         ht.add_row(f"{p} FLOPs/step", _flops(v["before"]), _flops(v["after"]), _flops(v["delta"]))
+    for p, v in (d.get("flops_per_token") or {}).items():
+        ht.add_row(f"{p} FLOPs/token", _flops(v["before"]), _flops(v["after"]), _flops(v["delta"]))
     c.print(ht)
+    c.print(f"[bold]{escape(largest_change_text(d))}[/bold]")
     bt = Table(title="Loss budget terms, by size of change")
     for col in ("term", "before", "after", "delta"):
         bt.add_column(col, justify="right")
@@ -208,6 +268,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
             ("HFU", _pp(h["hfu"]["after"]), f"{_pp(h['hfu']['delta'], True)} from {_pp(h['hfu']['before'])}"),
             ("step time", _ms(h["step_us"]["after"]), f"{_ms(h['step_us']['delta'], True)} from {_ms(h['step_us']['before'])}"),
         ]),
+        f'<p class="largest-change"><b>{H.e(largest_change_text(d))}</b></p>',
         H.h2(f"Warnings ({len(d['warnings'])})", "warnings"),
         H.warnings_list(d["warnings"]),
         H.h2("Loss budget terms, by size of change", "budget"),
@@ -216,7 +277,9 @@ def render_diff_html(d: dict[str, Any]) -> str:
         H.h2("Per step", "steps"),
         H.table(["", "before", "after", "delta"],
                 [[f"time: {H.PART_LABELS.get(k, k)}", _ms(v["before"]), _ms(v["after"]), _ms(v["delta"], True)] for k, v in d["time_us_per_step"].items()]
-                + [[f"{p} FLOPs", H.si(v["before"], "FLOP"), H.si(v["after"], "FLOP"), H.si(v["delta"], "FLOP")] for p, v in d["flops_per_step"].items()]),
+                + [[f"{p} FLOPs", H.si(v["before"], "FLOP"), H.si(v["after"], "FLOP"), H.si(v["delta"], "FLOP")] for p, v in d["flops_per_step"].items()]
+                + [[f"{p} FLOPs per token", H.si(v["before"], "FLOP"), H.si(v["after"], "FLOP"), H.si(v["delta"], "FLOP")]
+                   for p, v in (d.get("flops_per_token") or {}).items()]),
     ]
     if d["kernels"]:
         body += [H.h2("Kernels whose time per step moved most", "kernels"),
