@@ -14,7 +14,7 @@ from . import hardware as hw
 from . import budget as bd
 from . import metrics
 from . import modelflops as mf
-from . import rollup, roofline
+from . import advice, rollup, roofline, stepstats
 from . import timeline as tl
 from . import sanity  # --- sanity ---
 from .counting import count_ops, has_formula
@@ -61,6 +61,9 @@ class Analysis:
     top_kernels: pl.DataFrame | None = None  # by name, ranked by recoverable time
     by_kernel: pl.DataFrame | None = None
     by_module: pl.DataFrame | None = None
+    by_gemm_shape: pl.DataFrame | None = None  # per GEMM shape, with wave-quantization hints
+    advice: list[dict[str, Any]] = field(default_factory=list)  # ranked by the share of step time it would recover
+    step_stats: dict[str, Any] | None = None  # variance, outlier and warm-up steps
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -157,7 +160,12 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     top = roofline.top_recoverable(roof) if roof is not None else None
     kernel_rollup = rollup.by_kernel(kernels) if device_trace else None
     module_rollup = rollup.by_module(ops, kernels) if device_trace else None
-    return Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks, part, gaps, stats, roof, top, kernel_rollup, module_rollup)
+    gemm_shapes = rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None
+    a = Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks, part, gaps, stats, roof, top,
+                 kernel_rollup, module_rollup, gemm_shapes)
+    a.advice = advice.advise(a, exclude_steps=opt.exclude_steps)
+    a.step_stats = stepstats.step_stats(steps)
+    return a
 
 
 def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions) -> dict[str, float] | None:

@@ -80,6 +80,9 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "top_kernels": _rows(a.top_kernels, 20),
         "modules": _rows(a.by_module, 50),
         "idle_gaps_by_reason": a.totals.get("idle_us_by_reason"),
+        "advice": a.advice,
+        "step_stats": a.step_stats,
+        "gemm_shapes": _rows(a.by_gemm_shape, 30),
         "totals": a.totals,
         "warnings": a.warnings,
     }

@@ -108,5 +108,16 @@ def render(a: Analysis, console: Console | None = None) -> None:
     if a.outside_steps:
         o = a.outside_steps
         c.print(f"outside steps: {o['kernels']} device activities, {o['device_us'] / 1e3:.3f} ms")
+    if a.advice:
+        c.print("[bold]What to try, by the step time it would recover[/bold]")
+        for i, item in enumerate(a.advice[:6], 1):
+            c.print(f" {i}. {escape(item['title'])}  [bold]{_pct(item['recoverable'])}[/bold]")
+            for ev in item["evidence"][:2]:
+                c.print(f"    [dim]{escape(ev)}[/dim]")
+            c.print(f"    try: {escape('; '.join(item['remedies'][:3]))}")
+    ss = a.step_stats or {}
+    flagged = [o for o in ss.get("outliers") or []] + [w for w in ss.get("warmup") or []]
+    if flagged:
+        c.print(f"steps: CV {_pct(ss.get('cv'))}; flagged: " + ", ".join(escape(str(x.get("name", x.get("step")))) for x in flagged))
     for w in a.warnings:
         c.print(f"[yellow]warning:[/yellow] {escape(w)}")
