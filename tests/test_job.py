@@ -125,3 +125,19 @@ def test_bus_bandwidth_against_nvlink(job):
     """H100 SXM: NVLink 900 GB/s both directions together, 450 GB/s each way (NVIDIA datasheet)."""
     c = job.collectives
     assert c["busbw_of_nvlink"][0] == pytest.approx(c["busbw_gbps"][0] * 1e9 / 450e9)
+
+
+def test_dlrm_terminal_job_view(shared):
+    """The job view a user reads: labelled trace-derived MFU, ranks, slowest rank per step,
+    collectives with skew, and a warning that all-reduce sizes are not recorded."""
+    from click.testing import CliRunner
+
+    from traceflops.cli import main
+
+    r = CliRunner().invoke(main, ["analyze", str(shared / "kineto" / "dlrm_8rank"), "--no-cache"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "model FLOPs from the trace" in out and "MFU" in out and "HFU" in out
+    for title in ("Ranks", "Job steps", "slowest rank", "Collectives", "skew"):
+        assert title in out, title
+    assert "record no message size" in out

@@ -65,6 +65,13 @@ def render(job: Job, console: Console | None = None) -> None:
         rt.add_row(str(r["rank"]), f"{(r['wall_us'] or 0) / 1e3:.3f}", _pct(r["device_mfu"]), _pct(r["hfu"]),
                    *[f"{(r.get(f'time_{k}') or 0) / 1e3:.2f}" for k in ("matmul", "other_compute", "communication_exposed", "idle")])
     c.print(rt)
+    if job.steps.height:
+        jt = Table(title="Job steps (step time = the slowest rank's)")
+        for col in ("step", "step time (ms)", "slowest rank", "ranks", "MFU", "HFU"):
+            jt.add_column(col, justify="right")
+        for r in job.steps.iter_rows(named=True):
+            jt.add_row(str(r["step"]), f"{r['step_us'] / 1e3:.3f}", str(r["slowest_rank"]), str(r["ranks"]), _pct(r["mfu"]), _pct(r["hfu"]))
+        c.print(jt)
     if job.collectives.height:
         ct = Table(title="Collectives (clock-aligned; longest arrival skew first)")
         for col in ("group", "#", "kind", "step", "ranks", "skew (us)", "transfer (us)", "last rank", "busbw (GB/s)"):
