@@ -445,6 +445,92 @@ def test_mi300_gemm_against_xprof_hlo_stats(shared, tmp_path):
             assert mine == pytest.approx(flops, rel=1e-3)
 
 
+def _xprof_hlo_stats(src: Path, tmp_path: Path) -> list[dict]:
+    """xprof's hlo_stats rows for a copy of src (xprof writes cache files beside its input)."""
+    r2t = pytest.importorskip("xprof.convert.raw_to_tool_data")
+    import json
+    import shutil
+
+    run = tmp_path / "plugins" / "profile" / "run"
+    run.mkdir(parents=True)
+    copy = run / "host.xplane.pb"
+    shutil.copy(src, copy)
+    data, _ = r2t.xspace_to_tool_data([str(copy)], "hlo_stats", {})
+    table = json.loads(data)
+    cols = [c["id"] for c in table["cols"]]
+    return [dict(zip(cols, [c.get("v") for c in r["c"]])) for r in table["rows"]]
+
+
+def _xprof_flops_by_op(rows: list[dict]) -> tuple[dict[str, float], dict[str, int]]:
+    """FLOPs and occurrences per HLO op name, summed over programs.
+
+    hlo_stats has no FLOPs column: model_flop_rate (GFLOP/s) x total_time (us) is the op's
+    model FLOPs over all its occurrences.
+    """
+    flops: dict[str, float] = {}
+    n: dict[str, int] = {}
+    for row in rows:
+        name = row["hlo_op_name"]
+        flops[name] = flops.get(name, 0.0) + row["model_flop_rate"] * 1e9 * row["total_time"] * 1e-6
+        n[name] = n.get(name, 0) + int(row["occurrences"])
+    return flops, n
+
+
+def test_gfx950_te_attention_against_xprof_hlo_stats(shared, tmp_path):
+    """Peer check with xprof's hlo_stats on the gfx950 Transformer Engine training profile.
+
+    The Triton GEMM fusions: FLOPs from shapes equal xprof's (its cost analysis), per op
+    summed over its 5 executions (2 x 4096 x 6144 x 2048 = 103079215104 each). The TE
+    fused-attention custom calls: xprof gives them 0 FLOPs (custom calls are opaque to its
+    cost analysis); traceflops derives them from the qkv shape. (xprof's occurrences for these
+    count kernels, 2 per forward and 5 per backward execution, not executions: not compared.)
+    """
+    src = _file(shared, "gfx950_jax_te_fused_attn_train.xplane.pb")
+    theirs, n_theirs = _xprof_flops_by_op(_xprof_hlo_stats(src, tmp_path))
+    ops = parse_xplane(str(src)).ops
+
+    gemm = ops.filter(pl.col("name").str.starts_with("gemm_fusion_dot"))
+    ours = {name: (n, f) for name, n, f in
+            gemm.group_by("name").agg(pl.len(), pl.col("flops_hint").sum()).iter_rows()}
+    assert len(ours) == 5 and gemm["matmul_hint"].all() and gemm["flops_hint"].null_count() == 0
+    assert {k for k in theirs if k.startswith("gemm_fusion_dot")} == set(ours)
+    for name, (n, f) in ours.items():
+        assert n == n_theirs[name] == 5
+        assert theirs[name] > 0
+        assert f == pytest.approx(theirs[name], rel=1e-2), name
+    total = sum(f for _, f in ours.values())
+    assert total == pytest.approx(sum(theirs[k] for k in ours), rel=1e-2)
+    assert total == 5 * 515396075520
+
+    attn = ops.filter(pl.col("name").str.starts_with("te_fused_attn"))
+    names = set(attn["name"])
+    assert names == {k for k in theirs if k.startswith("te_fused_attn")} and len(names) == 4
+    for name in names:
+        assert theirs[name] == 0, name
+    assert attn["flops_hint"].null_count() == 0 and (attn["flops_hint"] > 0).all()
+
+
+def test_tpu_v6e_inference_against_xprof_hlo_stats(shared, tmp_path):
+    """Peer check with xprof's hlo_stats on the TPU v6e profile: the parser's per-op FLOPs
+    (the compiler's flops stat) equal xprof's, op by op, and so do the occurrences."""
+    src = _file(shared, "tpu_v6e_inference.xplane.pb")
+    theirs, n_theirs = _xprof_flops_by_op(_xprof_hlo_stats(src, tmp_path))
+    ops = parse_xplane(str(src)).ops
+    assert ops["flops_hint"].null_count() == 0
+
+    per_op = ops.group_by("name").agg(pl.len(), pl.col("flops_hint").sum(),
+                                      pl.col("flops_hint").n_unique().alias("distinct"))
+    assert set(per_op["name"]) == set(theirs)
+    for name, n, f, distinct in per_op.iter_rows():
+        assert distinct == 1, name  # every execution of an op has the same FLOPs
+        assert n == n_theirs[name], name
+        assert f == pytest.approx(theirs[name], rel=1e-2, abs=0.5), name
+        assert f == round(theirs[name]), name  # integral: exact
+    # 3 x 400 adds of f32[5,1024,1024,256], 12 all-reduces of the same size
+    assert sum(theirs.values()) == pytest.approx(1626718863360, rel=1e-12)
+    assert per_op["flops_hint"].sum() == 1626718863360 == (3 * 400 + 12) * 5 * 1024 * 1024 * 256
+
+
 # --------------------------------------------------------------------------------------
 # xla_phases on small frames
 # --------------------------------------------------------------------------------------
