@@ -16,7 +16,7 @@ from . import metrics
 from . import modelflops as mf
 from . import advice, rollup, roofline, stepstats
 from . import timeline as tl
-from . import sanity  # --- sanity ---
+from . import sanity
 from .counting import count_ops, has_formula
 from .link import link, nearest
 from .model import PHASES, Trace
@@ -75,9 +75,7 @@ def analyze(path: str, options: ModelOptions | None = None, cache_dir=None, prog
     return analyze_trace(load(path, cache_dir, progress), options or ModelOptions())
 
 
-# --- sanity: clean the trace tables first (traceflops/sanity.py), check conservation last (InternalError) ---
-@sanity.checked
-# --- end sanity ---
+@sanity.checked  # cleans the trace tables first, checks conservation last (InternalError)
 def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     linked = link(trace)
     matmul_like = has_formula(linked.ops["name"], linked.ops["matmul_hint"])
@@ -87,15 +85,7 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     ops = count_ops(ops, kernels, device_trace)
 
     host, step_source = host_steps(trace)
-    warnings_cut = []
-    if trace.meta.get("truncated"):
-        if trace.kernels.height:
-            cut = incomplete_steps(host, trace.launches, trace.kernels)
-            for st, n in sorted(cut.items()):
-                warnings_cut.append(f"step {st} is incomplete in the cut file ({n} launches lost their device activity): left out of the totals")
-            opt = replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | set(cut))))
-        else:
-            warnings_cut.append("the file was cut: steps of a CPU-only trace cannot be checked for completeness")
+    opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
     ops = ops.with_columns(step=assign(ops, "ts", host))
     kernels = kernels.with_columns(step=assign(kernels, "launch_ts", host))
     kernels = classify_kernels(kernels, ops)
@@ -138,19 +128,10 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     roof = roofline.roofline(kernels, ops, hw.lookup(hardware["name"]) if hardware and hardware.get("source") != "--peak-tflops" else None, precision) if device_trace else None
     totals = totals_section(steps, ops, kernels, opt, peak)
     if roof is not None:
-        bound = kernels.filter(roofline.memory_bound_overlay(roof))
-        mb = tl.partition(bound, steps.select("step", "name", "ts", "dur", "start", "window")) if bound.height else None
-        use = ~pl.col("step").is_in(list(opt.exclude_steps))
-        totals["overlay_us"]["memory_bound"] = float((mb.filter(use)["window"] - mb.filter(use)["idle"]).sum()) if mb is not None else 0.0
+        totals["overlay_us"]["memory_bound"] = memory_bound_us(kernels, roof, steps, opt)
     totals["idle_us_by_reason"] = idle_by_reason(gaps, opt)
     warnings += metrics.suspect(totals.get("mfu"), totals.get("hfu"))
-    if totals["matmul_flops_unknown_count"]:
-        if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
-            warnings.append(
-                f"{totals['matmul_flops_unknown_count']} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"
-            )
-        else:
-            warnings.append(f"{totals['matmul_flops_unknown_count']} matmul ops have FLOPs that cannot be derived from their inputs")
+    warnings += unknown_flops_warnings(ops, totals)
     if hardware:
         hardware["precision"] = precision
         totals["mfu_by_precision"] = other_peaks(hardware, totals, precision, opt)
@@ -166,6 +147,37 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     a.advice = advice.advise(a, exclude_steps=opt.exclude_steps)
     a.step_stats = stepstats.step_stats(steps)
     return a
+
+
+def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:
+    """In a cut file, steps whose launches lost their kernels would give wrong numbers: leave them out."""
+    if not trace.meta.get("truncated"):
+        return opt, []
+    if not trace.kernels.height:
+        return opt, ["the file was cut: steps of a CPU-only trace cannot be checked for completeness"]
+    cut = incomplete_steps(host, trace.launches, trace.kernels)
+    notes = [f"step {st} is incomplete in the cut file ({n} launches lost their device activity): left out of the totals"
+             for st, n in sorted(cut.items())]
+    return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | set(cut)))), notes
+
+
+def memory_bound_us(kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions) -> float:
+    """Device time during which a memory-bound kernel ran (union over streams, within the analysed steps)."""
+    bound = kernels.filter(roofline.memory_bound_overlay(roof))
+    if bound.height == 0:
+        return 0.0
+    mb = tl.partition(bound, steps.select("step", "name", "ts", "dur", "start", "window"))
+    mb = mb.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    return float((mb["window"] - mb["idle"]).sum())
+
+
+def unknown_flops_warnings(ops: pl.DataFrame, totals: dict[str, Any]) -> list[str]:
+    n = totals["matmul_flops_unknown_count"]
+    if not n:
+        return []
+    if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
+        return [f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"]
+    return [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]
 
 
 def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions) -> dict[str, float] | None:
