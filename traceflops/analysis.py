@@ -69,6 +69,28 @@ class Analysis:
     def meta(self) -> dict[str, Any]:
         return self.trace.meta
 
+    @property
+    def collectives(self) -> pl.DataFrame:
+        """Communication kernels with their group, kind, payload and order within the group."""
+        from .job import collectives
+
+        return collectives(self)
+
+    def to_html(self) -> str:
+        from .api import to_html
+
+        return to_html(self)
+
+    def to_pandas(self) -> dict:
+        from .api import to_pandas
+
+        return to_pandas(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .api import to_dict
+
+        return to_dict(self)
+
 
 def analyze(path: str, options: ModelOptions | None = None, cache_dir=None, progress=None) -> Analysis:
     """`progress(done_bytes, total_bytes)` is called while a large file is read, if given."""
