@@ -164,6 +164,7 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     kernel_rollup = rollup.by_kernel(kernels) if device_trace else None
     module_rollup = rollup.by_module(ops, kernels) if device_trace else None
     gemm_shapes = rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None
+    steps = steps.filter(~pl.col("step").is_in(trace.meta.get("cut_steps") or []))
     a = Analysis(trace, ops, kernels, steps, hardware, model, totals, outside, warnings, ranks, part, gaps, stats, roof, top,
                  kernel_rollup, module_rollup, gemm_shapes)
     a.advice = advice.advise(a, exclude_steps=opt.exclude_steps)
@@ -172,15 +173,24 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
 
 
 def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:
-    """In a cut file, steps whose launches lost their kernels would give wrong numbers: leave them out."""
+    """In a cut file, steps whose numbers could differ from the whole file's are left out of the report."""
     if not trace.meta.get("truncated"):
         return opt, []
-    if not trace.kernels.height:
+    device_trace = trace.kernels.height or trace.launches.height or trace.meta.get("device_properties")
+    if not device_trace:
         return opt, ["the file was cut: steps of a CPU-only trace cannot be checked for completeness"]
-    cut = incomplete_steps(host, trace.launches, trace.kernels)
-    notes = [f"step {st} is incomplete in the cut file ({n} launches lost their device activity): left out of the totals"
+    if not trace.kernels.height:
+        # a device trace cut before any device activity was written: no step can be checked
+        cut, unbounded = {int(st): 0 for st in host["step"].to_list()}, set()
+    else:
+        cut, unbounded = incomplete_steps(host, trace.launches, trace.kernels)
+    notes = [f"step {st} is incomplete in the cut file ({n or 'all'} launches lost their device activity): left out"
              for st, n in sorted(cut.items())]
-    return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | set(cut)))), notes
+    notes += [f"step {st} may end differently in the whole file (the cut may have taken what bounds it): left out"
+              for st in sorted(unbounded)]
+    dropped = set(cut) | unbounded
+    trace.meta["cut_steps"] = sorted(dropped)
+    return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | dropped))), notes
 
 
 def memory_bound_us(kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions) -> float:

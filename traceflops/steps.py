@@ -84,17 +84,35 @@ def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
 DEVICE_WORK_LAUNCH = r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|MemsetAsync|MemcpyPeerAsync|ExtModuleLaunch"
 
 
-def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.DataFrame) -> dict[int, int]:
-    """Steps of a cut trace whose launches lost their device activity: step → launches missing.
+def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.DataFrame) -> tuple[dict[int, int], set[int]]:
+    """Steps of a cut trace whose numbers may differ from the whole file's.
 
-    Kineto writes device activities after the host ops, so a cut file can keep a
-    step's host span but lose its kernels; such a step's numbers would be wrong.
+    Returns (step → launches that lost their device activity, steps whose
+    device window the cut may have moved). Kineto writes device activities
+    after the host ops, so a cut can keep a step's host span but lose its
+    kernels. A step's window ends at the next step's first device activity:
+    it is unsure when the next step lost a launch made before its earliest
+    surviving one. The last step is unsure too: later steps may have been cut away.
     """
+    order = steps.sort("ts")["step"].to_list()
+    unsure = {order[-1]} if order else set()
     work = launches.filter(pl.col("name").str.contains(DEVICE_WORK_LAUNCH) & pl.col("correlation").is_not_null())
-    if work.height == 0 or kernels.height == 0:
-        return {}
-    lost = work.join(kernels.select("correlation").unique(), on="correlation", how="anti")
-    if lost.height == 0:
-        return {}
-    lost = lost.with_columns(step=assign(lost, "ts", steps))
-    return {s: n for s, n in lost.filter(pl.col("step") != OUTSIDE).group_by("step").len().iter_rows()}
+    if work.height == 0:
+        return {}, unsure
+    found = kernels.select("correlation").unique()
+    # Launches are written in time order: a step that ends after the last surviving launch lost its tail.
+    last_launch = float(work["ts"].max())
+    tail = steps.filter(pl.col("ts") + pl.col("dur") > last_launch)["step"].to_list()
+    work = work.with_columns(step=assign(work, "ts", steps)).filter(pl.col("step") != OUTSIDE)
+    lost = work.join(found, on="correlation", how="anti")
+    cut = dict(lost.group_by("step").len().iter_rows())
+    for st in tail:
+        cut.setdefault(st, 0)
+    if not cut:
+        return {}, unsure
+    first_kept = dict(work.join(found, on="correlation", how="semi").group_by("step").agg(pl.col("ts").min()).iter_rows())
+    first_lost = dict(lost.group_by("step").agg(pl.col("ts").min()).iter_rows())
+    for prev, nxt in zip(order, order[1:]):
+        if nxt in cut and (nxt not in first_kept or nxt not in first_lost or first_lost[nxt] <= first_kept[nxt]):
+            unsure.add(prev)
+    return cut, unsure - set(cut)

@@ -31,6 +31,7 @@ class StreamResult:
     truncated: bool = False  # the document ended before it was closed
     events_seen: int = 0
     stray: int = 0  # array entries after the last object that are not objects
+    events_complete: bool = False  # the traceEvents array closed: a cut, if any, came after it
     notes: list[str] = field(default_factory=list)
 
 
@@ -261,6 +262,7 @@ def stream_events(path: str, limit: int, batch_bytes: int = 32 << 20, chunk: int
         raise FormatError(path, "the file is empty", "re-export the trace")
     res.events_seen += len(batch)
     res.stray = sc.stray
+    res.events_complete = sc.state == "after"
     res.truncated = sc.state in ("before", "array") or (sc.state == "after" and not bytes(sc.head).rstrip().endswith(b"}"))
     if sc.state == "before":
         raise FormatError(path, "no traceEvents array found", "pass a PyTorch profiler (Kineto) trace")

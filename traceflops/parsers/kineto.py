@@ -183,12 +183,14 @@ def parse_kineto(path: str, *, max_bytes: int | None = None, progress=None) -> T
         if batch:
             frames.append(event_table(decode_batch(batch, warnings)))
     head = decode_head(res.head, warnings)
-    if res.truncated:
+    if res.truncated and res.events_complete:
+        warnings.add("the trace ends before its JSON closes, after its events: every event was read")
+    elif res.truncated:
         warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
     warnings.add(NOT_AN_OBJECT, res.stray)
     events = pl.concat(frames, how="vertical_relaxed") if frames else event_table([])
     trace = build_trace(events, head, warnings, source=str(path))
-    trace.meta["truncated"] = res.truncated
+    trace.meta["truncated"] = res.truncated and not res.events_complete
     return trace
 
 
