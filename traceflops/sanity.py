@@ -58,6 +58,9 @@ from .errors import EmptyTraceError, InternalError
 from .model import Trace, Warnings
 
 MAX_TIME_US = 1e19
+# No profile spans a day: an event this far from the trace's median time has a corrupt timestamp,
+# and keeping it would stretch a step window over years (float rounding then breaks conservation).
+MAX_SPREAD_US = 8.64e10
 OVERLAP_EPS_US = 5e-4  # timeline.MIN_GAP_US: below Kineto's 1 ns resolution, clock rounding
 NS_TS_US = 1e17
 NS_SPAN_US = 1e12
@@ -104,6 +107,27 @@ def drop_implausible_times(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
             bad = bad | (~v.is_finite() | (v.abs() >= MAX_TIME_US)).fill_null(False)
     out = frame.filter(~bad)
     return out, frame.height - out.height
+
+
+def drop_far_from_the_rest(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], int]:
+    """Drop events that start or end more than MAX_SPREAD_US from the median start of ops and kernels."""
+    starts = [t["ts"] for k, t in tables.items() if k in ("ops", "kernels") and t.height]
+    if not starts:
+        return tables, 0
+    center = pl.concat(starts).median()
+    if center is None:
+        return tables, 0
+    out, dropped = {}, 0
+    for name, t in tables.items():
+        if t.height == 0 or "ts" not in t.columns:
+            out[name] = t
+            continue
+        end = pl.col("ts") + pl.col("dur").fill_null(0) if "dur" in t.columns else pl.col("ts")
+        far = ((pl.col("ts") - center).abs() > MAX_SPREAD_US) | ((end - center).abs() > MAX_SPREAD_US)
+        kept = t.filter(~far.fill_null(False))
+        dropped += t.height - kept.height
+        out[name] = kept
+    return out, dropped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +227,8 @@ def clean(trace: Trace) -> Trace:
         frame, n = drop_implausible_times(getattr(trace, name))
         w.add(f"{name}: events with a non-finite or impossible (>= 1e19 µs) ts or dur (skipped)", n)
         tables[name] = frame
+    tables, n = drop_far_from_the_rest(tables)
+    w.add("events more than a day away from the rest of the trace (corrupt timestamp; skipped)", n)
     ops, n = drop_duplicates(tables["ops"], OP_KEY, op_duplicate_exempt())
     w.add("duplicate host ops (identical name, thread, ts, dur, External id; extra copies dropped)", n)
     kernels, n = drop_duplicates(tables["kernels"], KERNEL_KEY)

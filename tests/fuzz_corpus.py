@@ -1,0 +1,226 @@
+"""Bases from the shared fixtures and byte-level mutations for `test_fuzz.py`.
+
+Every mutation is `f(r, raw) -> bytes`, deterministic in the `random.Random` it is given.
+JSON byte mutations work on the uncompressed text; protobuf mutations on the `.xplane.pb`
+bytes as stored. Token and field positions are computed once per base and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import re
+
+from conftest import shared_fixtures
+
+# ------------------------------------------------------------------ shared bases
+
+# name -> (path under the shared fixtures, kind): the small ones only
+SHARED = {
+    "mi250_toy": ("kineto/mi250_toy_train.json.gz", "json"),
+    "dlrm_rank0": ("kineto/dlrm_8rank/rank0.json.gz", "json"),
+    "mi300_gemm_xplane": ("xplane/mi300_jax_gemm.xplane.pb", "xplane"),
+}
+
+
+def shared_available() -> bool:
+    return all((shared_fixtures() / rel).is_file() for rel, _ in SHARED.values())
+
+
+@functools.cache
+def shared_bytes(name: str) -> bytes:
+    """The base's bytes: decompressed JSON text as written by the profiler, or the protobuf as stored."""
+    rel, _ = SHARED[name]
+    data = (shared_fixtures() / rel).read_bytes()
+    return gzip.decompress(data) if rel.endswith(".gz") else data
+
+
+# ------------------------------------------------------------------ JSON byte mutations
+
+# Invalid UTF-8: a lone 0xff, a lone continuation byte, an overlong '/', an encoded surrogate,
+# a cut 3-byte sequence, a 5-byte form, a 4-byte sequence past U+10FFFF, Latin-1 'é', NUL.
+BAD_UTF8 = (b"\xff", b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\xf8\x88\x80\x80\x80",
+            b"\xf4\x90\x80\x80", b"\xe9", b"\xfe\xfe", b"\x00", b"\xc3", b"\xef\xbf")
+
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[,:\[\]{}]', re.S)
+
+
+@functools.lru_cache(maxsize=8)
+def _tokens(raw: bytes) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """(string literal spans, positions of structural characters outside strings)."""
+    strings, structural = [], []
+    for m in _TOKEN.finditer(raw):
+        (strings if raw[m.start()] == 0x22 else structural).append(m.span())
+    return tuple(strings), tuple(s for s, _ in structural)
+
+
+def _insert(raw: bytes, at: list[int], r) -> bytes:
+    b = bytearray(raw)
+    for p in sorted(at, reverse=True):
+        b[p:p] = r.choice(BAD_UTF8) * r.randint(1, 2)
+    return bytes(b)
+
+
+def j_nonutf8_string(r, raw: bytes) -> bytes:
+    """Invalid UTF-8 inside string literals (keys and values), 1-5 places."""
+    strings, _ = _tokens(raw)
+    at = []
+    for _ in range(r.randint(1, 5)):
+        s, e = r.choice(strings)
+        at.append(r.randint(s + 1, e - 1))  # between the quotes, may be just after the opening one
+    return _insert(raw, at, r)
+
+
+def j_nonutf8_between(r, raw: bytes) -> bytes:
+    """Invalid UTF-8 between tokens (before or after a , : [ ] { }), 1-5 places."""
+    _, structural = _tokens(raw)
+    return _insert(raw, [r.choice(structural) + r.randint(0, 1) for _ in range(r.randint(1, 5))], r)
+
+
+def j_bitflip(r, raw: bytes) -> bytes:
+    """Single-bit flips at random offsets (1-10)."""
+    b = bytearray(raw)
+    for _ in range(r.randint(1, 10)):
+        b[r.randrange(len(b))] ^= 1 << r.randrange(8)
+    return bytes(b)
+
+
+def j_flip_gz(r, raw: bytes) -> bytes:
+    """Random bytes changed inside the gzip stream (header, deflate data or CRC/size trailer)."""
+    b = bytearray(gzip.compress(raw, compresslevel=1))
+    for _ in range(r.randint(1, 4)):
+        b[r.randrange(len(b))] = r.randrange(256)
+    return bytes(b)
+
+
+JSON_BYTES = {
+    "nonutf8_string": j_nonutf8_string,
+    "nonutf8_between": j_nonutf8_between,
+    "bitflip": j_bitflip,
+    "flip_gz": j_flip_gz,
+}
+GZ_OUTPUT = {"flip_gz"}  # written as .json.gz
+
+
+# ------------------------------------------------------------------ protobuf mutations
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(b: bytes, i: int, end: int) -> tuple[int, int] | None:
+    n = shift = 0
+    while i < end and shift < 70:
+        c = b[i]
+        n |= (c & 0x7F) << shift
+        i += 1
+        if not c & 0x80:
+            return n, i
+        shift += 7
+    return None
+
+
+def _walk(b: bytes, lo: int, hi: int, out: list, depth: int) -> bool:
+    """Collect (length offset, length bytes, payload length) of every length-delimited field of the
+    message in b[lo:hi], descending into payloads that parse as messages. False if it does not parse."""
+    i, found = lo, []
+    while i < hi:
+        t = _read_varint(b, i, hi)
+        if t is None or t[0] >> 3 == 0:
+            return False
+        key, i = t
+        wt = key & 7
+        if wt == 0:
+            v = _read_varint(b, i, hi)
+            if v is None:
+                return False
+            i = v[1]
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+        elif wt == 2:
+            v = _read_varint(b, i, hi)
+            if v is None or v[1] + v[0] > hi:
+                return False
+            found.append((i, v[1] - i, v[0], v[1]))
+            i = v[1] + v[0]
+        else:
+            return False
+    if i != hi:
+        return False
+    for off, nlen, plen, start in found:
+        out.append((off, nlen, plen))
+        if depth < 12 and plen:
+            sub: list = []
+            if _walk(b, start, start + plen, sub, depth + 1):
+                out.extend(sub)
+    return True
+
+
+@functools.lru_cache(maxsize=4)
+def pb_fields(raw: bytes) -> tuple[tuple[int, int, int], ...]:
+    out: list = []
+    _walk(raw, 0, len(raw), out, 0)
+    return tuple(out)
+
+
+HUGE_LEN = (2**31 - 1, 2**31, 2**32 + 5, 2**62, 2**63 - 1, 2**64 - 1, 1 << 60)
+
+
+def p_flip(r, raw: bytes) -> bytes:
+    b = bytearray(raw)
+    for _ in range(r.randint(1, 10)):
+        p = r.randrange(len(b))
+        if r.random() < 0.5:
+            b[p] = r.randrange(256)
+        else:
+            b[p] ^= 1 << r.randrange(8)
+    return bytes(b)
+
+
+def p_insert(r, raw: bytes) -> bytes:
+    b = bytearray(raw)
+    for _ in range(r.randint(1, 6)):
+        p = r.randrange(len(b) + 1)
+        b[p:p] = bytes(r.randrange(256) for _ in range(r.randint(1, 16)))
+    return bytes(b)
+
+
+def p_delete(r, raw: bytes) -> bytes:
+    b = bytearray(raw)
+    for _ in range(r.randint(1, 6)):
+        p = r.randrange(len(b))
+        del b[p : p + r.randint(1, 32)]
+    return bytes(b)
+
+
+def p_truncate(r, raw: bytes) -> bytes:
+    return raw[: r.randrange(0, len(raw))]
+
+
+def p_huge_length(r, raw: bytes) -> bytes:
+    """A length-delimited field (at any depth) given a huge or off-by-some length, or a huge one appended."""
+    fields = pb_fields(raw)
+    if not fields or r.random() < 0.15:
+        return raw + _varint(r.randint(1, 12) << 3 | 2) + _varint(r.choice(HUGE_LEN)) + b"x" * r.randint(0, 8)
+    out = bytearray(raw)
+    for off, nlen, plen in sorted(r.sample(fields, min(len(fields), r.randint(1, 3))), reverse=True):
+        n = r.choice(HUGE_LEN + (plen + 1, plen + 1000, len(raw)))
+        out[off : off + nlen] = _varint(n)
+    return bytes(out)
+
+
+PB_BYTES = {
+    "pb_flip": p_flip,
+    "pb_insert": p_insert,
+    "pb_delete": p_delete,
+    "pb_truncate": p_truncate,
+    "pb_huge_length": p_huge_length,
+}
