@@ -26,7 +26,6 @@ def test_every_shared_kineto_trace_parses_and_accounts_for_its_kernels(shared):
         outside = (a.outside_steps or {}).get("kernels", 0)
         assert in_steps + outside == k.height, f.name
         t = a.totals
-        assert t["flops"]["executed"] == sum(t["flops"][p] for p in ("forward", "backward", "recompute", "optimizer", "other"))
         if t["matmul_flops_unknown_count"]:
             assert any("FLOPs" in w for w in a.warnings), f.name
 

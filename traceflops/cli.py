@@ -76,7 +76,7 @@ def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tab
         click.echo(jobreport.render_json(job))
     else:
         jobreport.render(job)
-    write_job_extras(job, html_out, tables_dir)
+    write_extras(job, html_out, tables_dir)
 
 
 @main.command()
@@ -184,7 +184,7 @@ def mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, ha
         click.echo(f"band: {out['band']} ({mf.BAND_CAVEAT})")
 
 
-from .cli_reports import annotate_cmd, diff_cmd, write_extras, write_job_extras  # noqa: E402
+from .cli_reports import annotate_cmd, diff_cmd, write_extras  # noqa: E402
 
 main.add_command(annotate_cmd)
 main.add_command(diff_cmd)

@@ -6,8 +6,7 @@ Registered by `cli.py`:
     main.add_command(annotate_cmd)
     main.add_command(diff_cmd)
 
-and `analyze` calls `write_extras(analysis, html, tables)` (one trace) or
-`write_job_extras(job, html, tables)` (many). Errors are one line with the
+and `analyze` calls `write_extras(result, html, tables)` for one trace or a job. Errors are one line with the
 README's exit codes (`cli._run`).
 """
 
@@ -46,31 +45,21 @@ def _write_tables(fn, what, directory: str) -> dict:
         raise InputError(directory, f"cannot write tables ({e.strerror or e})", "check the directory is writable") from None
 
 
-def write_extras(analysis, html: str | None = None, tables: str | None = None) -> None:
-    """`analyze --html PATH --tables DIR` for one trace; says what it wrote on stderr (stdout stays the report)."""
-    if html:
-        from .report.html import render_html
+def write_extras(result, html: str | None = None, tables: str | None = None) -> None:
+    """`analyze --html PATH --tables DIR` for one trace (an Analysis) or many ranks (a Job).
 
-        _write_text(html, render_html(analysis))
+    Says what it wrote on stderr, so stdout stays the report.
+    """
+    if html:
+        from .api import to_html
+
+        _write_text(html, to_html(result))
         click.echo(f"wrote {html}", err=True)
     if tables:
-        from .tables import write_tables
+        from .job import Job
+        from .tables import write_job_tables, write_tables
 
-        done = _write_tables(write_tables, analysis, tables)
-        click.echo(f"wrote {len(done)} tables (parquet and csv) to {tables}", err=True)
-
-
-def write_job_extras(job, html: str | None = None, tables: str | None = None) -> None:
-    """`analyze --html PATH --tables DIR` for many ranks."""
-    if html:
-        from .report.html import render_job_html
-
-        _write_text(html, render_job_html(job))
-        click.echo(f"wrote {html}", err=True)
-    if tables:
-        from .tables import write_job_tables
-
-        done = _write_tables(write_job_tables, job, tables)
+        done = _write_tables(write_job_tables if isinstance(result, Job) else write_tables, result, tables)
         click.echo(f"wrote {len(done)} tables (parquet and csv) to {tables}", err=True)
 
 

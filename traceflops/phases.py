@@ -60,10 +60,9 @@ def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node
     parent_seq = has_parent & has_seq[p]
     parent_node = has_parent & is_node[p]
     outermost = has_seq & ~is_node & (~parent_seq | parent_node)
-    sig = (ops["name"] + "|" + ops["dims"].fill_null("")).to_numpy()
-    forward_roots = set(sig[outermost & ~in_bwd].tolist())
-    cand = outermost & in_bwd
-    return cand & np.fromiter((x in forward_roots for x in sig), dtype=bool, count=len(sig))
+    sig = ops["name"] + "|" + ops["dims"].fill_null("")
+    forward_roots = sig.filter(pl.Series(outermost & ~in_bwd)).unique()
+    return outermost & in_bwd & sig.is_in(forward_roots.implode()).to_numpy()
 
 
 def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:

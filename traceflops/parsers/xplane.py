@@ -742,16 +742,22 @@ def _gpu_props(p: XPlane) -> dict:
 # --------------------------------------------------------------------------------------
 
 
+def _with_metadata(b: _Builder, em: dict, events):
+    """Events with their metadata; an event whose metadata is missing is counted and skipped."""
+    for e in events:
+        md = em.get(e.metadata_id)
+        if md is None:
+            b.w.add("events whose metadata is missing (skipped)")
+            continue
+        yield e, md
+
+
 def _scan_host_line(b: _Builder, p: XPlane, ln, tid: str, base_ns: int, launches: list[_Launch]) -> None:
     em = p.event_metadata
     pid = p.name
     lts = ln.timestamp_ns
     other = 0
-    for e in ln.events:
-        md = em.get(e.metadata_id)
-        if md is None:
-            b.w.add("events whose metadata is missing (skipped)")
-            continue
+    for e, md in _with_metadata(b, em, ln.events):
         st = e.stats
         if e.num_occurrences and not e.offset_ps:
             b.w.add("aggregated events (num_occurrences, no timestamp) not analysed")
@@ -823,11 +829,7 @@ def _scan_device_plane(b: _Builder, p: XPlane, base_ns: int, kernel_launch: dict
             work = work or bool(ln.events)
             continue
         if not is_tpu and lname.startswith("Stream"):
-            for e in ln.events:
-                md = em.get(e.metadata_id)
-                if md is None:
-                    b.w.add("events whose metadata is missing (skipped)")
-                    continue
+            for e, md in _with_metadata(b, em, ln.events):
                 st = e.stats
                 corr = _int(_stat(st, md.stats, "correlation_id"))
                 ts = _us(ln.timestamp_ns, e.offset_ps, base_ns)
@@ -856,11 +858,7 @@ def _scan_device_plane(b: _Builder, p: XPlane, base_ns: int, kernel_launch: dict
 
 def _tpu_ops(b: _Builder, p: XPlane, ln, tid: str, device: int | None, base_ns: int) -> None:
     em = p.event_metadata
-    for e in ln.events:
-        md = em.get(e.metadata_id)
-        if md is None:
-            b.w.add("events whose metadata is missing (skipped)")
-            continue
+    for e, md in _with_metadata(b, em, ln.events):
         ms = md.stats
         st = e.stats
         name = md.display_name or md.name
