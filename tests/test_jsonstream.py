@@ -23,11 +23,24 @@ TRICKY = {
 }
 
 
+def decode(block, strict):
+    """A run of array entries, as json.loads sees it; strict blocks that are not whole entries give None."""
+    try:
+        out = json.loads(bytes(block))
+    except ValueError:
+        if strict:
+            return None
+        raise
+    if strict and not all(isinstance(e, dict) for e in out):
+        return None
+    return out
+
+
 def run(path, chunk, limit=1 << 30):
     events, res = [], None
-    for batch, res in stream_events(str(path), limit, batch_bytes=64, chunk=chunk):
-        for block in batch:  # each block is a run of complete array entries
-            events += json.loads(b"[" + block.lstrip(b", \n\r\t") + b"]")
+    for decoded, res in stream_events(str(path), limit, decode, chunk=chunk):
+        for entries in decoded:
+            events += entries
     return events, res
 
 
@@ -78,7 +91,38 @@ def test_progress_reports_bytes_read(tmp_path):
     p = tmp_path / "t.json"
     p.write_bytes(raw)
     seen = []
-    for _ in stream_events(str(p), 1 << 30, chunk=16, progress=lambda done, total: seen.append((done, total))):
+    for _ in stream_events(str(p), 1 << 30, decode, chunk=16, progress=lambda done, total: seen.append((done, total))):
         pass
     assert seen[-1] == (len(raw), len(raw))
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("chunk", [40, 97, 256, 4096])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_likely_cuts_inside_strings_and_args_are_refused(tmp_path, chunk, indent):
+    """'}, {' inside a name or between objects of an args list is not a boundary between events."""
+    rng = random.Random(chunk)
+    traps = ['a}, {"ph": "X"', "}, {", "x\\\"}, {\\\""]
+    events = []
+    for i in range(300):
+        ev = {"ph": "X", "name": rng.choice(traps) + str(i), "ts": i, "dur": 1}
+        if i % 3 == 0:
+            ev["args"] = {"l": [{"a": i}, {"b": "}, {"}, {"c": [{}, {}]}]}
+        events.append(ev)
+    doc = {"traceEvents": events, "deviceProperties": [{"id": 0}, {"id": 1}]}
+    p = tmp_path / "t.json"
+    p.write_bytes(json.dumps(doc, indent=indent).encode())
+    proven = []
+
+    def counting(block, strict):
+        out = decode(block, strict)
+        proven.append(strict and out is not None)
+        return out
+
+    got = []
+    for decoded, res in stream_events(str(p), 1 << 30, counting, chunk=chunk):
+        for entries in decoded:
+            got += entries
+    assert got == events and not res.truncated
+    assert json.loads(res.head)["deviceProperties"] == doc["deviceProperties"]
+    assert any(proven)  # the fast path did run, and its refusals fell back without loss

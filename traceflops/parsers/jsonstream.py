@@ -1,19 +1,21 @@
 """Streaming split of a chrome-trace JSON document into batches of whole events.
 
-The file is read in chunks (decompressing as it goes); numpy finds the string,
-escape and nesting structure of each chunk, so the events of the
-`traceEvents` array come out as byte slices ready for a typed decoder, and
-the rest of the top-level object (device properties, distributed info) as a
-small document of its own. Neither the whole file nor its decoded form is held
+The file is read in chunks (decompressing as it goes). Each chunk is cut at its
+last likely boundary between events and handed to a typed decoder, whose
+success proves the cut; where it does not, numpy finds the string, escape and
+nesting structure of the chunk. The rest of the top-level object (device
+properties, distributed info) comes out as a small document of its own. Neither the whole file nor its decoded form is held
 at once. A document cut short yields every event that was complete.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,6 @@ _KEY = b'"traceEvents"'
 class StreamResult:
     head: bytes = b""  # the top-level object without its traceEvents array
     truncated: bool = False  # the document ended before it was closed
-    events_seen: int = 0
     stray: int = 0  # array entries after the last object that are not objects
     events_complete: bool = False  # the traceEvents array closed: a cut, if any, came after it
     notes: list[str] = field(default_factory=list)
@@ -238,29 +239,100 @@ def _outside_string(prefix: bytes, at: int, struct: np.ndarray) -> bool:
     return not sc.in_string
 
 
-def stream_events(path: str, limit: int, batch_bytes: int = 32 << 20, chunk: int = 8 << 20, progress=None) -> Iterator[tuple[list[bytes], StreamResult]]:
-    """Yield batches of raw event objects; the last yield carries the head and truncation state."""
+_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_SEP = b", \n\r\t"
+
+
+def last_cut(data: bytes) -> int:
+    """Offset just past the last '}' followed by ', {': a likely boundary between two events, or -1.
+
+    Only a likely one: it may sit inside a string or an event's args. The
+    caller proves it by decoding what precedes it (see `stream_events`).
+    """
+    n = len(data)
+    for window in (1 << 16, 1 << 20, n):
+        lo = max(0, n - window)
+        found = None
+        for found in _CUT.finditer(data, lo):
+            pass
+        if found is not None:
+            return found.start() + 1
+        if lo == 0:
+            break
+    return -1
+
+
+def _wrap(entries: bytes) -> bytes:
+    return b"[" + entries.lstrip(_SEP) + b"]"
+
+
+def _as_array(pending: bytes, data: bytes, end: int) -> bytearray:
+    """'[' + pending + data[:end] + ']' in one buffer: each chunk is copied once."""
+    start = 0
+    if not pending:
+        while start < end and data[start] in _SEP:
+            start += 1
+    buf = bytearray(b"[")
+    buf += pending
+    buf += memoryview(data)[start:end]
+    buf += b"]"
+    return buf
+
+
+def stream_events(path: str, limit: int, decode: Callable[[bytes, bool], Any], chunk: int = 8 << 20, progress=None) -> Iterator[tuple[list, StreamResult]]:
+    """Decode the traceEvents array chunk by chunk; yield `(decoded blocks, state)`, the last with the head.
+
+    `decode(text, strict)` gets a JSON array of trace entries. The fast path cuts each chunk at its last likely
+    event boundary and asks for a strict decode, which must return None unless
+    the array holds only whole JSON objects. Because every array starts
+    between two entries, one that decodes whole also ends between two
+    entries: the decode proves the cut, so no structural scan is needed. A cut
+    that fails the proof (an odd layout, a bad event, the array's end) sends that
+    chunk through the structural scanner, whose runs of entries are decoded
+    leniently (strict=False: bad entries are the decoder's to count).
+    """
     sc = _Scanner()
     res = StreamResult()
-    batch: list[bytes] = []
-    size = 0
+    pending = b""  # bytes from the start of an entry (between entries) to the end of what was read
     first = True
+
+    def scan(data: bytes) -> list:
+        nonlocal pending
+        sc.depth, sc.in_string, sc.escaped = 2, False, False
+        out = [decode(_wrap(b), False) for b in sc.feed(data)]
+        pending = bytes(sc.pending)
+        sc.pending.clear()
+        return out
+
     for data in raw_chunks(path, limit, chunk, progress):
         if first:
-            stripped = data.lstrip()
-            if not stripped.startswith(b"{"):
+            if not data.lstrip().startswith(b"{"):
                 raise FormatError(path, "not a JSON object (a Kineto trace is a JSON object with traceEvents)", "pass a PyTorch profiler trace")
             first = False
-        for ev in sc.feed(data):
-            batch.append(ev)
-            size += len(ev)
-            if size >= batch_bytes:
-                res.events_seen += len(batch)
-                yield batch, res
-                batch, size = [], 0
+        if sc.state == "before":
+            out = [decode(_wrap(b), False) for b in sc.feed(data)]
+            pending = bytes(sc.pending)
+            sc.pending.clear()
+            yield out, res
+            continue
+        if sc.state == "after":
+            sc.head += data
+            continue
+        cut = last_cut(data)
+        if cut >= 0:
+            decoded = decode(_as_array(pending, data, cut), True)
+            if decoded is not None:
+                pending = data[cut:].lstrip(_SEP)
+                yield [decoded], res
+                continue
+        elif len(pending) < 4 * chunk:
+            pending = pending + data if pending else data.lstrip(_SEP)  # no boundary yet: an entry longer than a chunk
+            continue
+        yield scan(pending + data), res
     if first:
         raise FormatError(path, "the file is empty", "re-export the trace")
-    res.events_seen += len(batch)
+    if sc.state == "array" and pending:
+        yield scan(pending), res
     res.stray = sc.stray
     res.events_complete = sc.state == "after"
     res.truncated = sc.state in ("before", "array") or (sc.state == "after" and not bytes(sc.head).rstrip().endswith(b"}"))
@@ -273,4 +345,4 @@ def stream_events(path: str, limit: int, batch_bytes: int = 32 << 20, chunk: int
         # close what is open so the head decodes: the root object, nothing else matters
         head = head.rstrip().rstrip(b",") + b"}" if not head.rstrip().endswith(b"}") else head
     res.head = head
-    yield batch, res
+    yield [], res

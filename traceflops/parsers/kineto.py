@@ -8,8 +8,11 @@ badly typed event is counted in `warnings`, it never aborts the decode.
 
 from __future__ import annotations
 
+import gc
 import re
-from typing import Any
+from contextlib import contextmanager
+from operator import attrgetter
+from typing import Any, Union
 
 import msgspec
 import orjson
@@ -31,7 +34,7 @@ from .io import max_bytes_default
 from .jsonstream import split_events, stream_events
 
 
-class _Args(msgspec.Struct, omit_defaults=True):
+class _Args(msgspec.Struct, omit_defaults=True, gc=False):
     ext_id: Any = msgspec.field(default=None, name="External id")
     ext_id_old: Any = msgspec.field(default=None, name="external id")
     correlation: Any = None
@@ -52,7 +55,9 @@ class _Args(msgspec.Struct, omit_defaults=True):
     group_size: Any = msgspec.field(default=None, name="Group size")
 
 
-class _Event(msgspec.Struct):
+# gc=False: millions of small structs that hold no reference cycles; tracking them
+# made the garbage collector a third of the decode time.
+class _Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -61,6 +66,32 @@ class _Event(msgspec.Struct):
     ts: Any = None
     dur: Any = None
     args: _Args | None = None
+
+
+# Every other chrome-trace phase decodes to an empty struct: its fields are skipped
+# unbuilt. Flow and instant events are close to half of a Kineto trace.
+_OTHER_PHASES = tuple(
+    msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False)
+    for i, ph in enumerate(["B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c", "(", ")"])
+)
+
+
+_ARGS = tuple(_Args.__struct_fields__)
+
+
+class _X(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event, the only phase the analysis reads."""
+
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: _Args | None = None
+
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[Union[(_X, *_OTHER_PHASES)]])  # noqa: UP007
 
 
 class _Head(msgspec.Struct):
@@ -107,24 +138,27 @@ def kernel_kinds(cat: pl.Expr, name: pl.Expr) -> pl.Expr:
     return pl.when((base == "compute") & name.str.contains(_COMM_RE.pattern)).then(pl.lit("communication")).otherwise(base)
 
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _HEAD_DECODER = msgspec.json.Decoder(_Head)
 _SEP = b", \n\r\t"
 NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
 
 
-def decode_batch(blocks: list[bytes], warnings: Warnings) -> list[_Event]:
-    """Typed decode of blocks of raw events (each a run of array entries); a bad block goes event by event."""
-    out: list[_Event] = []
-    for block in blocks:
-        try:
-            out += _EVENTS_DECODER.decode(b"[" + block.lstrip(_SEP) + b"]")
-            continue
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            pass
-        out += _decode_pieces(split_events(block), warnings)
-    return out
+def decode_block(text: bytes | bytearray, strict: bool, warnings: Warnings) -> dict[str, pl.DataFrame] | None:
+    """The complete events of a JSON array of trace entries, as the model's tables.
+
+    Strict: None unless the whole array decodes (the stream's proof of its cut).
+    Otherwise an array that fails whole is decoded entry by entry, and what
+    cannot be read is counted.
+    """
+    try:
+        events = _EVENTS_DECODER.decode(text)
+        return split_tables(event_table([e for e in events if e.__class__ is _X]), warnings)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        if strict:
+            return None
+    pieces = _decode_pieces(split_events(bytes(text).strip()[1:-1]), warnings)
+    return split_tables(event_table([e for e in pieces if e.ph == "X"]), warnings)
 
 
 def _decode_pieces(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
@@ -174,22 +208,39 @@ def decode_head(head: bytes, warnings: Warnings) -> _Head:
         return _Head()
 
 
+@contextmanager
+def _collector_paused():
+    """The decode makes millions of short-lived tuples and no reference cycles: a
+    collector pass over them cost as much as the decode itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def parse_kineto(path: str, *, max_bytes: int | None = None, progress=None) -> Trace:
     """Stream the file in chunks into typed event batches, then columns."""
+    with _collector_paused():
+        return _parse_kineto(path, max_bytes=max_bytes, progress=progress)
+
+
+def _parse_kineto(path: str, *, max_bytes: int | None, progress) -> Trace:
     warnings = Warnings()
     frames = []
     res = None
-    for batch, res in stream_events(path, max_bytes or max_bytes_default(), progress=progress):
-        if batch:
-            frames.append(event_table(decode_batch(batch, warnings)))
+    decode = lambda block, strict: decode_block(block, strict, warnings)  # noqa: E731
+    for tables, res in stream_events(path, max_bytes or max_bytes_default(), decode, progress=progress):
+        frames += tables
     head = decode_head(res.head, warnings)
     if res.truncated and res.events_complete:
         warnings.add("the trace ends before its JSON closes, after its events: every event was read")
     elif res.truncated:
         warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
     warnings.add(NOT_AN_OBJECT, res.stray)
-    events = pl.concat(frames, how="vertical_relaxed") if frames else event_table([])
-    trace = build_trace(events, head, warnings, source=str(path))
+    trace = build_trace(frames, head, warnings, source=str(path))
     trace.meta["truncated"] = res.truncated and not res.events_complete
     return trace
 
@@ -207,8 +258,15 @@ def _scalar(v: Any) -> Any:
     return v if v.__class__ in (float, str, bool) else None
 
 
-def _col(values: list, dtype) -> pl.Series:
+def _all_none(values: tuple | list) -> bool:
+    # Looks at the first value before counting: counting compares every value with None.
+    return not values or (values[0] is None and values.count(None) == len(values))
+
+
+def _col(values: tuple | list, dtype) -> pl.Series:
     """A typed column from loosely typed trace values; what does not convert becomes null."""
+    if _all_none(values):
+        return pl.repeat(None, len(values), dtype=dtype, eager=True)
     try:
         return pl.Series(values, dtype=dtype, strict=False)
     except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
@@ -222,77 +280,135 @@ def _dumps(v: Any) -> str | None:
         return None  # nesting too deep or integers too large to be shapes
 
 
-def _json_col(values: list) -> pl.Series:
-    dumps = orjson.dumps
+def _json_col(values: tuple | list) -> pl.Series:
+    """JSON text of the present values (shapes of ops; absent on the other events)."""
+    out: list = [None] * len(values)
+    if _all_none(values):
+        return pl.Series(out, dtype=pl.Utf8)
+    for i, v in enumerate(values):
+        if v is not None:
+            out[i] = _dumps(v)
+    return pl.Series(out, dtype=pl.Utf8)
+
+
+_BASE = attrgetter("cat", "name", "pid", "tid", "ts", "dur")
+
+
+def _text_col(values: tuple | list) -> pl.Series:
+    """Identifiers written as integers or strings (pid, tid, stream), as text."""
+    if _all_none(values):
+        return pl.repeat(None, len(values), dtype=pl.Utf8, eager=True)
     try:
-        return pl.Series([None if v is None else dumps(v).decode() for v in values], dtype=pl.Utf8)
-    except (TypeError, orjson.JSONEncodeError):
-        return pl.Series([None if v is None else _dumps(v) for v in values], dtype=pl.Utf8)
+        s = pl.Series(values)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        return _col(values, pl.Utf8)
+    # Integers cast in one pass: converting value by value was a tenth of the parse.
+    return s.cast(pl.Utf8) if s.dtype in (pl.Int64, pl.Utf8) else _col(values, pl.Utf8)
 
 
-def event_table(events: list[_Event]) -> pl.DataFrame:
-    """All complete ('X') events as one typed table, built column by column."""
-    xs = [e for e in events if e.ph == "X"]
-    args = [e.args or _EMPTY_ARGS for e in xs]
-    is_op = [e.cat in OP_CATS if e.cat.__class__ is str else False for e in xs]
-    # Shapes only matter for ops: keep the JSON encoding off the other events.
-    pick = lambda field: [getattr(a, field) if o else None for a, o in zip(args, is_op)]  # noqa: E731
-    ext = [a.ext_id if a.ext_id is not None else a.ext_id_old for a in args]
+def _str_col(values: tuple | list) -> pl.Series:
+    """Strings stay, anything else (a number where a name belongs) becomes null."""
+    if _all_none(values):
+        return pl.repeat(None, len(values), dtype=pl.Utf8, eager=True)
+    try:
+        return pl.Series(values, dtype=pl.Utf8)
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series([v if v.__class__ is str else None for v in values], dtype=pl.Utf8)
+
+
+def event_table(xs: list) -> pl.DataFrame:
+    """Complete ('X') events as one typed table, built column by column by C-level maps (no per-field loop)."""
+    nulls = (None,) * len(xs)
+    a = dict.fromkeys(_ARGS, nulls)
+    cat = name = pid = tid = ts = dur = ()
+    if xs:
+        cat, name, pid, tid, ts, dur = zip(*map(_BASE, xs))
+        rows = [e.args or _EMPTY_ARGS for e in xs]
+        for f in _ARGS:
+            values = tuple(map(attrgetter(f), rows))
+            if not _all_none(values):  # most args are absent from most traces
+                a[f] = values
+    ext = a["ext_id"]
+    if any(v is not None for v in a["ext_id_old"]):
+        ext = [n if n is not None else o for n, o in zip(ext, a["ext_id_old"])]
     return pl.DataFrame(
         {
-            "cat": _col([e.cat for e in xs], pl.Utf8),
-            "name": _col([e.name if e.name.__class__ is str else None for e in xs], pl.Utf8),
-            "pid": _col([e.pid for e in xs], pl.Utf8),
-            "tid": _col([e.tid for e in xs], pl.Utf8),
-            "ts": _col([e.ts for e in xs], pl.Float64),
-            "dur": _col([e.dur for e in xs], pl.Float64),
+            "cat": _col(cat, pl.Utf8),
+            "name": _str_col(name),
+            "pid": _text_col(pid),
+            "tid": _text_col(tid),
+            "ts": _col(ts, pl.Float64),
+            "dur": _col(dur, pl.Float64),
             "ext_id": _col(ext, pl.Int64),
-            "correlation": _col([a.correlation for a in args], pl.Int64),
-            "seq": _col([a.seq for a in args], pl.Int64),
-            "fwd_tid": _col([a.fwd_tid for a in args], pl.Int64),
-            "device": _col([a.device for a in args], pl.Int64),
-            "stream": _col([a.stream for a in args], pl.Utf8),
-            "bytes": _col([a.bytes for a in args], pl.Int64),
-            "collective": _col([a.collective if a.collective.__class__ is str else None for a in args], pl.Utf8),
-            "in_nelems": _col([a.in_nelems for a in args], pl.Int64),
-            "out_nelems": _col([a.out_nelems for a in args], pl.Int64),
-            "coll_dtype": _col([a.coll_dtype if a.coll_dtype.__class__ is str else None for a in args], pl.Utf8),
-            "pg_name": _col([a.pg_name for a in args], pl.Utf8),
-            "group_size": _col([a.group_size for a in args], pl.Int64),
-            "dims": _json_col(pick("dims")),
-            "types": _json_col(pick("types")),
-            "concrete": _json_col(pick("concrete")),
-            "strides": _json_col(pick("strides")),
+            "correlation": _col(a["correlation"], pl.Int64),
+            "seq": _col(a["seq"], pl.Int64),
+            "fwd_tid": _col(a["fwd_tid"], pl.Int64),
+            "device": _col(a["device"], pl.Int64),
+            "stream": _text_col(a["stream"]),
+            "bytes": _col(a["bytes"], pl.Int64),
+            "collective": _str_col(a["collective"]),
+            "in_nelems": _col(a["in_nelems"], pl.Int64),
+            "out_nelems": _col(a["out_nelems"], pl.Int64),
+            "coll_dtype": _str_col(a["coll_dtype"]),
+            "pg_name": _text_col(a["pg_name"]),
+            "group_size": _col(a["group_size"], pl.Int64),
+            "dims": _json_col(a["dims"]),
+            "types": _json_col(a["types"]),
+            "concrete": _json_col(a["concrete"]),
+            "strides": _json_col(a["strides"]),
         }
     )
 
 
-def _count(warnings: Warnings, frame: pl.DataFrame, reason: str) -> None:
-    for cat, n in frame.group_by("cat").len().iter_rows():
-        warnings.add(f"'{cat}' events {reason} (skipped)", n)
+_TABLE_OF = {c: "ops" for c in OP_CATS} | {c: "kernels" for c in KERNEL_CATS} | {c: "launches" for c in RUNTIME_CATS} | {c: "markers" for c in MARKER_CATS}
+TABLES = ("ops", "kernels", "launches", "markers")
+_COLUMNS = {
+    "ops": [c for c in OPS_SCHEMA if c not in HINT_COLUMNS and c != "op_id"],
+    "kernels": [c for c in KERNELS_SCHEMA if c not in ("kernel_id", "kind")] + ["cat", "tid"],
+    "launches": list(LAUNCHES_SCHEMA),
+    "markers": list(MARKERS_SCHEMA) + ["pid"],
+}
 
 
-def build_trace(ev: pl.DataFrame, head: _Head, warnings: Warnings, source: str) -> Trace:
+def split_tables(ev: pl.DataFrame, warnings: Warnings) -> dict[str, pl.DataFrame]:
+    """One chunk's complete events, sorted into the model's tables (ids are numbered once all are in).
+
+    Done per chunk so the wide table of every event is never whole in memory;
+    one pass labels each event, one count gives every warning.
+    """
     ev = ev.filter(~pl.col("cat").is_in(list(IGNORED_CATS)) | pl.col("cat").is_null())
     bad = pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("name").is_null()
-    _count(warnings, ev.filter(bad), "without a numeric ts/dur or a name")
-    _count(warnings, ev.filter(~bad & (pl.col("dur") < 0)), "with negative duration")
-    ev = ev.filter(~bad & (pl.col("dur") >= 0))
-    known = list(OP_CATS | set(KERNEL_CATS) | RUNTIME_CATS | MARKER_CATS)
-    for cat, n in ev.filter(~pl.col("cat").is_in(known) | pl.col("cat").is_null()).group_by("cat").len().iter_rows():
-        warnings.add(f"events of unknown category '{cat}' not analysed", n)
+    ev = ev.with_columns(
+        _why=pl.when(bad).then(pl.lit("without a numeric ts/dur or a name")).when(pl.col("dur") < 0).then(pl.lit("with negative duration")),
+        _table=pl.col("cat").replace_strict(_TABLE_OF, default=None),
+    )
+    for cat, why, table, n in ev.group_by("cat", "_why", "_table").len().iter_rows():
+        if why is not None:
+            warnings.add(f"'{cat}' events {why} (skipped)", n)
+        elif table is None:
+            warnings.add(f"events of unknown category '{cat}' not analysed", n)
+    parts = ev.filter(pl.col("_why").is_null() & pl.col("_table").is_not_null()).partition_by("_table", as_dict=True, include_key=False)
+    out = {}
+    for t in TABLES:
+        part = parts.get((t,))
+        out[t] = part.select(_COLUMNS[t]) if part is not None else ev.clear().select(_COLUMNS[t])
+    return out
 
+
+def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
+    """The chunks' tables joined in file order, numbered, with the head's metadata."""
+    empty = split_tables(event_table([]), Warnings())
+    tables = {t: pl.concat([p[t] for p in parts] or [empty[t]], how="vertical_relaxed") for t in TABLES}
     ops_df = with_null_hints(
-        ev.filter(pl.col("cat").is_in(list(OP_CATS)))
+        tables["ops"]
         .with_row_index("op_id")
         .with_columns(
             pl.col("op_id").cast(pl.Int64),
             cat=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op")),
         )
-        .select([c for c in OPS_SCHEMA if c not in HINT_COLUMNS])
     )
     kernels_df = (
-        ev.filter(pl.col("cat").is_in(list(KERNEL_CATS)))
+        tables["kernels"]
         .with_row_index("kernel_id")
         .with_columns(
             pl.col("kernel_id").cast(pl.Int64),
@@ -302,12 +418,9 @@ def build_trace(ev: pl.DataFrame, head: _Head, warnings: Warnings, source: str) 
         )
         .select(list(KERNELS_SCHEMA))
     )
-    launches_df = ev.filter(pl.col("cat").is_in(list(RUNTIME_CATS))).select(list(LAUNCHES_SCHEMA))
-    markers_df = (
-        ev.filter(pl.col("cat").is_in(list(MARKER_CATS)))
-        .with_columns(device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False)))
-        .select(list(MARKERS_SCHEMA))
-    )
+    launches_df = tables["launches"]
+    markers_df = tables["markers"].with_columns(device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False))).select(list(MARKERS_SCHEMA))
+    del tables
     steps_df = profiler_steps(ops_df)
 
     dist = head.distributedInfo if isinstance(head.distributedInfo, dict) else {}
