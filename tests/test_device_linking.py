@@ -64,3 +64,35 @@ def test_flops_counts_and_outside_work(tmp_path):
     # the one step's device window runs from its first to its last device activity
     s = a.steps.row(0, named=True)
     assert s["start"] == 200 and s["window"] == 790 - 200  # the graph kernel ends last and s["last"]
+
+
+def test_launch_op_is_the_innermost_enclosing_op_by_definition():
+    """`enclosing_op` against the definition: the latest-starting op on the thread whose span contains the instant."""
+    import numpy as np
+
+    from traceflops.link import _EPS_US, enclosing_op, nesting
+
+    rng = np.random.default_rng(7)
+    # properly nested spans on three threads, built recursively
+    starts, ends, threads = [], [], []
+
+    def spans(t, lo, hi, depth):
+        x = lo
+        while x < hi - 2 and depth < 5:
+            w = rng.uniform(1, (hi - x))
+            starts.append(x), ends.append(x + w), threads.append(t)
+            spans(t, x + rng.uniform(0, 0.2 * w), x + w * 0.9, depth + 1)
+            x += w + rng.uniform(0, 3)
+
+    for t in range(3):
+        spans(t, 0.0, 400.0, 0)
+    order = np.lexsort((-(np.array(ends) - np.array(starts)), np.array(starts), np.array(threads)))
+    ts, end, thread = np.array(starts)[order], np.array(ends)[order], np.array(threads)[order]
+    parent = nesting(thread, ts, end)
+    q_thread = rng.integers(0, 4, 2000)  # thread 3 has no ops
+    q_ts = rng.uniform(-5, 410, 2000)
+    got = enclosing_op(parent, thread, ts, end, q_thread, q_ts)
+    for qt, qs, g in zip(q_thread, q_ts, got):
+        inside = np.flatnonzero((thread == qt) & (ts <= qs) & (end > qs + _EPS_US))
+        want = inside.max() if len(inside) else -1
+        assert g == want

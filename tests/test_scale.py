@@ -97,3 +97,34 @@ def test_dlrm_same_report_sequential_parallel_merged_and_on_ray(shared, tmp_path
         assert strip_paths(cli("analyze", d, "--format", "json", "--no-cache", "--executor", "ray")) == seq
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize("fmt", ["json", "terminal"])
+def test_the_same_command_again_renders_the_kept_report(shared, tmp_path, fmt):
+    """Fresh and kept reports are the same; other options are analysed afresh, not served from the kept one."""
+    trace = shared / "kineto" / "a100_ddp_resnet_rank0.json.gz"
+    cdir = tmp_path / "cache"
+    fresh = cli("analyze", trace, "--format", fmt, "--no-cache")
+    cli("analyze", trace, "--format", fmt, "--cache-dir", cdir)
+    assert len(list(cdir.glob("*.tfreport"))) == 1
+    kept = cli("analyze", trace, "--format", fmt, "--cache-dir", cdir)
+    if fmt == "json":
+        a, b = json.loads(fresh), json.loads(kept)
+        assert a.keys() == b.keys()
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) or _close(a, b)
+    else:
+        assert kept == fresh
+    other = cli("analyze", trace, "--format", "json", "--cache-dir", cdir, "--peak-tflops", "100")
+    assert json.loads(other)["hardware"]["peak_flops"] == 100e12
+    assert len(list(cdir.glob("*.tfreport"))) == 2
+
+
+def _close(a, b, rel=1e-12):
+    """Equal up to the last bits of floats summed in parallel (polars' sum order varies between runs)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= rel * max(1.0, abs(a))
+    return a == b

@@ -46,7 +46,10 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
 
             summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir)
             return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir)
-        a = run_analysis(paths[0], opts, cache_dir, progress)
+        a = _cached_report(paths[0], opts, cache_dir) if not (html_out or tables_dir) else None
+        if a is None:
+            a = run_analysis(paths[0], opts, cache_dir, progress)
+            _store_report(paths[0], opts, cache_dir, a)
         if fmt == "json":
             from .report.jsonreport import render
 
@@ -58,6 +61,30 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
         write_extras(a, html_out, tables_dir)
 
     _run(debug, go)
+
+
+def _cached_report(path, opts, cache_dir):
+    """The same command on the same trace again: render what was kept, skip parse and analysis."""
+    import os
+
+    if cache_dir is None or not os.path.isfile(path):
+        return None
+    from . import cache
+
+    return cache.load_report(path, opts, cache_dir)
+
+
+def _store_report(path, opts, cache_dir, a):
+    import os
+
+    if cache_dir is None or not os.path.isfile(path):
+        return
+    from . import cache
+
+    try:
+        cache.store_report(path, opts, a, cache_dir)
+    except OSError:
+        pass  # the parsed-tables cache already says why a cache cannot be written, in warnings
 
 
 def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None):

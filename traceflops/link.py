@@ -1,8 +1,8 @@
 """Kernel → runtime launch → innermost enclosing op, and op nesting.
 
 Nesting is per host thread: an op's parent is the innermost op on the same
-(pid, tid) whose span contains it. Launches are nested the same way, which
-gives each launch its innermost enclosing op. Kernels reach their launch by
+(pid, tid) whose span contains it. A launch's op is found by the same rule,
+climbing the nesting already built instead of joining the stack walk. Kernels reach their launch by
 correlation id; one launch (a CUDA graph) may produce many kernels.
 """
 
@@ -75,34 +75,69 @@ class Linked:
     launches: pl.DataFrame  # + op_row
 
 
+OP_ORDER = (["pid", "tid", "ts", "dur", "op_id"], [False, False, False, True, False])
+
+
+def thread_order(ops: pl.DataFrame) -> pl.DataFrame:
+    """Ops by host thread, then start, outer before inner (longer first); a no-op when already so."""
+    cols, desc = OP_ORDER
+    order = ops.select(pl.arg_sort_by(cols, descending=desc))[:, 0].to_numpy()
+    if np.array_equal(order, np.arange(len(order))):
+        return ops  # the Kineto parser emits this order: no copy of the table
+    return ops[order]
+
+
+def thread_codes(ops: pl.DataFrame) -> np.ndarray:
+    """An integer per (pid, tid), increasing along the ops' thread order."""
+    same = (pl.col("pid").eq_missing(pl.col("pid").shift(1)) & pl.col("tid").eq_missing(pl.col("tid").shift(1))).fill_null(False)
+    return ops.select((~same).cum_sum())[:, 0].to_numpy().astype(np.int64)
+
+
+def enclosing_op(parent: np.ndarray, op_thread: np.ndarray, op_ts: np.ndarray, op_end: np.ndarray, thread: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Innermost op (row, or -1) whose span contains each instant, on its thread.
+
+    The answer lies on the ancestor chain of the last op started at or before the
+    instant (the same rule as `nesting`), so every query climbs that chain at
+    once: no per-event loop, and launches need not join the stack walk.
+    """
+    cur = np.full(len(ts), -1, dtype=np.int64)
+    by_thread = np.argsort(thread, kind="stable")
+    groups = np.flatnonzero(np.diff(thread[by_thread])) + 1
+    for sel in np.split(by_thread, groups) if len(ts) else []:
+        t = thread[sel[0]]
+        lo, hi = np.searchsorted(op_thread, t, side="left"), np.searchsorted(op_thread, t, side="right")
+        if hi > lo:
+            # the last op of the thread starting at or before the instant (ops are in start order)
+            k = np.searchsorted(op_ts[lo:hi], ts[sel], side="right") - 1
+            cur[sel] = np.where(k >= 0, k + lo, -1)
+    todo = np.flatnonzero(cur >= 0)
+    while len(todo):
+        out = op_end[cur[todo]] <= ts[todo] + _EPS_US
+        todo = todo[out]
+        cur[todo] = parent[cur[todo]]
+        todo = todo[cur[todo] >= 0]
+    return cur
+
+
 def link(trace: Trace) -> Linked:
-    ops = trace.ops.sort(["pid", "tid", "ts", "dur", "op_id"], descending=[False, False, False, True, False])
-    ops = ops.with_row_index("row").with_columns(pl.col("row").cast(pl.Int64), kind=pl.lit(0, pl.Int8))
+    ops = thread_order(trace.ops)
+    ops = ops.with_columns(row=pl.int_range(ops.height, dtype=pl.Int64))
+    ts = ops["ts"].to_numpy()
+    end = ts + ops["dur"].to_numpy()
+    thread = thread_codes(ops)
+    op_parent = nesting(thread, ts, end)
+    ops = ops.with_columns(parent=pl.Series(op_parent), depth=pl.Series(_depth(op_parent)))
+
+    # A launch's op: the innermost op of its thread containing its start.
     launches = trace.launches.with_row_index("launch_row").with_columns(pl.col("launch_row").cast(pl.Int64))
-
-    # Nest ops and launches together: a launch's parent is its innermost enclosing op.
-    both = pl.concat(
-        [
-            ops.select("pid", "tid", "ts", "dur", pl.col("row").alias("ref"), "kind"),
-            launches.select("pid", "tid", "ts", "dur", pl.col("launch_row").alias("ref"), kind=pl.lit(1, pl.Int8)),
-        ]
-    ).sort(["pid", "tid", "ts", "kind", "dur"], descending=[False, False, False, False, True])
-    ts = both["ts"].to_numpy()
-    end = ts + both["dur"].to_numpy()
-    thread = both.select(pl.struct(pl.col("pid").fill_null(""), pl.col("tid").fill_null("")).rank("dense"))
-    parent_pos = nesting(thread.to_series().to_numpy(), ts, end)
-    refs = both["ref"].to_numpy()
-    kinds = both["kind"].to_numpy()
-    # Map parent positions (in `both`) to op rows; launches are never parents of ops.
-    parent_is_op = (parent_pos >= 0) & (kinds[np.maximum(parent_pos, 0)] == 0)
-    parent_ref = np.where(parent_is_op, refs[np.maximum(parent_pos, 0)], -1)
-    is_op = kinds == 0
-    op_parent = np.full(ops.height, -1, dtype=np.int64)
-    op_parent[refs[is_op]] = parent_ref[is_op]
+    codes = ops.select("pid", "tid", pl.Series("_thread", thread)).unique(["pid", "tid"])
+    on_thread = launches.select("pid", "tid", "ts").join(codes, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left")
+    known = on_thread["_thread"].is_not_null().to_numpy()
     launch_op = np.full(launches.height, -1, dtype=np.int64)
-    launch_op[refs[~is_op]] = parent_ref[~is_op]
-
-    ops = ops.with_columns(parent=pl.Series(op_parent), depth=pl.Series(_depth(op_parent))).drop("kind")
+    if known.any():
+        launch_op[known] = enclosing_op(
+            op_parent, thread, ts, end, on_thread["_thread"].to_numpy()[known].astype(np.int64), on_thread["ts"].to_numpy()[known]
+        )
     launches = launches.with_columns(op_row=pl.Series(launch_op))
     launch_keys = (
         launches.filter(pl.col("correlation").is_not_null())

@@ -33,15 +33,9 @@ def in_optimizer(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
     return nearest(parent, mask) >= 0
 
 
-def backward_node(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
-    """Row of the innermost enclosing autograd node (new: `evaluate_function: X` → `X`; 2021: `XBackward0`)."""
-    is_node = (node_names(ops["name"]) != "").to_numpy()
-    return nearest(parent, is_node)
-
-
-def reentrant_recompute(node_name: np.ndarray, is_node: np.ndarray) -> np.ndarray:
+def reentrant_recompute(under_checkpoint: np.ndarray, is_node: np.ndarray) -> np.ndarray:
     """Forward ops re-run directly under `CheckpointFunctionBackward` (not in its inner backward)."""
-    return (node_name == CHECKPOINT_NODE) & ~is_node
+    return under_checkpoint & ~is_node
 
 
 def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -101,41 +95,44 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.nd
     return out
 
 
+_PHASE_CODE = {p: i for i, p in enumerate(("forward", "backward", "recompute", "optimizer", "other"))}
+
+
 def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None = None) -> pl.DataFrame:
     ops = linked.ops
     parent = ops["parent"].to_numpy()
-    names = node_names(ops["name"]).to_numpy()
-    is_node = names != ""
-    node_row = backward_node(ops, parent)
+    nodes = node_names(ops["name"])
+    is_node = (nodes != "").to_numpy()
+    node_row = nearest(parent, is_node)
     in_bwd = node_row >= 0
-    node_name = np.where(in_bwd, names[np.maximum(node_row, 0)], "")
+    # String work stays in polars: numpy object arrays of names were most of this stage's time.
+    node_name = pl.select(pl.when(pl.Series(in_bwd)).then(nodes.gather(np.maximum(node_row, 0))).otherwise(pl.lit(""))).to_series().alias("node")
 
     opt = in_optimizer(ops, parent)
-    reentrant = reentrant_recompute(node_name, is_node)
+    reentrant = reentrant_recompute((node_name == CHECKPOINT_NODE).to_numpy(), is_node)
     nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, parent)
     # Recompute is inherited by everything nested under a recomputed op.
     recompute_root = reentrant | nonreentrant
     recompute = nearest(parent, recompute_root) >= 0
 
-    cname = ops["name"].to_numpy()
-    is_compiled = (cname == COMPILED_FWD) | (cname == COMPILED_BWD)
-    region = nearest(parent, is_compiled)
-    region_name = np.where(region >= 0, cname[np.maximum(region, 0)], "")
+    kind = ops["name"].replace_strict({COMPILED_FWD: 1, COMPILED_BWD: 2}, default=0, return_dtype=pl.Int8).to_numpy()
+    region = nearest(parent, kind > 0)
+    region_name = np.array(["", COMPILED_FWD, COMPILED_BWD])[np.where(region >= 0, kind[np.maximum(region, 0)], 0)]
     recompute |= compiled_recompute(ops, region, region_name, matmul_like)
 
-    phase = np.full(ops.height, "forward", dtype=object)
-    phase[in_bwd] = "backward"
-    phase[recompute & in_bwd] = "recompute"
-    phase[opt] = "optimizer"
+    code = np.zeros(ops.height, dtype=np.int8)
+    code[in_bwd] = _PHASE_CODE["backward"]
+    code[recompute & in_bwd] = _PHASE_CODE["recompute"]
+    code[opt] = _PHASE_CODE["optimizer"]
     # Step markers and bare annotations outside any model work are 'other'.
-    phase[ops["name"].str.contains(STEP_RE).to_numpy()] = "other"
-    phase_s = pl.Series(phase.astype(str))
+    code[ops["name"].str.contains(STEP_RE).to_numpy()] = _PHASE_CODE["other"]
+    phase_s = pl.Series(code).replace_strict({v: k for k, v in _PHASE_CODE.items()}, return_dtype=pl.Utf8)
     if ops["scope"].is_not_null().any():
         # Name-stack rules (JAX: jvp / transpose(jvp) / rematted_computation) decide where they apply.
         from .xla_phases import tag as scope_phases
 
         phase_s = pl.coalesce(scope_phases(ops, steps), phase_s)
-    return ops.with_columns(phase=phase_s, node=pl.Series(node_name.astype(str)))
+    return ops.with_columns(phase=phase_s, node=node_name)
 
 
 def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:

@@ -1,9 +1,9 @@
 """Streaming split of a chrome-trace JSON document into batches of whole events.
 
 The file is read in chunks (decompressing as it goes). Each chunk is cut at its
-last likely boundary between events and handed to a typed decoder, whose
-success proves the cut; where it does not, numpy finds the string, escape and
-nesting structure of the chunk. The rest of the top-level object (device
+last likely boundary between events, and a validating skim in C proves the
+cut; where it does not, numpy finds the string, escape and nesting structure
+of the chunk. The rest of the top-level object (device
 properties, distributed info) comes out as a small document of its own. Neither the whole file nor its decoded form is held
 at once. A document cut short yields every event that was complete.
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..errors import FormatError, InputError
@@ -279,27 +279,39 @@ def _as_array(pending: bytes, data: bytes, end: int) -> bytearray:
     return buf
 
 
-def stream_events(path: str, limit: int, decode: Callable[[bytes, bool], Any], chunk: int = 8 << 20, progress=None) -> Iterator[tuple[list, StreamResult]]:
-    """Decode the traceEvents array chunk by chunk; yield `(decoded blocks, state)`, the last with the head.
+_PROOF = msgspec.json.Decoder(list[msgspec.Raw])
 
-    `decode(text, strict)` gets a JSON array of trace entries. The fast path cuts each chunk at its last likely
-    event boundary and asks for a strict decode, which must return None unless
-    the array holds only whole JSON objects. Because every array starts
-    between two entries, one that decodes whole also ends between two
-    entries: the decode proves the cut, so no structural scan is needed. A cut
-    that fails the proof (an odd layout, a bad event, the array's end) sends that
-    chunk through the structural scanner, whose runs of entries are decoded
-    leniently (strict=False: bad entries are the decoder's to count).
+
+def _whole(text: bytearray) -> bool:
+    """The text is a JSON array of complete values (msgspec skips values in C, validating them)."""
+    try:
+        _PROOF.decode(text)
+        return True
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+
+
+def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[tuple[list[bytes | bytearray], StreamResult]]:
+    """The traceEvents array as JSON arrays of whole entries, chunk by chunk; the last yield carries the head.
+
+    The fast path cuts each chunk at its last likely event boundary and proves
+    the cut by checking, in C, that the text before it is a sequence of complete
+    JSON values. Every array starts between two entries, so one that holds only
+    complete values also ends between two entries: no structural scan is
+    needed, and the typed decode can run anywhere (another process). A cut that
+    fails the proof (an odd layout, a malformed event, the array's end) sends
+    that chunk through the structural scanner. Either way each array yielded
+    holds whole entries; entries that are not events are the decoder's to count.
     """
     sc = _Scanner()
     res = StreamResult()
     pending = b""  # bytes from the start of an entry (between entries) to the end of what was read
     first = True
 
-    def scan(data: bytes) -> list:
+    def scan(data: bytes) -> list[bytes]:
         nonlocal pending
         sc.depth, sc.in_string, sc.escaped = 2, False, False
-        out = [decode(_wrap(b), False) for b in sc.feed(data)]
+        out = [_wrap(b) for b in sc.feed(data)]
         pending = bytes(sc.pending)
         sc.pending.clear()
         return out
@@ -310,7 +322,7 @@ def stream_events(path: str, limit: int, decode: Callable[[bytes, bool], Any], c
                 raise FormatError(path, "not a JSON object (a Kineto trace is a JSON object with traceEvents)", "pass a PyTorch profiler trace")
             first = False
         if sc.state == "before":
-            out = [decode(_wrap(b), False) for b in sc.feed(data)]
+            out = [_wrap(b) for b in sc.feed(data)]
             pending = bytes(sc.pending)
             sc.pending.clear()
             yield out, res
@@ -320,10 +332,10 @@ def stream_events(path: str, limit: int, decode: Callable[[bytes, bool], Any], c
             continue
         cut = last_cut(data)
         if cut >= 0:
-            decoded = decode(_as_array(pending, data, cut), True)
-            if decoded is not None:
+            text = _as_array(pending, data, cut)
+            if _whole(text):
                 pending = data[cut:].lstrip(_SEP)
-                yield [decoded], res
+                yield [text], res
                 continue
         elif len(pending) < 4 * chunk:
             pending = pending + data if pending else data.lstrip(_SEP)  # no boundary yet: an entry longer than a chunk

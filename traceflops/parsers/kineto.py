@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import re
+from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from typing import Any, Union
@@ -23,14 +25,15 @@ from ..model import (
     KERNELS_SCHEMA,
     LAUNCHES_SCHEMA,
     MARKERS_SCHEMA,
-    HINT_COLUMNS,
-    OPS_SCHEMA,
     STEPS_SCHEMA,
     Trace,
     Warnings,
     with_null_hints,
 )
 from .io import max_bytes_default
+from ..link import OP_ORDER
+from . import helper
+from .helper import decode_in_order
 from .jsonstream import split_events, stream_events
 
 
@@ -144,21 +147,26 @@ _SEP = b", \n\r\t"
 NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
 
 
-def decode_block(text: bytes | bytearray, strict: bool, warnings: Warnings) -> dict[str, pl.DataFrame] | None:
-    """The complete events of a JSON array of trace entries, as the model's tables.
+def decode_block(text: bytes | bytearray, warnings: Warnings) -> dict[str, pl.DataFrame]:
+    """The complete events of a JSON array of whole trace entries, as the model's tables.
 
-    Strict: None unless the whole array decodes (the stream's proof of its cut).
-    Otherwise an array that fails whole is decoded entry by entry, and what
+    An array that does not decode whole is decoded entry by entry, and what
     cannot be read is counted.
     """
     try:
         events = _EVENTS_DECODER.decode(text)
-        return split_tables(event_table([e for e in events if e.__class__ is _X]), warnings)
+        return split_tables([e for e in events if e.__class__ is _X], warnings)
     except (msgspec.ValidationError, msgspec.DecodeError):
-        if strict:
-            return None
+        pass
     pieces = _decode_pieces(split_events(bytes(text).strip()[1:-1]), warnings)
-    return split_tables(event_table([e for e in pieces if e.ph == "X"]), warnings)
+    return split_tables([e for e in pieces if e.ph == "X"], warnings)
+
+
+def decode_counted(text: bytes | bytearray) -> tuple[dict[str, pl.DataFrame], Counter]:
+    """`decode_block` with its own warning counts: the form a helper process returns."""
+    warnings = Warnings()
+    with _collector_paused():
+        return decode_block(text, warnings), warnings.counts
 
 
 def _decode_pieces(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
@@ -221,19 +229,26 @@ def _collector_paused():
             gc.enable()
 
 
-def parse_kineto(path: str, *, max_bytes: int | None = None, progress=None) -> Trace:
+def parse_kineto(path: str, *, max_bytes: int | None = None, progress=None, chunk: int = 8 << 20) -> Trace:
     """Stream the file in chunks into typed event batches, then columns."""
     with _collector_paused():
-        return _parse_kineto(path, max_bytes=max_bytes, progress=progress)
+        return _parse_kineto(path, max_bytes=max_bytes, progress=progress, chunk=chunk)
 
 
-def _parse_kineto(path: str, *, max_bytes: int | None, progress) -> Trace:
+def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> Trace:
     warnings = Warnings()
+    state: list = []
+
+    def arrays() -> Iterator[bytes | bytearray]:
+        for texts, res in stream_events(path, max_bytes or max_bytes_default(), chunk=chunk, progress=progress):
+            state[:] = [res]
+            yield from texts
+
     frames = []
-    res = None
-    decode = lambda block, strict: decode_block(block, strict, warnings)  # noqa: E731
-    for tables, res in stream_events(path, max_bytes or max_bytes_default(), decode, progress=progress):
-        frames += tables
+    for tables, counts in decode_in_order(arrays(), helper.wanted(path)):
+        frames.append(tables)
+        warnings.counts.update(counts)
+    res = state[0]
     head = decode_head(res.head, warnings)
     if res.truncated and res.events_complete:
         warnings.add("the trace ends before its JSON closes, after its events: every event was read")
@@ -288,10 +303,9 @@ def _json_col(values: tuple | list) -> pl.Series:
     for i, v in enumerate(values):
         if v is not None:
             out[i] = _dumps(v)
-    return pl.Series(out, dtype=pl.Utf8)
+    return _str_col(out)
 
 
-_BASE = attrgetter("cat", "name", "pid", "tid", "ts", "dur")
 
 
 def _text_col(values: tuple | list) -> pl.Series:
@@ -307,98 +321,138 @@ def _text_col(values: tuple | list) -> pl.Series:
 
 
 def _str_col(values: tuple | list) -> pl.Series:
-    """Strings stay, anything else (a number where a name belongs) becomes null."""
+    """Strings stay, anything else (a number where a name belongs) becomes null.
+
+    Each distinct string is stored once and rows point at it: kernel names are
+    long and repeat thousands of times, and storing each row's copy made them
+    most of the parsed trace's memory.
+    """
     if _all_none(values):
         return pl.repeat(None, len(values), dtype=pl.Utf8, eager=True)
+    index: dict = {}
     try:
-        return pl.Series(values, dtype=pl.Utf8)
+        codes = [index.setdefault(v, len(index)) for v in values]
+    except TypeError:  # an unhashable value (a list where a name belongs)
+        index = {}
+        codes = [index.setdefault(v if v.__class__ is str else None, len(index)) for v in values]
+    try:
+        distinct = pl.Series(list(index), dtype=pl.Utf8)
     except (TypeError, ValueError, pl.exceptions.PolarsError):
-        return pl.Series([v if v.__class__ is str else None for v in values], dtype=pl.Utf8)
+        distinct = pl.Series([v if v.__class__ is str else None for v in index], dtype=pl.Utf8)
+    return distinct.gather(pl.Series(codes, dtype=pl.UInt32))
 
 
-def event_table(xs: list) -> pl.DataFrame:
-    """Complete ('X') events as one typed table, built column by column by C-level maps (no per-field loop)."""
-    nulls = (None,) * len(xs)
-    a = dict.fromkeys(_ARGS, nulls)
-    cat = name = pid = tid = ts = dur = ()
-    if xs:
-        cat, name, pid, tid, ts, dur = zip(*map(_BASE, xs))
-        rows = [e.args or _EMPTY_ARGS for e in xs]
-        for f in _ARGS:
-            values = tuple(map(attrgetter(f), rows))
-            if not _all_none(values):  # most args are absent from most traces
-                a[f] = values
-    ext = a["ext_id"]
-    if any(v is not None for v in a["ext_id_old"]):
-        ext = [n if n is not None else o for n, o in zip(ext, a["ext_id_old"])]
-    return pl.DataFrame(
-        {
-            "cat": _col(cat, pl.Utf8),
-            "name": _str_col(name),
-            "pid": _text_col(pid),
-            "tid": _text_col(tid),
-            "ts": _col(ts, pl.Float64),
-            "dur": _col(dur, pl.Float64),
-            "ext_id": _col(ext, pl.Int64),
-            "correlation": _col(a["correlation"], pl.Int64),
-            "seq": _col(a["seq"], pl.Int64),
-            "fwd_tid": _col(a["fwd_tid"], pl.Int64),
-            "device": _col(a["device"], pl.Int64),
-            "stream": _text_col(a["stream"]),
-            "bytes": _col(a["bytes"], pl.Int64),
-            "collective": _str_col(a["collective"]),
-            "in_nelems": _col(a["in_nelems"], pl.Int64),
-            "out_nelems": _col(a["out_nelems"], pl.Int64),
-            "coll_dtype": _str_col(a["coll_dtype"]),
-            "pg_name": _text_col(a["pg_name"]),
-            "group_size": _col(a["group_size"], pl.Int64),
-            "dims": _json_col(a["dims"]),
-            "types": _json_col(a["types"]),
-            "concrete": _json_col(a["concrete"]),
-            "strides": _json_col(a["strides"]),
-        }
-    )
+def _float(values):
+    return _col(values, pl.Float64)
 
 
+def _integer(values):
+    return _col(values, pl.Int64)
+
+
+def _text(values):
+    return _col(values, pl.Utf8)
+
+
+# How each column is built from its values.
+_BUILD = {
+    "name": _str_col, "cat": _text, "pid": _text_col, "tid": _text_col, "ts": _float, "dur": _float,
+    "ext_id": _integer, "correlation": _integer, "seq": _integer, "fwd_tid": _integer, "device": _integer,
+    "stream": _text_col, "bytes": _integer, "collective": _str_col, "in_nelems": _integer, "out_nelems": _integer,
+    "coll_dtype": _str_col, "pg_name": _text_col, "group_size": _integer,
+    "dims": _json_col, "types": _json_col, "concrete": _json_col, "strides": _json_col,
+}
+_EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
+_COLLECTIVE = ("collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size")
+# What each table reads; `cat` is kept until bad rows are counted by it.
+_COLUMNS = {
+    "ops": (*_EVENT_FIELDS, "ext_id", "seq", "fwd_tid", "dims", "types", "concrete", "strides", *_COLLECTIVE),
+    "kernels": (*_EVENT_FIELDS, "device", "stream", "correlation", "ext_id", "bytes", *_COLLECTIVE),
+    "launches": (*_EVENT_FIELDS, "correlation", "ext_id"),
+    "markers": ("name", "cat", "pid", "ts", "dur", "device"),
+    "unknown": ("name", "cat", "ts", "dur"),
+}
 _TABLE_OF = {c: "ops" for c in OP_CATS} | {c: "kernels" for c in KERNEL_CATS} | {c: "launches" for c in RUNTIME_CATS} | {c: "markers" for c in MARKER_CATS}
 TABLES = ("ops", "kernels", "launches", "markers")
-_COLUMNS = {
-    "ops": [c for c in OPS_SCHEMA if c not in HINT_COLUMNS and c != "op_id"],
-    "kernels": [c for c in KERNELS_SCHEMA if c not in ("kernel_id", "kind")] + ["cat", "tid"],
-    "launches": list(LAUNCHES_SCHEMA),
-    "markers": list(MARKERS_SCHEMA) + ["pid"],
-}
 
 
-def split_tables(ev: pl.DataFrame, warnings: Warnings) -> dict[str, pl.DataFrame]:
-    """One chunk's complete events, sorted into the model's tables (ids are numbered once all are in).
+def event_table(events: list, columns: tuple[str, ...] = tuple(_BUILD)) -> pl.DataFrame:
+    """Complete events as a typed table of `columns`, each built by one C-level map over the events."""
+    data = {}
+    rows = [e.args or _EMPTY_ARGS for e in events] if any(c not in _EVENT_FIELDS for c in columns) else []
+    for c in columns:
+        if c in _EVENT_FIELDS:
+            values = tuple(map(attrgetter(c), events))
+        else:
+            values = tuple(map(attrgetter(c), rows))
+            if c == "ext_id":  # traces before 2022 spell it 'external id'
+                old = tuple(map(attrgetter("ext_id_old"), rows))
+                if not _all_none(old):
+                    values = tuple(n if n is not None else o for n, o in zip(values, old))
+        data[c] = _BUILD[c](values)
+    return pl.DataFrame(data)
 
-    Done per chunk so the wide table of every event is never whole in memory;
-    one pass labels each event, one count gives every warning.
+
+def _by_table(events: list) -> tuple[dict[str, list], list]:
+    """Events grouped by the table their category feeds, in file order; the unknown apart, the ignored dropped."""
+    groups: dict[str, list] = {t: [] for t in TABLES}
+    unknown: list = []
+    table_of = _TABLE_OF.get
+    for e in events:
+        cat = e.cat
+        if cat.__class__ is not str:
+            cat = None  # a category that is not a string is an unknown one
+        t = table_of(cat)
+        if t is not None:
+            groups[t].append(e)
+        elif cat not in IGNORED_CATS:
+            unknown.append(e)
+    return groups, unknown
+
+
+_BAD = pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("name").is_null()
+
+
+def _usable(df: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
+    """Rows without a numeric ts/dur or a name, or with a negative duration, counted by category and dropped."""
+    why = pl.when(_BAD).then(pl.lit("without a numeric ts/dur or a name")).when(pl.col("dur") < 0).then(pl.lit("with negative duration"))
+    if not df.select((_BAD | (pl.col("dur") < 0)).any()).item():
+        return df
+    for cat, reason, n in df.group_by("cat", why.alias("_why")).len().filter(pl.col("_why").is_not_null()).iter_rows():
+        warnings.add(f"'{cat}' events {reason} (skipped)", n)
+    return df.filter(~_BAD & (pl.col("dur") >= 0))
+
+
+def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
+    """One chunk's complete events as the model's tables (ids are numbered once all are in).
+
+    Done per chunk, and per table with only its columns, so no table of every
+    event and every field is ever built.
     """
-    ev = ev.filter(~pl.col("cat").is_in(list(IGNORED_CATS)) | pl.col("cat").is_null())
-    bad = pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("name").is_null()
-    ev = ev.with_columns(
-        _why=pl.when(bad).then(pl.lit("without a numeric ts/dur or a name")).when(pl.col("dur") < 0).then(pl.lit("with negative duration")),
-        _table=pl.col("cat").replace_strict(_TABLE_OF, default=None),
-    )
-    for cat, why, table, n in ev.group_by("cat", "_why", "_table").len().iter_rows():
-        if why is not None:
-            warnings.add(f"'{cat}' events {why} (skipped)", n)
-        elif table is None:
+    groups, unknown = _by_table(events)
+    out = {t: _usable(event_table(groups[t], _COLUMNS[t]), warnings) for t in TABLES}
+    out["launches"] = out["launches"].drop("cat")
+    if unknown:
+        for cat, n in _usable(event_table(unknown, _COLUMNS["unknown"]), warnings).group_by("cat").len().iter_rows():
             warnings.add(f"events of unknown category '{cat}' not analysed", n)
-    parts = ev.filter(pl.col("_why").is_null() & pl.col("_table").is_not_null()).partition_by("_table", as_dict=True, include_key=False)
-    out = {}
-    for t in TABLES:
-        part = parts.get((t,))
-        out[t] = part.select(_COLUMNS[t]) if part is not None else ev.clear().select(_COLUMNS[t])
     return out
+
+
+def _compact(df: pl.DataFrame) -> pl.DataFrame:
+    """Text columns that are null throughout (shapes in a trace without them) stored as nothing.
+
+    Joined from chunks, a null text column still holds 16 bytes per row; seven
+    of them were a fifth of a large trace's memory.
+    """
+    n = df.height
+    null = [c for c, t in df.schema.items() if t == pl.Utf8 and df[c].null_count() == n]
+    return df.with_columns([pl.repeat(None, n, dtype=pl.Utf8, eager=True).alias(c) for c in null]) if null and n else df
 
 
 def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
     """The chunks' tables joined in file order, numbered, with the head's metadata."""
-    empty = split_tables(event_table([]), Warnings())
-    tables = {t: pl.concat([p[t] for p in parts] or [empty[t]], how="vertical_relaxed") for t in TABLES}
+    empty = split_tables([], Warnings())
+    tables = {t: _compact(pl.concat([p[t] for p in parts] or [empty[t]], how="vertical_relaxed")) for t in TABLES}
     ops_df = with_null_hints(
         tables["ops"]
         .with_row_index("op_id")
@@ -406,6 +460,7 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
             pl.col("op_id").cast(pl.Int64),
             cat=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op")),
         )
+        .sort(OP_ORDER[0], descending=OP_ORDER[1])  # numbered in file order, stored in thread order: linking then copies nothing
     )
     kernels_df = (
         tables["kernels"]
@@ -418,7 +473,7 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
         )
         .select(list(KERNELS_SCHEMA))
     )
-    launches_df = tables["launches"]
+    launches_df = tables["launches"].select(list(LAUNCHES_SCHEMA))
     markers_df = tables["markers"].with_columns(device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False))).select(list(MARKERS_SCHEMA))
     del tables
     steps_df = profiler_steps(ops_df)

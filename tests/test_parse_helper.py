@@ -1,0 +1,78 @@
+"""A helper process decodes some chunks: the parsed trace must not depend on it."""
+
+import io
+import subprocess
+import sys
+
+import msgspec
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from traceflops.parsers import helper
+from traceflops.parsers.kineto import parse_kineto
+
+
+def _tables(trace):
+    return {t: getattr(trace, t) for t in ("ops", "kernels", "launches", "markers", "steps")}
+
+
+@pytest.fixture
+def v100(shared):
+    return str(shared / "kineto" / "v100_transformer_rank1.json.gz")
+
+
+def _parse(path, monkeypatch, use_helper, chunk=1 << 20):
+    monkeypatch.setenv(helper.ENV, "1" if use_helper else "0")
+    return parse_kineto(path, chunk=chunk)
+
+
+def test_helper_and_no_helper_give_the_same_trace(v100, monkeypatch):
+    alone = _parse(v100, monkeypatch, False)
+    helped = _parse(v100, monkeypatch, True)
+    for name, frame in _tables(alone).items():
+        assert_frame_equal(frame, _tables(helped)[name])
+    assert alone.warnings.counts == helped.warnings.counts
+    assert alone.kernels.height > 10_000  # the file spans many chunks
+
+
+def test_a_helper_that_dies_changes_nothing(v100, monkeypatch):
+    alone = _parse(v100, monkeypatch, False)
+
+    def dying():
+        return subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read(100); sys.exit(3)"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    monkeypatch.setattr(helper, "_start", dying)
+    helped = _parse(v100, monkeypatch, True)
+    for name, frame in _tables(alone).items():
+        assert_frame_equal(frame, _tables(helped)[name])
+
+
+def test_a_helper_that_cannot_start_changes_nothing(v100, monkeypatch):
+    alone = _parse(v100, monkeypatch, False)
+    monkeypatch.setattr(helper, "_start", lambda: None)
+    helped = _parse(v100, monkeypatch, True)
+    assert_frame_equal(alone.kernels, helped.kernels)
+
+
+def test_helper_is_wanted_for_large_files_only(tmp_path, monkeypatch):
+    monkeypatch.delenv(helper.ENV, raising=False)
+    small = tmp_path / "small.json"
+    small.write_bytes(b'{"traceEvents": []}')
+    assert not helper.wanted(str(small))
+    monkeypatch.setenv(helper.ENV, "1")
+    assert helper.wanted(str(small))
+
+
+def test_the_helper_protocol_round_trip():
+    """Framed arrays in, Arrow tables inside msgpack out, an empty frame to stop."""
+    text = b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"correlation": 5}}]'
+    frame = len(text).to_bytes(8, "little") + text + (0).to_bytes(8, "little")
+    out = subprocess.run([sys.executable, "-m", "traceflops.parsers.helper"], input=frame, capture_output=True, check=True).stdout
+    stream = io.BytesIO(out)
+    msg = msgspec.msgpack.decode(helper._read_frame(stream))
+    kernels = pl.read_ipc(io.BytesIO(msg["tables"]["kernels"]))
+    assert kernels["name"].to_list() == ["k"] and kernels["correlation"].to_list() == [5]
+    assert helper._read_frame(stream) is None

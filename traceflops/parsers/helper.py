@@ -1,0 +1,184 @@
+"""A second core for a large trace's decode: one helper process, results in file order.
+
+The typed decode of a chunk is pure CPU in Python objects, so threads cannot
+share it. A helper (`python -m traceflops.parsers.helper`, never a re-run of
+the caller's script, unlike multiprocessing's spawn) takes chunks over a pipe
+whenever it has fewer than two in hand, and this process decodes the rest.
+Only the small per-chunk tables come back, as Arrow IPC inside msgpack: no
+pickle. If the helper cannot start or dies, its chunks are decoded here: the
+result never depends on whether a helper ran.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+
+import msgspec
+import polars as pl
+
+ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
+MIN_BYTES = 64 << 20
+_IN_HAND = 3
+_LEN = 8
+
+
+def wanted(path: str) -> bool:
+    """A helper pays for its start-up (about half a second) only on large traces, with a core to spare."""
+    forced = os.environ.get(ENV)
+    if forced is not None:
+        return forced.strip() not in ("", "0")
+    if multiprocessing.current_process().daemon:
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    if cores < 2:
+        return False
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+    return size * (8 if gz else 1) >= MIN_BYTES
+
+
+Decoded = tuple[dict[str, pl.DataFrame], Counter]
+
+
+def decode_in_order(arrays: Iterable[bytes | bytearray], helper: bool) -> Iterator[Decoded]:
+    """The tables and warning counts of each JSON array of trace entries, in order."""
+    from .kineto import decode_counted
+
+    proc = _start() if helper else None
+    if proc is None:
+        yield from map(decode_counted, arrays)
+        return
+    replies: queue.Queue = queue.Queue()
+    outbox: queue.Queue = queue.Queue()
+    # Threads own the pipes, so this process never waits on the helper to read or write.
+    threading.Thread(target=_read_replies, args=(proc.stdout, replies), daemon=True).start()
+    threading.Thread(target=_write_arrays, args=(proc, outbox), daemon=True).start()
+    order: deque = deque()  # per array in order: the array (sent to the helper) or its result (decoded here)
+    in_hand = 0  # arrays sent whose answer has not been taken yet
+    alive = True
+    try:
+        for text in arrays:
+            if alive and in_hand - replies.qsize() < _IN_HAND:  # answered but not yet taken: not in its hands
+                outbox.put(text)
+                order.append(("remote", text))
+                in_hand += 1
+            else:
+                order.append(("here", decode_counted(text)))
+            while order and order[0][0] == "here":
+                yield order.popleft()[1]
+            # collect what the helper has finished without waiting
+            while order and order[0][0] == "remote" and not replies.empty():
+                got = replies.get()
+                in_hand -= 1
+                alive = alive and got is not None
+                yield got if got is not None else decode_counted(order[0][1])
+                order.popleft()
+                while order and order[0][0] == "here":
+                    yield order.popleft()[1]
+        while order:
+            kind, value = order.popleft()
+            if kind == "here":
+                yield value
+                continue
+            got = replies.get() if alive else None
+            if got is None:  # the helper is gone: this array and every one after it, here
+                alive = False
+                got = decode_counted(value)
+            yield got
+    finally:
+        outbox.put(None)
+
+
+def _start() -> subprocess.Popen | None:
+    env = dict(os.environ, **{ENV: "0"})
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "traceflops.parsers.helper"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        )
+    except OSError:
+        return None
+
+
+def _write_arrays(proc: subprocess.Popen, outbox: queue.Queue) -> None:
+    """Frames to the helper until None, then the empty frame that stops it and a wait for its exit."""
+    try:
+        while (text := outbox.get()) is not None:
+            proc.stdin.write(len(text).to_bytes(_LEN, "little"))
+            proc.stdin.write(text)
+            proc.stdin.flush()
+        proc.stdin.write((0).to_bytes(_LEN, "little"))
+        proc.stdin.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the reader sees the helper gone; its arrays are decoded by the caller
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _read_replies(stream, replies: queue.Queue) -> None:
+    """Replies in order; None once the helper is gone (end of stream or a reply that does not decode)."""
+    try:
+        while True:
+            blob = _read_frame(stream)
+            if blob is None:
+                break
+            msg = msgspec.msgpack.decode(blob)
+            tables = {k: pl.read_ipc(io.BytesIO(v)) for k, v in msg["tables"].items()}
+            replies.put((tables, Counter(msg["counts"])))
+    except Exception:  # noqa: BLE001 - any failure means: decode the rest in the caller
+        pass
+    replies.put(None)
+
+
+def _read_frame(stream) -> bytes | None:
+    head = stream.read(_LEN)
+    if len(head) < _LEN:
+        return None
+    n = int.from_bytes(head, "little")
+    if n == 0:
+        return None
+    body = stream.read(n)
+    return body if len(body) == n else None
+
+
+def _ipc(df: pl.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    df.write_ipc(buf)
+    return buf.getvalue()
+
+
+def serve(inp, out) -> None:
+    """The helper's loop: arrays in, tables out, until an empty frame or the end of input."""
+    from .kineto import decode_counted
+
+    while (text := _read_frame(inp)) is not None:
+        tables, counts = decode_counted(text)
+        blob = msgspec.msgpack.encode({"counts": dict(counts), "tables": {k: _ipc(v) for k, v in tables.items()}})
+        out.write(len(blob).to_bytes(_LEN, "little"))
+        out.write(blob)
+        out.flush()
+
+
+if __name__ == "__main__":
+    # Replies own the real stdout; anything else printed goes to stderr.
+    reply = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, reply)
