@@ -96,3 +96,36 @@ def test_launch_op_is_the_innermost_enclosing_op_by_definition():
         inside = np.flatnonzero((thread == qt) & (ts <= qs) & (end > qs + _EPS_US))
         want = inside.max() if len(inside) else -1
         assert g == want
+
+
+def _nesting_by_stack(thread, ts, end):
+    """The reference: a stack walk per thread, popping what ended by the next start."""
+    import numpy as np
+
+    from traceflops.link import _EPS_US
+
+    parent, stack, prev = [], [], None
+    for th, t, i in zip(thread.tolist(), ts.tolist(), range(len(ts))):
+        if th != prev:
+            stack, prev = [], th
+        while stack and end[stack[-1]] <= t + _EPS_US:
+            stack.pop()
+        parent.append(stack[-1] if stack else -1)
+        stack.append(i)
+    return np.asarray(parent, dtype=np.int64)
+
+
+def test_vectorized_nesting_equals_the_stack_walk_with_ties_zero_durations_and_partial_overlaps():
+    import numpy as np
+
+    from traceflops.link import nesting
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(1, 400))
+        thread = np.sort(rng.integers(0, 3, n))
+        ts = rng.choice(np.arange(0, 50, 0.5), n)
+        dur = rng.choice([0, 0.0005, 1, 2, 5, 20, 60], n)  # random spans overlap partially as often as not
+        order = np.lexsort((-dur, ts, thread))
+        thread, ts, dur = thread[order], ts[order], dur[order]
+        assert (nesting(thread, ts, ts + dur) == _nesting_by_stack(thread, ts, ts + dur)).all()

@@ -20,33 +20,36 @@ _EPS_US = 1e-3
 
 
 def nesting(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Parent index (or -1) of each interval, innermost container on the same thread.
+    """Parent index (or -1) of each interval: the latest-starting earlier interval on its thread still open.
 
     Intervals must be pre-sorted by (thread, ts, -dur); `thread` is an integer
-    code per (pid, tid). A stack walk is the one per-event loop in the
-    pipeline; it runs over plain Python lists of host events.
+    code per (pid, tid). "Still open" means ending after the start (plus a
+    rounding slack), which is what a stack walk finds, partial overlaps
+    included. The parent of i is the first interval on the ancestor chain of
+    i-1 that is still open at i's start; every interval searches that chain at
+    once, and one whose search meets an earlier interval's unfinished search
+    takes over its position (whatever that one skipped ended even earlier).
+    So no per-event loop: a few vectorized rounds, about log(depth) of them.
     """
     n = len(ts)
-    parent = [-1] * n
-    stack: list[int] = []
-    thread_l, ts_l, end_l = thread.tolist(), ts.tolist(), end.tolist()
-    prev_thread = None
-    for i in range(n):
-        thread = thread_l[i]
-        if thread != prev_thread:
-            stack.clear()
-            prev_thread = thread
-        t = ts_l[i]
-        while stack and end_l[stack[-1]] <= t + _EPS_US:
-            stack.pop()
-        if stack and end_l[i] <= end_l[stack[-1]] + _EPS_US:
-            parent[i] = stack[-1]
-        elif stack:
-            # Partial overlap (clock rounding or a broken trace): treat as sibling of the
-            # innermost op that contains its start.
-            parent[i] = stack[-1]
-        stack.append(i)
-    return np.asarray(parent, dtype=np.int64)
+    q = ts + _EPS_US
+    cur = np.arange(n, dtype=np.int64) - 1
+    if n:
+        cur[np.r_[True, thread[1:] != thread[:-1]]] = -1
+    parent = np.full(n, -1, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    todo = np.arange(n, dtype=np.int64)
+    while len(todo):
+        c = cur[todo]
+        live = c >= 0
+        hit = np.zeros(len(todo), dtype=bool)
+        hit[live] = end[c[live]] > q[todo[live]]
+        parent[todo[hit]] = c[hit]
+        done[todo[hit | ~live]] = True
+        rest = live & ~hit
+        todo, c = todo[rest], c[rest]
+        cur[todo] = np.where(done[c], parent[c], cur[c])
+    return parent
 
 
 def nearest(parent: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -84,10 +84,19 @@ def drop_duplicates(frame: pl.DataFrame, key: tuple[str, ...], exempt: pl.Expr |
     cols = [c for c in key if c in frame.columns]
     if frame.height < 2 or not cols:
         return frame, 0
-    keep = pl.struct(cols).is_first_distinct()
+    times = [c for c in ("ts", "dur") if c in cols]
+    if times:
+        # Copies share their times: only rows whose times repeat need the whole key compared.
+        maybe = frame.select(pl.struct(times).is_duplicated()).to_series()
+        if not maybe.any():
+            return frame, 0
+        frame = frame.with_columns(_maybe=maybe)
+        keep = ~pl.col("_maybe") | pl.struct(cols).is_first_distinct().over("_maybe")
+    else:
+        keep = pl.struct(cols).is_first_distinct()
     if exempt is not None:
         keep = keep | exempt
-    out = frame.filter(keep)
+    out = frame.filter(keep).drop("_maybe", strict=False)
     return out, frame.height - out.height
 
 

@@ -13,7 +13,8 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, eq, is_
 from typing import Any, Union
 
 import msgspec
@@ -273,6 +274,10 @@ def _scalar(v: Any) -> Any:
     return v if v.__class__ in (float, str, bool) else None
 
 
+def _nulls(n: int, dtype) -> pl.Series:
+    return pl.Series([None], dtype=dtype).new_from_index(0, n)  # no buffers for text; no lazy query per column
+
+
 def _all_none(values: tuple | list) -> bool:
     # Looks at the first value before counting: counting compares every value with None.
     return not values or (values[0] is None and values.count(None) == len(values))
@@ -281,7 +286,7 @@ def _all_none(values: tuple | list) -> bool:
 def _col(values: tuple | list, dtype) -> pl.Series:
     """A typed column from loosely typed trace values; what does not convert becomes null."""
     if _all_none(values):
-        return pl.repeat(None, len(values), dtype=dtype, eager=True)
+        return _nulls(len(values), dtype)
     try:
         return pl.Series(values, dtype=dtype, strict=False)
     except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
@@ -311,7 +316,7 @@ def _json_col(values: tuple | list) -> pl.Series:
 def _text_col(values: tuple | list) -> pl.Series:
     """Identifiers written as integers or strings (pid, tid, stream), as text."""
     if _all_none(values):
-        return pl.repeat(None, len(values), dtype=pl.Utf8, eager=True)
+        return _nulls(len(values), pl.Utf8)
     try:
         s = pl.Series(values)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
@@ -328,7 +333,7 @@ def _str_col(values: tuple | list) -> pl.Series:
     most of the parsed trace's memory.
     """
     if _all_none(values):
-        return pl.repeat(None, len(values), dtype=pl.Utf8, eager=True)
+        return _nulls(len(values), pl.Utf8)
     index: dict = {}
     try:
         codes = [index.setdefault(v, len(index)) for v in values]
@@ -393,34 +398,35 @@ def event_table(events: list, columns: tuple[str, ...] = tuple(_BUILD)) -> pl.Da
     return pl.DataFrame(data)
 
 
+_GROUP_OF = _TABLE_OF | dict.fromkeys(IGNORED_CATS, "ignored")
+
+
 def _by_table(events: list) -> tuple[dict[str, list], list]:
-    """Events grouped by the table their category feeds, in file order; the unknown apart, the ignored dropped."""
-    groups: dict[str, list] = {t: [] for t in TABLES}
-    unknown: list = []
-    table_of = _TABLE_OF.get
-    for e in events:
-        cat = e.cat
-        if cat.__class__ is not str:
-            cat = None  # a category that is not a string is an unknown one
-        t = table_of(cat)
-        if t is not None:
-            groups[t].append(e)
-        elif cat not in IGNORED_CATS:
-            unknown.append(e)
-    return groups, unknown
+    """Events grouped by the table their category feeds, in file order; the unknown apart, the ignored dropped.
 
-
-_BAD = pl.col("ts").is_null() | pl.col("dur").is_null() | pl.col("name").is_null()
+    C-level maps and `compress`, no per-event Python: this runs on every event of the trace.
+    """
+    cats = tuple(map(attrgetter("cat"), events))
+    try:
+        groups = tuple(map(_GROUP_OF.get, cats))
+    except TypeError:  # a category that is not hashable (a list): an unknown one
+        groups = tuple(_GROUP_OF.get(c) if c.__class__ is str else None for c in cats)
+    out = {t: list(compress(events, map(eq, groups, repeat(t)))) for t in TABLES}
+    unknown = list(compress(events, map(is_, groups, repeat(None))))
+    return out, unknown
 
 
 def _usable(df: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
     """Rows without a numeric ts/dur or a name, or with a negative duration, counted by category and dropped."""
-    why = pl.when(_BAD).then(pl.lit("without a numeric ts/dur or a name")).when(pl.col("dur") < 0).then(pl.lit("with negative duration"))
-    if not df.select((_BAD | (pl.col("dur") < 0)).any()).item():
-        return df
-    for cat, reason, n in df.group_by("cat", why.alias("_why")).len().filter(pl.col("_why").is_not_null()).iter_rows():
-        warnings.add(f"'{cat}' events {reason} (skipped)", n)
-    return df.filter(~_BAD & (pl.col("dur") >= 0))
+    low = df["dur"].min()
+    if not (df["ts"].null_count() or df["dur"].null_count() or df["name"].null_count()) and (low is None or low >= 0):
+        return df  # the usual case, decided without an expression per column
+    missing = df["ts"].is_null() | df["dur"].is_null() | df["name"].is_null()
+    negative = (df["dur"] < 0).fill_null(False)
+    for reason, mask in (("without a numeric ts/dur or a name", missing), ("with negative duration", negative & ~missing)):
+        for cat, n in df.filter(mask).group_by("cat").len().iter_rows():
+            warnings.add(f"'{cat}' events {reason} (skipped)", n)
+    return df.filter(~missing & ~negative)
 
 
 def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
@@ -446,7 +452,7 @@ def _compact(df: pl.DataFrame) -> pl.DataFrame:
     """
     n = df.height
     null = [c for c, t in df.schema.items() if t == pl.Utf8 and df[c].null_count() == n]
-    return df.with_columns([pl.repeat(None, n, dtype=pl.Utf8, eager=True).alias(c) for c in null]) if null and n else df
+    return df.with_columns([_nulls(n, pl.Utf8).alias(c) for c in null]) if null and n else df
 
 
 def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
