@@ -90,13 +90,18 @@ def drop_duplicates(frame: pl.DataFrame, key: tuple[str, ...], exempt: pl.Expr |
         maybe = frame.select(pl.struct(times).is_duplicated()).to_series()
         if not maybe.any():
             return frame, 0
-        frame = frame.with_columns(_maybe=maybe)
-        keep = ~pl.col("_maybe") | pl.struct(cols).is_first_distinct().over("_maybe")
-    else:
+        rows = maybe.arg_true()
         keep = pl.struct(cols).is_first_distinct()
+        sub = frame[rows].select(keep | exempt if exempt is not None else keep).to_series()
+        drop = rows.filter(~sub)
+        if drop.len() == 0:
+            return frame, 0
+        out = frame.with_row_index("_row").filter(~pl.col("_row").is_in(drop.implode())).drop("_row")
+        return out, frame.height - out.height
+    keep = pl.struct(cols).is_first_distinct()
     if exempt is not None:
         keep = keep | exempt
-    out = frame.filter(keep).drop("_maybe", strict=False)
+    out = frame.filter(keep)
     return out, frame.height - out.height
 
 
