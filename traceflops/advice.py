@@ -627,15 +627,14 @@ def _enclosing(ops: pl.DataFrame, calls: pl.DataFrame) -> list[str]:
     The last op on the thread to start at or before the call, then up its
     parents to the first that is still running.
     """
-    out: list[str] = []
+    found: list[int] = []
     if calls.height == 0 or ops.height == 0:
-        return out
+        return []
     ops = ops.sort("row")
     tid = ops["tid"].to_numpy()
     ts = ops["ts"].cast(pl.Float64).to_numpy()
     end = ts + ops["dur"].cast(pl.Float64).fill_null(0.0).to_numpy()
     parent = ops["parent"].to_numpy()
-    names = ops["name"].to_list()
     is_op = (ops["cat"] == "cpu_op").fill_null(False).to_numpy() if "cat" in ops.columns else np.ones(ops.height, bool)
     per_tid: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
     for t, at in calls.select("tid", pl.col("ts").cast(pl.Float64)).iter_rows():
@@ -649,8 +648,8 @@ def _enclosing(ops: pl.DataFrame, calls: pl.DataFrame) -> list[str]:
         while r >= 0 and (end[r] < at or not is_op[r]):  # running, and an op (not a step marker)
             r = parent[r]
         if r >= 0:
-            out.append(names[r])
-    return out
+            found.append(int(r))
+    return ops["name"].gather(found).to_list()  # a few names, not a Python string per op
 
 
 def _sync(ctx: _Ctx) -> dict | None:

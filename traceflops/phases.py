@@ -71,13 +71,16 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.nd
     out = np.zeros(n, dtype=bool)
     if not matmul_like.any():
         return out
-    sig = (ops["name"] + "|" + ops["dims"].fill_null("") + "|" + ops["strides"].fill_null("")).to_numpy()
     # Without shapes and strides there is nothing to match: such GEMMs stay backward.
     shaped = (ops["dims"].is_not_null() & ops["strides"].is_not_null()).to_numpy()
     in_fwd = matmul_like & shaped & (region_name == COMPILED_FWD)
     in_bwd = matmul_like & shaped & (region_name == COMPILED_BWD)
     if not in_fwd.any() or not in_bwd.any():
         return out
+    rows = np.flatnonzero(in_fwd | in_bwd)  # signatures of these GEMMs only, not of every op
+    sig = np.empty(n, dtype=object)
+    sub = ops[rows]
+    sig[rows] = (sub["name"] + "|" + sub["dims"].fill_null("") + "|" + sub["strides"].fill_null("")).to_numpy()
     fwd_counts: dict[str, int] = {}
     for s in sig[in_fwd]:
         fwd_counts[s] = fwd_counts.get(s, 0) + 1

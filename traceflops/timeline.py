@@ -377,7 +377,7 @@ def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray,
     )
     has = nxt >= 0
     launch_ts[has] = lt.fill_null(np.nan).to_numpy()[nxt[has]]
-    names[has] = k["name"].to_numpy()[nxt[has]]
+    names[has] = k["name"].gather(nxt[has]).to_numpy()  # only the names that end a gap, not every kernel's
     return launch_ts, names
 
 

@@ -217,6 +217,16 @@ def decode_head(head: bytes, warnings: Warnings) -> _Head:
         return _Head()
 
 
+def _return_freed_memory() -> None:
+    """Hand the decode's freed buffers back to the OS (glibc keeps them otherwise) before the analysis grows."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to do
+
+
 @contextmanager
 def _collector_paused():
     """The decode makes millions of short-lived tuples and no reference cycles: a
@@ -257,6 +267,8 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> 
         warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
     warnings.add(NOT_AN_OBJECT, res.stray)
     trace = build_trace(frames, head, warnings, source=str(path))
+    frames.clear()
+    _return_freed_memory()
     trace.meta["truncated"] = res.truncated and not res.events_complete
     return trace
 
