@@ -129,3 +129,22 @@ def test_vectorized_nesting_equals_the_stack_walk_with_ties_zero_durations_and_p
         order = np.lexsort((-dur, ts, thread))
         thread, ts, dur = thread[order], ts[order], dur[order]
         assert (nesting(thread, ts, ts + dur) == _nesting_by_stack(thread, ts, ts + dur)).all()
+
+
+def test_nearest_marked_ancestor_equals_climbing_one_by_one():
+    import numpy as np
+
+    from traceflops.link import nearest
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        parent = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
+        mask = rng.random(n) < 0.2
+        want = []
+        for i in range(n):
+            j = i
+            while j >= 0 and not mask[j]:
+                j = parent[j]
+            want.append(j)
+        assert (nearest(parent, mask) == np.array(want)).all()

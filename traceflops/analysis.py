@@ -18,7 +18,7 @@ from . import advice, rollup, roofline, stepstats
 from . import timeline as tl
 from . import sanity
 from .counting import count_ops, has_formula
-from .link import link, nearest
+from .link import by_row, link, nearest
 from .model import PHASES, Trace
 from .parsers import load
 from .phases import tag_kernels, tag_ops
@@ -105,6 +105,7 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
     ops = count_ops(ops, kernels, device_trace)
+    _trim()
 
     host, step_source = host_steps(trace)
     opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
@@ -139,6 +140,7 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     activities = kernels if device_trace else cpu_activities(ops)
     part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
     gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
+    _trim()
     stats = tl.launch_stats(kernels, steps) if device_trace else None
     steps = attach_time(steps, part, peak)
     if stats is not None:
@@ -170,6 +172,12 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     a.advice = advice.advise(a, exclude_steps=opt.exclude_steps)
     a.step_stats = stepstats.step_stats(steps)
     return a
+
+
+def _trim() -> None:
+    from .parsers.kineto import return_freed_memory
+
+    return_freed_memory()
 
 
 def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:
@@ -311,11 +319,10 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     # Only the op's matmul kernels share its FLOPs (a memset it launched does none).
     mm_dur = pl.when(pl.col("cls") == "matmul").then(pl.col("dur")).otherwise(0.0)
     share = pl.col("dur") / mm_dur.sum().over("matmul_row")
-    op_flops = ops.select(pl.col("row").alias("matmul_row"), pl.col("flops").alias("_op_flops"))
-    kernels = kernels.join(op_flops, on="matmul_row", how="left").with_columns(
-        flops=pl.when(pl.col("cls") == "matmul").then(pl.col("_op_flops") * share.fill_nan(1.0))
+    op_flops = by_row(ops, kernels["matmul_row"], "flops").to_series()
+    return kernels.with_columns(
+        flops=pl.when(pl.col("cls") == "matmul").then(op_flops * share.fill_nan(1.0))
     )
-    return kernels.drop("_op_flops")
 
 
 def tf32_share(kernels: pl.DataFrame) -> float:

@@ -11,22 +11,15 @@ import click
 
 
 def _return_freed_pages() -> None:
-    """Allocators that hand freed memory back to the OS at once, for this command's process.
+    """polars' allocator (jemalloc) returns freed pages after 300 ms instead of 10 s, in this command's process.
 
-    An analysis frees large intermediates stage after stage. polars' jemalloc
-    keeps freed pages for seconds by default, and glibc keeps freed heap above a
-    threshold that grows to 64 MB after the parse's buffers: together a sixth of
-    a large trace's peak memory. A user's own setting wins.
+    An analysis frees large intermediates stage after stage; pages kept for
+    seconds were a sixth of a large trace's peak memory. Purging sooner, on a
+    background thread, costs no measurable time (purging at once did: 0.7 s of
+    6). Set before polars loads; a user's own setting wins.
     """
-    if "polars" not in sys.modules:  # read once, when polars loads
-        os.environ.setdefault("_RJEM_MALLOC_CONF", "background_thread:true,dirty_decay_ms:0,muzzy_decay_ms:0")
-    try:
-        import ctypes
-
-        if "MALLOC_TRIM_THRESHOLD_" not in os.environ:
-            ctypes.CDLL("libc.so.6").mallopt(-1, 1 << 20)  # M_TRIM_THRESHOLD: trim free heap above 1 MiB
-    except (OSError, AttributeError):
-        pass  # not glibc
+    if "polars" not in sys.modules:
+        os.environ.setdefault("_RJEM_MALLOC_CONF", "background_thread:true,dirty_decay_ms:300,muzzy_decay_ms:0")
 
 
 _return_freed_pages()

@@ -14,6 +14,7 @@ import orjson
 import polars as pl
 
 from . import flops as registry
+from .link import spread
 
 FLOP_COLS = {
     "flops": pl.Int64,
@@ -178,7 +179,7 @@ def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> p
     rows = np.flatnonzero(leaf)
     table = formula_table(ops, rows, conv_out_dims(ops, rows) | weight_grad_shapes(ops, rows))
     ops = ops.with_columns(matmul=pl.Series(leaf), ran=pl.Series(did_run))
-    ops = ops.join(table, on="row", how="left")
+    ops = ops.with_columns(spread(table, ops.height))  # by position: no join, no copy of the ops
     return apply_hints(ops)
 
 

@@ -53,20 +53,48 @@ def nesting(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def nearest(parent: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Index of the nearest ancestor-or-self where `mask` holds (or -1), by pointer jumping."""
-    n = len(parent)
-    idx = np.arange(n)
-    result = np.where(mask, idx, -1)
-    jump = parent.copy()
-    todo = (result < 0) & (jump >= 0)
-    while todo.any():
-        j = jump[todo]
-        hit = mask[j]
-        sel = np.flatnonzero(todo)
-        result[sel[hit]] = j[hit]
-        jump[sel] = np.where(hit, -1, parent[j])
-        todo = (result < 0) & (jump >= 0)
+    """Index of the nearest ancestor-or-self where `mask` holds (or -1): each op climbs until it finds one.
+
+    Only the ops still climbing are touched in a round, so the work is the sum
+    of the distances climbed, not the depth times every op.
+    """
+    result = np.where(mask, np.arange(len(parent)), -1)
+    todo = np.flatnonzero(~mask & (parent >= 0))
+    at = parent[todo]
+    while len(todo):
+        hit = mask[at]
+        result[todo[hit]] = at[hit]
+        todo, at = todo[~hit], parent[at[~hit]]
+        alive = at >= 0
+        todo, at = todo[alive], at[alive]
     return result
+
+
+def check_row_order(ops: pl.DataFrame) -> None:
+    r = ops["row"]
+    if r.len() and not (r[0] == 0 and r[-1] == r.len() - 1 and r.is_sorted()):
+        raise ValueError("linked ops are out of row order; this is a bug in traceflops")
+
+
+def by_row(ops: pl.DataFrame, rows, *columns: str) -> pl.DataFrame:
+    """`columns` of the linked ops at op rows (a null or negative row gives nulls).
+
+    Linked ops are stored with `row` equal to their position, so this is a
+    gather: no hash join, and no copy of the frame the result is added to.
+    """
+    check_row_order(ops)
+    rows = pl.Series(rows) if not isinstance(rows, pl.Series) else rows
+    idx = pl.select(pl.when(rows >= 0).then(rows.cast(pl.Int64))).to_series()
+    return ops.select([pl.col(c).gather(idx) for c in columns])
+
+
+def spread(values: pl.DataFrame, n: int) -> pl.DataFrame:
+    """Columns given for some op rows (a `row` column, each row once), laid over all n rows (nulls elsewhere)."""
+    rows = values["row"].to_numpy()
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[rows] = np.arange(len(rows))
+    idx = pl.select(pl.when(pl.Series(pos) >= 0).then(pl.Series(pos))).to_series()
+    return values.drop("row").select(pl.all().gather(idx))
 
 
 @dataclass
@@ -154,7 +182,11 @@ def link(trace: Trace) -> Linked:
             pl.when(pl.col("op_row") >= 0).then(pl.col("op_row")).alias("op_row"),
         )
     )
-    kernels = trace.kernels.join(launch_keys, on="correlation", how="left")
+    # Joined on the key alone, then gathered: the kernels' own columns are not copied.
+    at = trace.kernels.select("correlation").with_row_index("_k").join(
+        launch_keys.with_row_index("_l").select("correlation", "_l"), on="correlation", how="left"
+    ).sort("_k")["_l"]
+    kernels = trace.kernels.with_columns(launch_keys.drop("correlation").select(pl.all().gather(at)))
     missing = kernels.filter(pl.col("launch_name").is_null() & pl.col("correlation").is_not_null()).height
     if missing:
         trace.warnings.add("device activities whose launch is not in the trace (no host op; phase 'other')", missing)

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import polars as pl
 
-from .link import Linked, nearest
+from .link import Linked, by_row, nearest
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
 _NODE_RE = re.compile(r"^(?:autograd::engine::evaluate_function: )?([\w:.]*Backward\d*)$")
@@ -135,10 +135,9 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
         from .xla_phases import tag as scope_phases
 
         phase_s = pl.coalesce(scope_phases(ops, steps), phase_s)
-    return ops.with_columns(phase=phase_s, node=node_name)
+    return ops.with_columns(phase=phase_s, node=node_name, is_node=pl.Series(is_node))
 
 
 def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:
-    return linked.kernels.join(
-        ops.select(pl.col("row").alias("op_row"), pl.col("phase")), on="op_row", how="left"
-    ).with_columns(pl.col("phase").fill_null("other"))
+    phase = by_row(ops, linked.kernels["op_row"], "phase").to_series()
+    return linked.kernels.with_columns(phase=phase.fill_null("other"))

@@ -63,8 +63,8 @@ def by_kernel(kernels: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
-def module_of(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per op row: `module` (name) and `module_source` ('annotation' | 'forward_seq' | 'top_op')."""
+def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame:
+    """Per op row (all, or `rows`): `module` (name) and `module_source` ('annotation' | 'forward_seq' | 'top_op')."""
     n = ops.height
     if n == 0:
         return pl.DataFrame(schema={"row": pl.Int64, "module": pl.Utf8, "module_source": pl.Utf8})
@@ -73,6 +73,7 @@ def module_of(ops: pl.DataFrame) -> pl.DataFrame:
         ops = ops.sort("row")
         if not np.array_equal(ops["row"].to_numpy(), np.arange(n)):
             raise ValueError("ops rows must be 0..n-1 (the `row` index of link())")
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
     parent = ops["parent"].to_numpy()
     names = ops["name"].fill_null("")
     cat = ops["cat"].fill_null("")
@@ -81,28 +82,28 @@ def module_of(ops: pl.DataFrame) -> pl.DataFrame:
     top = ~marker & ((parent < 0) | marker[np.maximum(parent, 0)])
     seq = ops["seq"] if "seq" in ops.columns else pl.Series("seq", [None] * n, dtype=pl.Int64)
     phase = ops["phase"] if "phase" in ops.columns else pl.Series("phase", ["forward"] * n)
+    is_node = ops["is_node"] if "is_node" in ops.columns else node_names(ops["name"]) != ""
 
-    def named(rows: np.ndarray) -> pl.Series:
-        s = names.gather(np.maximum(rows, 0))
-        return pl.select(pl.when(pl.Series(rows >= 0)).then(s)).to_series()
+    def named(at: np.ndarray) -> pl.Series:
+        s = names.gather(np.maximum(at, 0))
+        return pl.select(pl.when(pl.Series(at >= 0)).then(s)).to_series()
 
     mod = nearest(parent, is_module)  # rule 1
-    node = nearest(parent, ((node_names(ops["name"]) != "") & seq.is_not_null()).to_numpy())  # rule 2
+    node = nearest(parent, (is_node & seq.is_not_null()).to_numpy())  # rule 2
+    # the op that created the autograd node: a forward op, or a recomputed one (reentrant checkpoint)
+    creators = np.flatnonzero((phase.is_in(["forward", "recompute"]) & seq.is_not_null()).to_numpy() & (mod >= 0))
+    fwd = (
+        pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": named(mod[creators])})
+        .unique("_node_seq", keep="first", maintain_order=True)
+    )
+    at_node = node[rows]
     frame = pl.DataFrame(
         {
-            "row": ops["row"].cast(pl.Int64),
-            "_ann": named(mod),
-            "_top": named(nearest(parent, top)),  # rule 3
-            "_seq": seq,
-            "_phase": phase,
-            "_node_seq": pl.select(pl.when(pl.Series(node >= 0)).then(seq.gather(np.maximum(node, 0)))).to_series(),
+            "row": pl.Series(rows, dtype=pl.Int64),
+            "_ann": named(mod[rows]),
+            "_top": named(nearest(parent, top)[rows]),  # rule 3
+            "_node_seq": pl.select(pl.when(pl.Series(at_node >= 0)).then(seq.gather(np.maximum(at_node, 0)))).to_series(),
         }
-    )
-    fwd = (
-        # the op that created the autograd node: a forward op, or a recomputed one (reentrant checkpoint)
-        frame.filter(pl.col("_phase").is_in(["forward", "recompute"]) & pl.col("_seq").is_not_null() & pl.col("_ann").is_not_null())
-        .unique("_seq", keep="first", maintain_order=True)
-        .select(pl.col("_seq").alias("_node_seq"), pl.col("_ann").alias("_fwd"))
     )
     frame = frame.join(fwd, on="_node_seq", how="left", maintain_order="left")
     return frame.select(
@@ -123,10 +124,11 @@ def by_module(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     (time_recompute / time_us). FLOPs are the kernels' `flops` (null-free sums:
     kernels with unknown FLOPs add nothing).
     """
-    mods = module_of(ops)
-    k = kernels.select("dur", "phase", "cls", pl.col("flops").cast(pl.Float64), pl.col("op_row").cast(pl.Int64)).join(
-        mods, left_on="op_row", right_on="row", how="left"
-    )
+    k = kernels.select("dur", "phase", "cls", pl.col("flops").cast(pl.Float64), pl.col("op_row").cast(pl.Int64))
+    used = k["op_row"].drop_nulls().unique().sort()
+    used = used.filter(used >= 0).to_numpy()
+    mods = module_of(ops, used)  # only the ops that launched kernels
+    k = k.join(mods, left_on="op_row", right_on="row", how="left", maintain_order="left")
     total = k["dur"].sum() if k.height else 0.0
     per_phase = []
     for p in PHASES:

@@ -359,14 +359,13 @@ def _next_kernels(kdev: np.ndarray, kt: np.ndarray, kl: np.ndarray, qdev: np.nda
     return out
 
 
-def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray, origin: float) -> tuple[np.ndarray, np.ndarray]:
-    """Launch time (NaN: none) and name of the kernel that ends each gap (starts at or after its end)."""
+def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray, origin: float) -> tuple[np.ndarray, pl.Series]:
+    """Launch time (NaN: none) and name (null: none) of the kernel that ends each gap (starts at or after its end)."""
     launch_ts = np.full(len(ge), np.nan)
-    names = np.full(len(ge), None, dtype=object)
     k = _usable(kernels)
     k = k.filter(pl.col("dur") > 0) if k.height else k  # an instant activity does not end a gap
     if k.height == 0 or len(ge) == 0:
-        return launch_ts, names
+        return launch_ts, pl.Series([None], dtype=pl.Utf8).new_from_index(0, len(ge))
     lt = k["launch_ts"].cast(pl.Float64) if "launch_ts" in k.columns else pl.Series(np.full(k.height, np.nan))
     nxt = _next_kernels(
         k["device"].cast(pl.Int64).fill_null(_NO_DEVICE).to_numpy(),
@@ -377,7 +376,8 @@ def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray,
     )
     has = nxt >= 0
     launch_ts[has] = lt.fill_null(np.nan).to_numpy()[nxt[has]]
-    names[has] = k["name"].gather(nxt[has]).to_numpy()  # only the names that end a gap, not every kernel's
+    # a gather keeps one copy of each kernel name, however many gaps it ends
+    names = k["name"].gather(pl.select(pl.when(pl.Series(has)).then(pl.Series(nxt))).to_series())
     return launch_ts, names
 
 
@@ -433,7 +433,7 @@ def idle_gaps(kernels: pl.DataFrame, launches: pl.DataFrame | None, ops: pl.Data
             "start": pl.Series(gs + origin, dtype=pl.Float64),
             "dur": pl.Series(dur, dtype=pl.Float64),
             "reason": pl.Series(_gap_reasons(gs, ge, launch_ts, launches, ops, origin), dtype=pl.Utf8),
-            "next_kernel": pl.Series(names, dtype=pl.Utf8),
+            "next_kernel": names.cast(pl.Utf8).alias("next_kernel"),
             "next_launch_ts": pl.Series(launch_ts, dtype=pl.Float64).fill_nan(None),
         }
     ).with_columns(_device_column())

@@ -217,7 +217,7 @@ def decode_head(head: bytes, warnings: Warnings) -> _Head:
         return _Head()
 
 
-def _return_freed_memory() -> None:
+def return_freed_memory() -> None:
     """Hand the decode's freed buffers back to the OS (glibc keeps them otherwise) before the analysis grows."""
     try:
         import ctypes
@@ -268,7 +268,7 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> 
     warnings.add(NOT_AN_OBJECT, res.stray)
     trace = build_trace(frames, head, warnings, source=str(path))
     frames.clear()
-    _return_freed_memory()
+    return_freed_memory()
     trace.meta["truncated"] = res.truncated and not res.events_complete
     return trace
 
