@@ -54,12 +54,16 @@ def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node
     parent_seq = has_parent & has_seq[p]
     parent_node = has_parent & is_node[p]
     outermost = has_seq & ~is_node & (~parent_seq | parent_node)
-    sig = ops["name"] + "|" + ops["dims"].fill_null("")
-    forward_roots = sig.filter(pl.Series(outermost & ~in_bwd)).unique()
-    return outermost & in_bwd & sig.is_in(forward_roots.implode()).to_numpy()
+    rows = np.flatnonzero(outermost)  # signatures of these roots only
+    sub = ops[rows]
+    sig = sub["name"] + "|" + sub["dims"].fill_null("")
+    forward_roots = sig.filter(pl.Series(~in_bwd[rows])).unique()
+    out = np.zeros(ops.height, dtype=bool)
+    out[rows] = in_bwd[rows] & sig.is_in(forward_roots.implode()).to_numpy()
+    return out
 
 
-def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:
+def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:
     """GEMMs in a compiled backward graph that repeat a compiled forward GEMM exactly.
 
     torch.compile folds recompute into `CompiledFunctionBackward` with no marker.
@@ -73,8 +77,8 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_name: np.nd
         return out
     # Without shapes and strides there is nothing to match: such GEMMs stay backward.
     shaped = (ops["dims"].is_not_null() & ops["strides"].is_not_null()).to_numpy()
-    in_fwd = matmul_like & shaped & (region_name == COMPILED_FWD)
-    in_bwd = matmul_like & shaped & (region_name == COMPILED_BWD)
+    in_fwd = matmul_like & shaped & (region_kind == 1)  # inside CompiledFunction
+    in_bwd = matmul_like & shaped & (region_kind == 2)  # inside CompiledFunctionBackward
     if not in_fwd.any() or not in_bwd.any():
         return out
     rows = np.flatnonzero(in_fwd | in_bwd)  # signatures of these GEMMs only, not of every op
@@ -120,8 +124,8 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
 
     kind = ops["name"].replace_strict({COMPILED_FWD: 1, COMPILED_BWD: 2}, default=0, return_dtype=pl.Int8).to_numpy()
     region = nearest(parent, kind > 0)
-    region_name = np.array(["", COMPILED_FWD, COMPILED_BWD])[np.where(region >= 0, kind[np.maximum(region, 0)], 0)]
-    recompute |= compiled_recompute(ops, region, region_name, matmul_like)
+    region_kind = np.where(region >= 0, kind[np.maximum(region, 0)], 0)  # 1: compiled forward, 2: backward
+    recompute |= compiled_recompute(ops, region, region_kind, matmul_like)
 
     code = np.zeros(ops.height, dtype=np.int8)
     code[in_bwd] = _PHASE_CODE["backward"]

@@ -105,7 +105,7 @@ def decode_in_order(arrays: Iterable[bytes | bytearray], helper: bool) -> Iterat
 
 
 def _start() -> subprocess.Popen | None:
-    env = dict(os.environ, **{ENV: "0"})
+    env = dict(os.environ, **{ENV: "0", "POLARS_MAX_THREADS": "1"})  # one core is its share
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "traceflops.parsers.helper"],

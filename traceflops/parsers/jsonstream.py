@@ -144,18 +144,25 @@ class _Scanner:
             self.escaped = False
         return struct, depth_after
 
+    def enter(self, data: bytes) -> bytes | None:
+        """Before the array: the bytes after its '[' once it has arrived, else None (kept for the next chunk)."""
+        # The prefix before the array is small: rescan it whole until the key and '[' are in.
+        self.prefix += data
+        at = _locate(bytes(self.prefix))
+        if at is None:
+            return None
+        self.head += self.prefix[:at]
+        rest = bytes(self.prefix[at + 1 :])
+        self.prefix = bytearray()
+        self.state, self.depth, self.in_string, self.escaped = "array", 2, False, False
+        return rest
+
     def feed(self, data: bytes) -> list[bytes]:
         """Consume a chunk; return the complete events it closed (as raw JSON objects)."""
         if self.state == "before":
-            # The prefix before the array is small: rescan it whole until the key and '[' are in.
-            self.prefix += data
-            at = _locate(bytes(self.prefix))
-            if at is None:
+            data = self.enter(data)
+            if data is None:
                 return []
-            self.head += self.prefix[:at]
-            data = bytes(self.prefix[at + 1 :])
-            self.prefix = bytearray()
-            self.state, self.depth, self.in_string, self.escaped = "array", 2, False, False
         if self.state == "after":
             self.head += data
             return []
@@ -279,11 +286,11 @@ def _as_array(pending: bytes, data: bytes, end: int) -> bytearray:
     return buf
 
 
-_PROOF = msgspec.json.Decoder(list[msgspec.Raw])
+_PROOF = msgspec.json.Decoder(msgspec.Raw)
 
 
 def _whole(text: bytearray) -> bool:
-    """The text is a JSON array of complete values (msgspec skips values in C, validating them)."""
+    """The text is one complete JSON array (msgspec skips it in C, validating, with nothing after it)."""
     try:
         _PROOF.decode(text)
         return True
@@ -322,11 +329,10 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None) ->
                 raise FormatError(path, "not a JSON object (a Kineto trace is a JSON object with traceEvents)", "pass a PyTorch profiler trace")
             first = False
         if sc.state == "before":
-            out = [_wrap(b) for b in sc.feed(data)]
-            pending = bytes(sc.pending)
-            sc.pending.clear()
-            yield out, res
-            continue
+            data = sc.enter(data)
+            if data is None:
+                continue
+            data = data.lstrip(_SEP)  # the rest of the chunk takes the fast path like any other
         if sc.state == "after":
             sc.head += data
             continue
