@@ -148,3 +148,22 @@ def test_nearest_marked_ancestor_equals_climbing_one_by_one():
                 j = parent[j]
             want.append(j)
         assert (nearest(parent, mask) == np.array(want)).all()
+
+
+def test_thread_order_check_agrees_with_polars_sort_nulls_included():
+    import numpy as np
+    import polars as pl
+
+    from traceflops.link import OP_ORDER, in_thread_order
+    from traceflops.parsers.kineto import _in_thread_order
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        text = lambda vals: pl.Series(list(rng.choice(vals, n)), dtype=pl.Utf8).replace("x", None)  # noqa: E731
+        df = pl.DataFrame({"pid": text(["1", "2", "x"]), "tid": text(["7", "8", "x"]), "ts": rng.choice([1.0, 2.0, 3.0], n),
+                           "dur": rng.choice([0.0, 1.0, 5.0], n), "op_id": rng.permutation(n)})
+        want = df.sort(OP_ORDER[0], descending=OP_ORDER[1])
+        assert in_thread_order(want)
+        assert in_thread_order(df) == want.equals(df)
+        assert _in_thread_order(df).equals(want)

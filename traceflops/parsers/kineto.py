@@ -32,7 +32,7 @@ from ..model import (
     with_null_hints,
 )
 from .io import max_bytes_default
-from ..link import OP_ORDER
+from ..link import OP_ORDER, in_thread_order
 from . import helper
 from .helper import decode_in_order
 from .jsonstream import split_events, stream_events
@@ -467,6 +467,13 @@ def _compact(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([_nulls(n, pl.Utf8).alias(c) for c in null]) if null and n else df
 
 
+def _in_thread_order(ops: pl.DataFrame) -> pl.DataFrame:
+    """Sorted by OP_ORDER; threads ranked first, which is faster than sorting by two text columns."""
+    thread = pl.struct("pid", "tid").rank("dense")
+    out = ops[ops.select(pl.arg_sort_by([thread, "ts", "dur", "op_id"], descending=[False, False, True, False])).to_series()]
+    return out if in_thread_order(out) else out.sort(OP_ORDER[0], descending=OP_ORDER[1])
+
+
 def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
     """The chunks' tables joined in file order, numbered, with the head's metadata."""
     empty = split_tables([], Warnings())
@@ -478,8 +485,8 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
             pl.col("op_id").cast(pl.Int64),
             cat=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op")),
         )
-        .sort(OP_ORDER[0], descending=OP_ORDER[1])  # numbered in file order, stored in thread order: linking then copies nothing
     )
+    ops_df = _in_thread_order(ops_df)  # numbered in file order, stored in thread order: linking then copies nothing
     kernels_df = (
         tables["kernels"]
         .with_row_index("kernel_id")
