@@ -107,3 +107,31 @@ def test_likely_cuts_inside_strings_and_args_are_refused(tmp_path, chunk, indent
     assert got == events and not res.truncated
     assert json.loads(res.head)["deviceProperties"] == doc["deviceProperties"]
     assert fast  # the fast path did run, and its refusals fell back without loss
+
+
+@pytest.mark.parametrize("chunk", [97, 4096])
+def test_a_claim_that_decodes_proves_the_cut_and_a_refusal_falls_back(tmp_path, chunk):
+    """A strict decode by the caller stands in for the skim; a refused cut goes through the scanner, losing nothing."""
+    from traceflops.parsers.jsonstream import REFUSED, Claimed
+
+    events = [{"ph": "X", "name": ("}, {" if i % 7 == 0 else "op") + str(i), "ts": i, "dur": 1,
+               "args": {"l": [{"a": i}, {"b": "}, {"}]} if i % 3 == 0 else {}} for i in range(300)]
+    p = tmp_path / "t.json"
+    p.write_bytes(json.dumps({"traceEvents": events}).encode())
+
+    def claim(text):
+        try:
+            return json.loads(bytes(text))
+        except ValueError:
+            return REFUSED
+
+    got, claimed = [], 0
+    for arrays, res in stream_events(str(p), 1 << 30, chunk=chunk, claim=claim):
+        for item in arrays:
+            if isinstance(item, Claimed):
+                claimed += 1
+                got += item.value
+            else:
+                got += json.loads(bytes(item))
+    assert got == events and not res.truncated
+    assert claimed

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 import polars as pl
@@ -55,13 +55,26 @@ def wanted(path: str) -> bool:
 Decoded = tuple[dict[str, pl.DataFrame], Counter]
 
 
-def decode_in_order(arrays: Iterable[bytes | bytearray], helper: bool) -> Iterator[Decoded]:
-    """The tables and warning counts of each JSON array of trace entries, in order."""
-    from .kineto import decode_counted
+def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool) -> Iterator[Decoded]:
+    """The tables and warning counts of each JSON array of trace entries, in order.
+
+    `make_arrays(claim)` streams the arrays (see `jsonstream.stream_events`).
+    An array decoded here is decoded as it is cut, its strict decode serving as
+    the proof of the cut; only arrays for the helper are skimmed first.
+    """
+    from .jsonstream import REFUSED, Claimed
+    from .kineto import decode_counted, decode_strict
+
+    def here(text):
+        got = decode_strict(text)
+        return REFUSED if got is None else got
+
+    def take(item) -> Decoded:
+        return item.value if isinstance(item, Claimed) else decode_counted(item)
 
     proc = _start() if helper else None
     if proc is None:
-        yield from map(decode_counted, arrays)
+        yield from map(take, make_arrays(here))
         return
     replies: queue.Queue = queue.Queue()
     outbox: queue.Queue = queue.Queue()
@@ -71,14 +84,19 @@ def decode_in_order(arrays: Iterable[bytes | bytearray], helper: bool) -> Iterat
     order: deque = deque()  # per array in order: the array (sent to the helper) or its result (decoded here)
     in_hand = 0  # arrays sent whose answer has not been taken yet
     alive = True
+
+    def claim(text):
+        # the helper has room (answered but not yet taken is not in its hands): skim and send; else here
+        return None if alive and in_hand - replies.qsize() < _IN_HAND else here(text)
+
     try:
-        for text in arrays:
-            if alive and in_hand - replies.qsize() < _IN_HAND:  # answered but not yet taken: not in its hands
-                outbox.put(text)
-                order.append(("remote", text))
-                in_hand += 1
+        for item in make_arrays(claim):
+            if isinstance(item, Claimed) or not (alive and in_hand - replies.qsize() < _IN_HAND):
+                order.append(("here", take(item)))
             else:
-                order.append(("here", decode_counted(text)))
+                outbox.put(item)
+                order.append(("remote", item))
+                in_hand += 1
             while order and order[0][0] == "here":
                 yield order.popleft()[1]
             # collect what the helper has finished without waiting

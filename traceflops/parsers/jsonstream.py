@@ -15,6 +15,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -298,7 +299,17 @@ def _whole(text: bytearray) -> bool:
         return False
 
 
-def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[tuple[list[bytes | bytearray], StreamResult]]:
+REFUSED = object()  # a claim's answer: the array did not decode whole, so its cut is not proven
+
+
+@dataclass
+class Claimed:
+    """An array a claim decoded (and so proved) as it was cut: its decoded value."""
+
+    value: Any
+
+
+def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, claim=None) -> Iterator[tuple[list, StreamResult]]:
     """The traceEvents array as JSON arrays of whole entries, chunk by chunk; the last yield carries the head.
 
     The fast path cuts each chunk at its last likely event boundary and proves
@@ -309,6 +320,11 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None) ->
     fails the proof (an odd layout, a malformed event, the array's end) sends
     that chunk through the structural scanner. Either way each array yielded
     holds whole entries; entries that are not events are the decoder's to count.
+
+    `claim(text)`, if given, may decode a cut array strictly itself: a decode
+    that succeeds is the proof (no skim), and the stream yields `Claimed(value)`
+    in its place; REFUSED sends the chunk to the scanner; None leaves the array
+    to be skimmed and yielded as text.
     """
     sc = _Scanner()
     res = StreamResult()
@@ -339,9 +355,14 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None) ->
         cut = last_cut(data)
         if cut >= 0:
             text = _as_array(pending, data, cut)
-            if _whole(text):
+            got = claim(text) if claim is not None else None
+            if got is None:
+                proven, item = _whole(text), text
+            else:
+                proven, item = got is not REFUSED, Claimed(got)
+            if proven:
                 pending = data[cut:].lstrip(_SEP)
-                yield [text], res
+                yield [item], res
                 continue
         elif len(pending) < 4 * chunk:
             pending = pending + data if pending else data.lstrip(_SEP)  # no boundary yet: an entry longer than a chunk

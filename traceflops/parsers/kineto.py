@@ -163,6 +163,17 @@ def decode_block(text: bytes | bytearray, warnings: Warnings) -> dict[str, pl.Da
     return split_tables([e for e in pieces if e.ph == "X"], warnings)
 
 
+def decode_strict(text: bytes | bytearray) -> tuple[dict[str, pl.DataFrame], Counter] | None:
+    """The tables and warning counts of an array that decodes whole, else None (nothing is counted)."""
+    with _collector_paused():
+        try:
+            events = _EVENTS_DECODER.decode(text)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        warnings = Warnings()
+        return split_tables([e for e in events if e.__class__ is _X], warnings), warnings.counts
+
+
 def decode_counted(text: bytes | bytearray) -> tuple[dict[str, pl.DataFrame], Counter]:
     """`decode_block` with its own warning counts: the form a helper process returns."""
     warnings = Warnings()
@@ -250,13 +261,13 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> 
     warnings = Warnings()
     state: list = []
 
-    def arrays() -> Iterator[bytes | bytearray]:
-        for texts, res in stream_events(path, max_bytes or max_bytes_default(), chunk=chunk, progress=progress):
+    def arrays(claim) -> Iterator:
+        for texts, res in stream_events(path, max_bytes or max_bytes_default(), chunk=chunk, progress=progress, claim=claim):
             state[:] = [res]
             yield from texts
 
     frames = []
-    for tables, counts in decode_in_order(arrays(), helper.wanted(path)):
+    for tables, counts in decode_in_order(arrays, helper.wanted(path)):
         frames.append(tables)
         warnings.counts.update(counts)
     res = state[0]
