@@ -119,7 +119,10 @@ def drop_implausible_times(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         if c in frame.columns:
             v = pl.col(c).cast(pl.Float64)
             bad = bad | (~v.is_finite() | (v.abs() >= MAX_TIME_US)).fill_null(False)
-    out = frame.filter(~bad)
+    mask = frame.select(bad).to_series()
+    if not mask.any():
+        return frame, 0  # the usual case: no copy of the table
+    out = frame.filter(~mask)
     return out, frame.height - out.height
 
 
@@ -137,8 +140,8 @@ def drop_far_from_the_rest(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, p
             out[name] = t
             continue
         end = pl.col("ts") + pl.col("dur").fill_null(0) if "dur" in t.columns else pl.col("ts")
-        far = ((pl.col("ts") - center).abs() > MAX_SPREAD_US) | ((end - center).abs() > MAX_SPREAD_US)
-        kept = t.filter(~far.fill_null(False))
+        far = t.select((((pl.col("ts") - center).abs() > MAX_SPREAD_US) | ((end - center).abs() > MAX_SPREAD_US)).fill_null(False)).to_series()
+        kept = t.filter(~far) if far.any() else t
         dropped += t.height - kept.height
         out[name] = kept
     return out, dropped

@@ -9,6 +9,7 @@ ends at its last device activity. Without device work, the host span is the wind
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from .model import Trace
@@ -42,15 +43,20 @@ def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
 
 
 def assign(times: pl.DataFrame, col: str, steps: pl.DataFrame) -> pl.Series:
-    """Step id whose host span [ts, ts+dur) contains `times[col]`, else OUTSIDE."""
-    spans = steps.select(pl.col("ts").alias("_t"), "step", (pl.col("ts") + pl.col("dur")).alias("_end")).sort("_t")
-    probe = times.select(pl.col(col).alias("_t")).with_row_index("_i")
-    hit = probe.filter(pl.col("_t").is_not_null()).sort("_t").join_asof(spans, on="_t", strategy="backward")
-    hit = hit.with_columns(
-        step=pl.when(pl.col("_t") < pl.col("_end")).then(pl.col("step")).otherwise(OUTSIDE)
-    )
-    out = probe.join(hit.select("_i", "step"), on="_i", how="left").sort("_i")
-    return out["step"].fill_null(OUTSIDE).cast(pl.Int64)
+    """Step id whose host span [ts, ts+dur) contains `times[col]`, else OUTSIDE.
+
+    The latest step starting at or before each time (a binary search over the
+    few step starts), kept if the time is before that step's end.
+    """
+    spans = steps.filter(pl.col("ts").is_not_null()).select("ts", "step", (pl.col("ts") + pl.col("dur")).alias("_end")).sort("ts", maintain_order=True)
+    starts = spans["ts"].cast(pl.Float64).to_numpy()
+    ends = spans["_end"].cast(pl.Float64).to_numpy()
+    ids = spans["step"].cast(pl.Int64).to_numpy()
+    t = times[col].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    i = np.searchsorted(starts, t, side="right") - 1
+    j = np.maximum(i, 0)
+    inside = (i >= 0) & ~np.isnan(t) & (t < ends[j] if len(ends) else False)
+    return pl.Series(np.where(inside, ids[j] if len(ids) else OUTSIDE, OUTSIDE), dtype=pl.Int64)
 
 
 def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
