@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import TraceflopsError
-from .model import Trace, Warnings
+from .model import Trace, Warnings, compact
 from .store import read_bundle, write_bundle
 
 _EDGE = 1 << 20
@@ -58,7 +58,21 @@ def load(path: str, cache_dir: Path) -> Trace | None:
         return None
     warnings = Warnings(Counter(meta.pop("_warnings", {})))
     meta["path"] = str(path)
+    tables = {t: compact(f.with_columns(_one_copy_each(f["name"])) if "name" in f.columns and f.height else f) for t, f in tables.items()}
     return Trace(*(tables[t] for t in TABLES), meta=meta, warnings=warnings)
+
+
+def _one_copy_each(names):
+    """Rows pointing at one copy of each distinct name, as the parser stores them.
+
+    Parquet gives every row its own copy; long kernel names repeated a hundred
+    thousand times then cost more than the rest of the trace.
+    """
+    import polars as pl
+
+    distinct = names.unique(maintain_order=True)
+    at = names.to_frame("v").join(distinct.to_frame("v").with_row_index("i"), on="v", how="left", nulls_equal=True, maintain_order="left")["i"]
+    return distinct.gather(at).alias(names.name).cast(pl.Utf8)
 
 
 def store(path: str, trace: Trace, cache_dir: Path) -> None:

@@ -29,6 +29,8 @@ from ..model import (
     STEPS_SCHEMA,
     Trace,
     Warnings,
+    compact,
+    null_column,
     with_null_hints,
 )
 from .io import max_bytes_default
@@ -298,7 +300,7 @@ def _scalar(v: Any) -> Any:
 
 
 def _nulls(n: int, dtype) -> pl.Series:
-    return pl.Series([None], dtype=dtype).new_from_index(0, n)  # no buffers for text; no lazy query per column
+    return null_column(n, dtype)
 
 
 def _all_none(values: tuple | list) -> bool:
@@ -467,17 +469,6 @@ def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
     return out
 
 
-def _compact(df: pl.DataFrame) -> pl.DataFrame:
-    """Text columns that are null throughout (shapes in a trace without them) stored as nothing.
-
-    Joined from chunks, a null text column still holds 16 bytes per row; seven
-    of them were a fifth of a large trace's memory.
-    """
-    n = df.height
-    null = [c for c, t in df.schema.items() if t == pl.Utf8 and df[c].null_count() == n]
-    return df.with_columns([_nulls(n, pl.Utf8).alias(c) for c in null]) if null and n else df
-
-
 def _in_thread_order(ops: pl.DataFrame) -> pl.DataFrame:
     """Sorted by OP_ORDER; threads ranked first, which is faster than sorting by two text columns."""
     thread = pl.struct("pid", "tid").rank("dense")
@@ -488,7 +479,7 @@ def _in_thread_order(ops: pl.DataFrame) -> pl.DataFrame:
 def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
     """The chunks' tables joined in file order, numbered, with the head's metadata."""
     empty = split_tables([], Warnings())
-    tables = {t: _compact(pl.concat([p[t] for p in parts] or [empty[t]], how="vertical_relaxed")) for t in TABLES}
+    tables = {t: compact(pl.concat([p[t] for p in parts] or [empty[t]], how="vertical_relaxed")) for t in TABLES}
     ops_df = with_null_hints(
         tables["ops"]
         .with_row_index("op_id")
