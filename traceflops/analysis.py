@@ -19,6 +19,7 @@ from . import timeline as tl
 from . import sanity
 from .counting import count_ops, has_formula
 from .link import by_row, link, nearest
+from .memory import return_freed_memory
 from .model import PHASES, Trace
 from .parsers import load
 from .phases import tag_kernels, tag_ops
@@ -105,7 +106,7 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
     ops = count_ops(ops, kernels, device_trace)
-    _trim()
+    return_freed_memory()  # what linking and tagging freed, before the timeline grows
 
     host, step_source = host_steps(trace)
     opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
@@ -140,7 +141,7 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     activities = kernels if device_trace else cpu_activities(ops)
     part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
     gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
-    _trim()
+    return_freed_memory()
     stats = tl.launch_stats(kernels, steps) if device_trace else None
     steps = attach_time(steps, part, peak)
     if stats is not None:
@@ -172,12 +173,6 @@ def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
     a.advice = advice.advise(a, exclude_steps=opt.exclude_steps)
     a.step_stats = stepstats.step_stats(steps)
     return a
-
-
-def _trim() -> None:
-    from .parsers.kineto import return_freed_memory
-
-    return_freed_memory()
 
 
 def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import click
 
+from .memory import prefer_prompt_release
 
-
-def _return_freed_pages() -> None:
-    """polars' allocator (jemalloc) returns freed pages after 300 ms instead of 10 s, in this command's process.
-
-    An analysis frees large intermediates stage after stage; pages kept for
-    seconds were a sixth of a large trace's peak memory. Purging sooner, on a
-    background thread, costs no measurable time (purging at once did: 0.7 s of
-    6). Set before polars loads; a user's own setting wins.
-    """
-    if "polars" not in sys.modules:
-        os.environ.setdefault("_RJEM_MALLOC_CONF", "background_thread:true,dirty_decay_ms:300,muzzy_decay_ms:0")
-
-
-_return_freed_pages()
+prefer_prompt_release()  # before anything loads polars
 
 from .cli_common import _model_spec, _options, _run, _Progress, model_options  # noqa: F401
 

@@ -34,6 +34,7 @@ from ..model import (
     with_null_hints,
 )
 from .io import max_bytes_default
+from ..memory import return_freed_memory
 from ..link import OP_ORDER, in_thread_order
 from . import helper
 from .helper import decode_in_order
@@ -63,8 +64,9 @@ class _Args(msgspec.Struct, omit_defaults=True, gc=False):
 
 # gc=False: millions of small structs that hold no reference cycles; tracking them
 # made the garbage collector a third of the decode time.
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
+class _Fields(msgspec.Struct, gc=False):
+    """The fields of an event the analysis reads."""
+
     cat: Any = None
     name: Any = None
     pid: Any = None
@@ -72,6 +74,16 @@ class _Event(msgspec.Struct, gc=False):
     ts: Any = None
     dur: Any = None
     args: _Args | None = None
+
+
+class _X(_Fields, tag_field="ph", tag="X", gc=False):
+    """A complete event, the only phase the analysis reads (the fast path's tagged union)."""
+
+
+class _Event(_Fields, gc=False):
+    """Any event, its phase a field (the entry-by-entry fallback)."""
+
+    ph: Any = None
 
 
 # Every other chrome-trace phase decodes to an empty struct: its fields are skipped
@@ -83,18 +95,6 @@ _OTHER_PHASES = tuple(
 
 
 _ARGS = tuple(_Args.__struct_fields__)
-
-
-class _X(msgspec.Struct, tag_field="ph", tag="X", gc=False):
-    """A complete event, the only phase the analysis reads."""
-
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: _Args | None = None
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Union[(_X, *_OTHER_PHASES)]])  # noqa: UP007
@@ -228,16 +228,6 @@ def decode_head(head: bytes, warnings: Warnings) -> _Head:
     except (msgspec.ValidationError, msgspec.DecodeError):
         warnings.add("the top-level fields (deviceProperties, distributedInfo) could not be read")
         return _Head()
-
-
-def return_freed_memory() -> None:
-    """Hand the decode's freed buffers back to the OS (glibc keeps them otherwise) before the analysis grows."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: nothing to do
 
 
 @contextmanager
