@@ -76,3 +76,18 @@ def test_the_helper_protocol_round_trip():
     kernels = pl.read_ipc(io.BytesIO(msg["tables"]["kernels"]))
     assert kernels["name"].to_list() == ["k"] and kernels["correlation"].to_list() == [5]
     assert helper._read_frame(stream) is None
+
+
+def test_ranks_in_a_pool_or_on_ray_take_one_core_each(monkeypatch):
+    """A rank run beside others does not start a decode helper of its own."""
+    from traceflops import job
+
+    monkeypatch.setenv(helper.ENV, "unset below")  # recorded, so teardown restores the caller's environment
+    monkeypatch.delenv(helper.ENV)
+    job._one_core_per_rank()
+    import os
+
+    assert os.environ[helper.ENV] == "0"
+    monkeypatch.setenv(helper.ENV, "1")
+    job._one_core_per_rank()  # a user's own setting wins
+    assert os.environ[helper.ENV] == "1"

@@ -417,8 +417,22 @@ def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "loc
     from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_core_per_rank) as pool:
         return list(pool.map(_summarize_one, work))
+
+
+def _one_core_per_rank() -> None:
+    """Ranks already run side by side: a rank's parse takes no second core (no decode helper)."""
+    import os
+
+    from .parsers.helper import ENV
+
+    os.environ.setdefault(ENV, "0")
+
+
+def _summarize_on_worker(args: tuple) -> RankSummary:
+    _one_core_per_rank()
+    return _summarize_one(args)
 
 
 def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
@@ -433,7 +447,7 @@ def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
     if started:
         ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     try:
-        task = ray.remote(_summarize_one)
+        task = ray.remote(_summarize_on_worker)
         return ray.get([task.remote(w) for w in work])
     finally:
         if started and address is None:
