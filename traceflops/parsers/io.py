@@ -15,23 +15,28 @@ def max_bytes_default() -> int:
     return int(env) if env and env.isdigit() else DEFAULT_MAX_BYTES
 
 
-def read_bytes(path: str, *, max_bytes: int | None = None) -> bytes:
-    limit = max_bytes or max_bytes_default()
+def open_trace(path: str):
+    """The file opened for reading, or one clear InputError saying why it cannot be."""
     try:
-        with open(path, "rb") as f:
-            magic = f.read(2)
-            f.seek(0)
-            if magic != b"\x1f\x8b":
-                if os.fstat(f.fileno()).st_size > limit:
-                    raise InputError(path, f"file is larger than the {limit}-byte limit", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
-                return f.read()
-            return _gunzip(f, path, limit)
+        return open(path, "rb")
     except FileNotFoundError:
         raise InputError(path, "no such file", "check the path") from None
     except IsADirectoryError:
         raise InputError(path, "is a directory, not a trace file", "pass the trace file itself") from None
     except PermissionError:
         raise InputError(path, "permission denied", "check the file's permissions") from None
+
+
+def read_bytes(path: str, *, max_bytes: int | None = None) -> bytes:
+    limit = max_bytes or max_bytes_default()
+    with open_trace(path) as f:
+        magic = f.read(2)
+        f.seek(0)
+        if magic != b"\x1f\x8b":
+            if os.fstat(f.fileno()).st_size > limit:
+                raise InputError(path, f"file is larger than the {limit}-byte limit", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
+            return f.read()
+        return _gunzip(f, path, limit)
 
 
 def _gunzip(f, path: str, limit: int) -> bytes:

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from ..errors import FormatError, InputError
+from .io import open_trace
 
 _QUOTE, _BSLASH = ord('"'), ord("\\")
 _OPEN = (ord("{"), ord("["))
@@ -40,15 +41,7 @@ class StreamResult:
 def raw_chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[bytes]:
     """The file's bytes in chunks, gunzipped if needed, stopping with an error past `limit`."""
     total = 0
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise InputError(path, "no such file", "check the path") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a trace file", "pass the trace file itself") from None
-    except PermissionError:
-        raise InputError(path, "permission denied", "check the file's permissions") from None
-    with f:
+    with open_trace(path) as f:
         gz = f.read(2) == b"\x1f\x8b"
         f.seek(0)
         d = zlib.decompressobj(wbits=31) if gz else None
