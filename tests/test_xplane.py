@@ -415,19 +415,8 @@ def test_mi300_gemm_against_xprof_hlo_stats(shared, tmp_path):
     xprof agrees on executions per (program, HLO op). It reports FLOPs only for the
     Triton GEMM fusion (its cost analysis gives cuBLAS custom calls 0): there they match.
     """
-    r2t = pytest.importorskip("xprof.convert.raw_to_tool_data")
-    import json
-    import shutil
-
     src = _file(shared, "mi300_jax_gemm.xplane.pb")
-    run = tmp_path / "plugins" / "profile" / "run"
-    run.mkdir(parents=True)
-    copy = run / "host.xplane.pb"
-    shutil.copy(src, copy)
-    data, _ = r2t.xspace_to_tool_data([str(copy)], "hlo_stats", {})
-    table = json.loads(data)
-    cols = [c["id"] for c in table["cols"]]
-    rows = [dict(zip(cols, [c.get("v") for c in r["c"]])) for r in table["rows"]]
+    rows = _xprof_hlo_stats(src, tmp_path)
 
     trace = parse_xplane(str(src))
     ops = trace.ops

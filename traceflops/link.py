@@ -76,25 +76,27 @@ def check_row_order(ops: pl.DataFrame) -> None:
         raise ValueError("linked ops are out of row order; this is a bug in traceflops")
 
 
+def row_index(rows) -> pl.Series:
+    """Op rows as a gather index: a null or negative row (no op) gathers a null."""
+    rows = pl.Series(rows) if not isinstance(rows, pl.Series) else rows
+    return pl.select(pl.when(rows >= 0).then(rows.cast(pl.Int64))).to_series()
+
+
 def by_row(ops: pl.DataFrame, rows, *columns: str) -> pl.DataFrame:
-    """`columns` of the linked ops at op rows (a null or negative row gives nulls).
+    """`columns` of the linked ops (or of a frame with their `row` column) at op rows.
 
     Linked ops are stored with `row` equal to their position, so this is a
     gather: no hash join, and no copy of the frame the result is added to.
     """
     check_row_order(ops)
-    rows = pl.Series(rows) if not isinstance(rows, pl.Series) else rows
-    idx = pl.select(pl.when(rows >= 0).then(rows.cast(pl.Int64))).to_series()
-    return ops.select([pl.col(c).gather(idx) for c in columns])
+    return ops.select([pl.col(c).gather(row_index(rows)) for c in columns])
 
 
 def spread(values: pl.DataFrame, n: int) -> pl.DataFrame:
     """Columns given for some op rows (a `row` column, each row once), laid over all n rows (nulls elsewhere)."""
-    rows = values["row"].to_numpy()
     pos = np.full(n, -1, dtype=np.int64)
-    pos[rows] = np.arange(len(rows))
-    idx = pl.select(pl.when(pl.Series(pos) >= 0).then(pl.Series(pos))).to_series()
-    return values.drop("row").select(pl.all().gather(idx))
+    pos[values["row"].to_numpy()] = np.arange(values.height)
+    return values.drop("row").select(pl.all().gather(row_index(pos)))
 
 
 @dataclass

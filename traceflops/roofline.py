@@ -58,7 +58,7 @@ import polars as pl
 
 from .flops import _itemsize, dtype_of
 from .hardware import Hardware
-from .link import check_row_order, spread
+from .link import by_row, row_index, spread
 
 COLUMNS = (
     "roof_flops",
@@ -241,10 +241,6 @@ def estimate_table(ops: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
     return sub.join(est, on=keys, how="left", nulls_equal=True).select(list(schema))
 
 
-def _rows(rows: pl.Series) -> pl.Series:
-    return pl.select(pl.when(rows >= 0).then(rows)).to_series()
-
-
 def _col(frame: pl.DataFrame, name: str, dtype) -> pl.Expr:
     return pl.col(name).cast(dtype) if name in frame.columns else pl.lit(None, dtype).alias(name)
 
@@ -277,10 +273,10 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     )
     est = estimate_table(ops, k.filter(pl.col("cls") == "other_compute")["op_row"])
     # Op columns at the kernels' op rows by position (linked ops keep row == position): no joins.
-    check_row_order(ops)
-    at_mm = opc.select(pl.all().gather(_rows(k["matmul_row"]))).drop("row")
-    at_op = opc.select(pl.all().gather(_rows(k["op_row"]))).drop("row")
-    at_est = spread(est, ops.height).select(pl.all().gather(_rows(k["op_row"])))
+    values = [c for c in opc.columns if c != "row"]
+    at_mm = by_row(opc, k["matmul_row"], *values)
+    at_op = by_row(opc, k["op_row"], *values)
+    at_est = spread(est, ops.height).select(pl.all().gather(row_index(k["op_row"])))
     k = (
         pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal")
         .with_columns(_mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute"))

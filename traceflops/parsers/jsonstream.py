@@ -152,11 +152,7 @@ class _Scanner:
         return rest
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Consume a chunk; return the complete events it closed (as raw JSON objects)."""
-        if self.state == "before":
-            data = self.enter(data)
-            if data is None:
-                return []
+        """Consume a chunk inside the array (see `enter`); return the complete events it closed (raw JSON objects)."""
         if self.state == "after":
             self.head += data
             return []

@@ -289,10 +289,6 @@ def _scalar(v: Any) -> Any:
     return v if v.__class__ in (float, str, bool) else None
 
 
-def _nulls(n: int, dtype) -> pl.Series:
-    return null_column(n, dtype)
-
-
 def _all_none(values: tuple | list) -> bool:
     # Looks at the first value before counting: counting compares every value with None.
     return not values or (values[0] is None and values.count(None) == len(values))
@@ -301,7 +297,7 @@ def _all_none(values: tuple | list) -> bool:
 def _col(values: tuple | list, dtype) -> pl.Series:
     """A typed column from loosely typed trace values; what does not convert becomes null."""
     if _all_none(values):
-        return _nulls(len(values), dtype)
+        return null_column(len(values), dtype)
     try:
         return pl.Series(values, dtype=dtype, strict=False)
     except (TypeError, OverflowError, ValueError, pl.exceptions.PolarsError):
@@ -331,7 +327,7 @@ def _json_col(values: tuple | list) -> pl.Series:
 def _text_col(values: tuple | list) -> pl.Series:
     """Identifiers written as integers or strings (pid, tid, stream), as text."""
     if _all_none(values):
-        return _nulls(len(values), pl.Utf8)
+        return null_column(len(values), pl.Utf8)
     try:
         s = pl.Series(values)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
@@ -348,7 +344,7 @@ def _str_col(values: tuple | list) -> pl.Series:
     most of the parsed trace's memory.
     """
     if _all_none(values):
-        return _nulls(len(values), pl.Utf8)
+        return null_column(len(values), pl.Utf8)
     index: dict = {}
     try:
         codes = [index.setdefault(v, len(index)) for v in values]
