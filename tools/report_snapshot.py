@@ -1,0 +1,100 @@
+"""Save every included and shared fixture's JSON report, or compare two saved sets.
+
+A change meant to move code without changing a number is checked by saving the
+reports before it and comparing after: keys must match exactly, numbers to a
+relative 1e-12 (polars' parallel sums may differ in the last bit).
+
+    python tools/report_snapshot.py save DIR
+    python tools/report_snapshot.py compare BEFORE_DIR AFTER_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TRACEFLOPS_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+MODEL = ["--params", "1.2e6", "--layers", "2", "--heads", "4", "--head-dim", "12", "--seq-len", "40",
+         "--tokens-per-step", "160"]
+VARIANTS = {"plain": [], "peak": ["--peak-tflops", "1"], "model": MODEL, "model_peak": [*MODEL, "--peak-tflops", "1"]}
+REL = 1e-12
+
+
+def traces() -> list[Path]:
+    found = sorted((ROOT / "fixtures").rglob("*.json.gz")) + sorted((ROOT / "fixtures").rglob("*.xplane.pb"))
+    if SHARED.is_dir():
+        found += sorted(SHARED.rglob("*.json.gz")) + sorted(SHARED.rglob("*.xplane.pb"))
+        found += [d for d in [SHARED / "kineto" / "dlrm_8rank"] if d.is_dir()]  # a job: every rank at once
+    return found
+
+
+def save(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as cache:
+        for t in traces():
+            for variant, flags in VARIANTS.items():
+                name = f"{t.relative_to(t.parents[1]).as_posix().replace('/', '__')}.{variant}.json"
+                r = subprocess.run([sys.executable, "-c", "from traceflops.cli import main; main()", "analyze", str(t), "--format", "json",
+                                    "--no-cache", "--cache-dir", cache, *flags], capture_output=True, text=True)
+                (out / name).write_text(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:]}))
+                print(r.returncode, name, flush=True)
+
+
+def _diff(a, b, where: str, out: list[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            out.append(f"{where}: keys {sorted(a.keys() ^ b.keys())}")
+        for k in a.keys() & b.keys():
+            _diff(a[k], b[k], f"{where}.{k}", out)
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            out.append(f"{where}: length {len(a)} vs {len(b)}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            _diff(x, y, f"{where}[{i}]", out)
+    elif isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        if not (a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= REL * max(abs(a), abs(b))):
+            out.append(f"{where}: {a!r} vs {b!r}")
+    elif a != b:
+        out.append(f"{where}: {a!r} vs {b!r}")
+
+
+def compare(before: Path, after: Path) -> int:
+    bad = 0
+    names = sorted(p.name for p in before.glob("*.json"))
+    for name in names:
+        x = json.loads((before / name).read_text())
+        y = json.loads((after / name).read_text()) if (after / name).exists() else None
+        if y is None:
+            print("missing", name)
+            bad += 1
+            continue
+        out: list[str] = []
+        if x["rc"] != y["rc"]:
+            out.append(f"exit {x['rc']} vs {y['rc']}")
+        if x["stdout"] or y["stdout"]:
+            try:
+                _diff(json.loads(x["stdout"] or "null"), json.loads(y["stdout"] or "null"), "", out)
+            except ValueError:
+                _diff(x["stdout"], y["stdout"], "stdout", out)
+        else:
+            _diff(x["stderr"].strip().splitlines()[-1:], y["stderr"].strip().splitlines()[-1:], "stderr", out)
+        if out:
+            bad += 1
+            print(name, *out[:10], sep="\n  ")
+    print(f"{len(names)} reports compared, {bad} differ")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["save"]:
+        save(Path(sys.argv[2]))
+    elif sys.argv[1:2] == ["compare"]:
+        sys.exit(compare(Path(sys.argv[2]), Path(sys.argv[3])))
+    else:
+        sys.exit(__doc__)
