@@ -34,7 +34,7 @@ SHARED = Path(os.environ.get("TRACEFLOPS_FIXTURES", ROOT.parent / "shared" / "fi
 
 _CLI = (
     "import contextlib, os, sys\n"
-    "from traceflops.cli import main\n"
+    "from traceflops.cli.main import main\n"
     "with open(os.devnull, 'w') as out, contextlib.redirect_stdout(out):\n"
     "    try:\n"
     "        main({args!r}, standalone_mode=False)\n"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from synth import Builder
 
-from traceflops import hardware as hw
-from traceflops.advice import advise
-from traceflops.analysis import analyze
+from traceflops.core import hardware as hw
+from traceflops.views.advice import advise
+from traceflops.pipeline import analyze
 
 BF16 = "c10::BFloat16"
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceflops import api
-from traceflops.cli import main
+from traceflops.cli.main import main
 from traceflops.report.jsonreport import render
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 from synth import Builder
 
-from traceflops.cli import main
-from traceflops.errors import EXIT_FORMAT, EXIT_INPUT
+from traceflops.cli.main import main
+from traceflops.core.errors import EXIT_FORMAT, EXIT_INPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = ROOT / "fixtures" / "cpu"
@@ -169,7 +169,7 @@ def _bomb(path: Path, prefix: bytes, size: int = 200 << 20) -> Path:
 
 _RSS_PROBE = """
 import resource, sys
-from traceflops.cli import main
+from traceflops.cli.main import main
 try:
     main(sys.argv[1:])
 except SystemExit as e:
@@ -326,7 +326,7 @@ def test_empty_xplane(tmp_path):
 
 def test_real_stderr_is_one_line_and_debug_shows_the_traceback(tmp_path):
     p = write(tmp_path / "empty.json", '{"traceEvents": []}')
-    cmd = [sys.executable, "-m", "traceflops.cli", "analyze", str(p), "--no-cache"]
+    cmd = [sys.executable, "-m", "traceflops.cli.main", "analyze", str(p), "--no-cache"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == EXIT_FORMAT
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {p}: "), r.stderr
@@ -340,6 +340,6 @@ def test_debug_reraises_in_process(tmp_path):
     p = write(tmp_path / "numbers.json", "[1, 2, 3]")
     r = invoke(p, "--debug")
     assert r.exit_code != 0
-    from traceflops.errors import FormatError
+    from traceflops.core.errors import FormatError
 
     assert isinstance(r.exception, FormatError)

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from synth import Builder
 
-from traceflops.analysis import analyze
-from traceflops.job import job_view, summarize
+from traceflops.pipeline import analyze
+from traceflops.views.job import job_view, summarize
 from traceflops.report.html import render_html, render_job_html
 
 websocket = pytest.importorskip("websocket", reason="websocket-client is not installed (pip install -e '.[test]')")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceflops.budget import TERMS, BudgetInputs, check_budget, inputs_from_row, loss_budget, sum_inputs
+from traceflops.metrics.budget import TERMS, BudgetInputs, check_budget, inputs_from_row, loss_budget, sum_inputs
 
 # 1 ms on a 1 PFLOP/s device: peak × window = 1e12 FLOPs.
 WINDOW_US = 1000.0
@@ -102,8 +102,8 @@ def test_budget_of_a_real_trace_sums_to_one(shared):
     """MI300 checkpointed ResNet: per step and in total, the budget closes to 1e-9."""
     import polars as pl
 
-    from traceflops.analysis import analyze
-    from traceflops.timeline import partition
+    from traceflops.pipeline import analyze
+    from traceflops.stages.timeline import partition
 
     a = analyze(str(shared / "kineto" / "mi300_resnet_act_checkpoint_rank0.json.gz"))
     p = partition(a.kernels, a.steps).sort("step")

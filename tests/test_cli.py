@@ -5,7 +5,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from traceflops.cli import main
+from traceflops.cli.main import main
 
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"
 

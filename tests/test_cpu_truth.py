@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from traceflops import modelflops as mf
-from traceflops.analysis import ModelOptions, analyze
+from traceflops.flops import model as mf
+from traceflops.pipeline import ModelOptions, analyze
 
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"
 TRUTH = json.loads((CPU / "truth.json").read_text())

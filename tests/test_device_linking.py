@@ -2,7 +2,7 @@
 
 import polars as pl
 
-from traceflops.analysis import analyze
+from traceflops.pipeline import analyze
 from synth import Builder
 
 M, K, N = 48, 80, 24  # non-square on purpose
@@ -70,7 +70,7 @@ def test_launch_op_is_the_innermost_enclosing_op_by_definition():
     """`enclosing_op` against the definition: the latest-starting op on the thread whose span contains the instant."""
     import numpy as np
 
-    from traceflops.link import _EPS_US, enclosing_op, nesting
+    from traceflops.stages.link import _EPS_US, enclosing_op, nesting
 
     rng = np.random.default_rng(7)
     # properly nested spans on three threads, built recursively
@@ -102,7 +102,7 @@ def _nesting_by_stack(thread, ts, end):
     """The reference: a stack walk per thread, popping what ended by the next start."""
     import numpy as np
 
-    from traceflops.link import _EPS_US
+    from traceflops.stages.link import _EPS_US
 
     parent, stack, prev = [], [], None
     for th, t, i in zip(thread.tolist(), ts.tolist(), range(len(ts))):
@@ -118,7 +118,7 @@ def _nesting_by_stack(thread, ts, end):
 def test_vectorized_nesting_equals_the_stack_walk_with_ties_zero_durations_and_partial_overlaps():
     import numpy as np
 
-    from traceflops.link import nesting
+    from traceflops.stages.link import nesting
 
     rng = np.random.default_rng(1)
     for _ in range(300):
@@ -134,7 +134,7 @@ def test_vectorized_nesting_equals_the_stack_walk_with_ties_zero_durations_and_p
 def test_nearest_marked_ancestor_equals_climbing_one_by_one():
     import numpy as np
 
-    from traceflops.link import nearest
+    from traceflops.stages.link import nearest
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -154,7 +154,7 @@ def test_thread_order_check_agrees_with_polars_sort_nulls_included():
     import numpy as np
     import polars as pl
 
-    from traceflops.link import OP_ORDER, in_thread_order
+    from traceflops.stages.link import OP_ORDER, in_thread_order
     from traceflops.parsers.kineto import _in_thread_order
 
     rng = np.random.default_rng(3)

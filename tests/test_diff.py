@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from rich.console import Console
 from synth import Builder
 
-from traceflops.analysis import ModelOptions, analyze
-from traceflops.diff import diff, render_diff_html, render_json, render_terminal
+from traceflops.pipeline import ModelOptions, analyze
+from traceflops.views.diff import diff, render_diff_html, render_json, render_terminal
 
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"
 PEAK = ModelOptions(peak_tflops=1)
@@ -82,7 +82,7 @@ def test_renderers(tmp_path):
     a = analyze(gemm_trace(tmp_path, "before.json.gz", 40, 10))
     b = analyze(gemm_trace(tmp_path, "after.json.gz", 25, 12))
     d = diff(a, b)
-    assert json.loads(render_json(d))["schema"] == "traceflops.diff/1"
+    assert json.loads(render_json(d))["schema"] == "traceflops.views.diff/1"
     html = render_diff_html(d)
     assert html.startswith("<!DOCTYPE html>") and "<script" not in html and "sm90_gemm" in html
     buf = io.StringIO()
@@ -92,7 +92,7 @@ def test_renderers(tmp_path):
 
 
 def test_cli_diff(tmp_path):
-    from traceflops.cli_reports import diff_cmd
+    from traceflops.cli.reports import diff_cmd
 
     group = click.Group(commands={"diff": diff_cmd})
     a = str(CPU / "ns_eager_sdpa.json.gz")
@@ -154,7 +154,7 @@ def test_largest_change_falls_back_to_per_step_without_tokens():
 
 
 def test_cli_diff_names_recompute(tmp_path):
-    from traceflops.cli_reports import diff_cmd
+    from traceflops.cli.reports import diff_cmd
 
     group = click.Group(commands={"diff": diff_cmd})
     model = ["--params", "136320", "--layers", "2", "--heads", "4", "--head-dim", "20", "--seq-len", "24", "--peak-tflops", "1"]

@@ -1,4 +1,4 @@
-"""Tests for traceflops.flops.
+"""Tests for traceflops.flops.aten.
 
 Truth is torch itself: each op runs on small non-square CPU (or meta) tensors under
 torch.profiler with record_shapes=True, the trace is exported as Kineto JSON and read back, and
@@ -21,14 +21,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from traceflops.flops import (
-    MATMUL_OPS,
-    WRAPPER_OPS,
-    OpFlops,
-    dtype_of,
-    op_flops,
-    tensor_bytes,
-)
+from traceflops.flops.aten import MATMUL_OPS, WRAPPER_OPS, OpFlops, dtype_of, op_flops, tensor_bytes
 
 aten = torch.ops.aten
 

@@ -44,9 +44,9 @@ import pytest
 from fuzz_corpus import GZ_OUTPUT, JSON_BYTES, PB_BYTES, SHARED, shared_available, shared_bytes
 from synth import Builder
 
-from traceflops.analysis import ModelOptions, analyze
-from traceflops.errors import FormatError, InternalError, TraceflopsError
-from traceflops.model import PHASES
+from traceflops.pipeline import ModelOptions, analyze
+from traceflops.core.errors import FormatError, InternalError, TraceflopsError
+from traceflops.core.vocab import PHASES
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "cpu" / "ns_eager_sdpa.json.gz"

@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 from synth import Builder
 
-from traceflops import hardware as hw
-from traceflops.analysis import analyze
-from traceflops.rollup import by_gemm_shape, gemm_dims, wave_quantization
+from traceflops.core import hardware as hw
+from traceflops.pipeline import analyze
+from traceflops.views.rollup import by_gemm_shape, gemm_dims, wave_quantization
 
 BF16 = "c10::BFloat16"
 SMS = 132  # H100 SXM5

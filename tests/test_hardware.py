@@ -10,16 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from traceflops.hardware import (
-    HARDWARE,
-    PRECISIONS,
-    VECTOR_KEYS,
-    custom,
-    detect,
-    detect_many,
-    detect_xla,
-    lookup,
-)
+from traceflops.core.hardware import HARDWARE, PRECISIONS, VECTOR_KEYS, custom, detect, detect_many, detect_xla, lookup
 
 TF = 1e12
 

@@ -4,7 +4,7 @@ HTA (`pip install HolisticTraceAnalysis`, checked against 0.5.0) gives per rank
 a temporal breakdown (idle / compute / non-compute) and a compute-communication
 overlap. It measures over its own window with its own kernel set, so the test
 rebuilds exactly that window and kernel set from traceflops' `Analysis.kernels`
-and runs `traceflops.timeline.partition` over it as one one-row window.
+and runs `traceflops.stages.timeline.partition` over it as one one-row window.
 
 HTA's window and kernel set (hta/common/trace.py `_filter_irrelevant_gpu_kernels`,
 hta/analyzers/breakdown_analysis.py `get_temporal_breakdown`):
@@ -53,8 +53,9 @@ import pytest
 pytest.importorskip("hta", reason="HolisticTraceAnalysis (module hta) is not installed: no HTA cross-check")
 from hta.trace_analysis import TraceAnalysis
 
-from traceflops import timeline as tl
-from traceflops.analysis import analyze
+from traceflops.stages import timeline as tl
+from traceflops.pipeline import analyze
+from traceflops.core.vocab import BUSY_CLASSES
 
 TOL = 0.5  # percentage points
 # HTA 0.5.0 calls pandas APIs that newer pandas deprecates: its noise, not ours.
@@ -75,7 +76,7 @@ def case_files(shared, case: str) -> list:
 
 def hta_kernels(a, filter_last_step: bool, rounding: str) -> pl.DataFrame:
     """The device activities HTA measures, in traceflops' kernel frame (see the module docstring)."""
-    k = a.kernels.filter(pl.col("cls").is_in(list(tl.BUSY_CLASSES)))
+    k = a.kernels.filter(pl.col("cls").is_in(list(BUSY_CLASSES)))
     if filter_last_step:
         last_start = a.trace.steps["ts"].max()
         k = k.filter(pl.col("launch_ts") < last_start)  # a null launch_ts (no launcher) is dropped, as in HTA

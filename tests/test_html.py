@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from synth import Builder
 
-from traceflops.analysis import ModelOptions, analyze
-from traceflops.job import job_view, summarize
+from traceflops.pipeline import ModelOptions, analyze
+from traceflops.views.job import job_view, summarize
 from traceflops.report.html import render_html, render_job_html
 
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"

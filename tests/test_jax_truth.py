@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from traceflops.analysis import analyze
+from traceflops.pipeline import analyze
 
 JAX = Path(__file__).resolve().parents[1] / "fixtures" / "jax"
 TRUTH = json.loads((JAX / "truth.json").read_text())
@@ -82,7 +82,7 @@ def test_te_fused_attention_gets_sdpa_flops(shared):
 
     from traceflops.parsers import xplane as X
     from traceflops.parsers.xplane_proto import decode_hlo_proto, decode_xspace
-    from traceflops.model import Warnings
+    from traceflops.core.trace import Warnings
 
     p = shared / "xplane" / "gfx950_jax_te_fused_attn_train.xplane.pb"
     progs = X.Programs(decode_xspace(p.read_bytes()), Warnings(), str(p))

@@ -3,8 +3,8 @@
 import pytest
 
 from synth import Builder
-from traceflops.analysis import analyze
-from traceflops.job import job_view, summarize
+from traceflops.pipeline import analyze
+from traceflops.views.job import job_view, summarize
 
 WORLD = 4
 OFFSET = {0: 0.0, 1: 1_000.0, 2: -2_500.0, 3: 7_000.0}  # each rank's clock error, µs
@@ -95,7 +95,7 @@ def test_cli_job_view_from_a_directory(tmp_path):
 
     from click.testing import CliRunner
 
-    from traceflops.cli import main
+    from traceflops.cli.main import main
 
     d = tmp_path / "ranks"
     d.mkdir()
@@ -132,7 +132,7 @@ def test_dlrm_terminal_job_view(shared):
     collectives with skew, and a warning that all-reduce sizes are not recorded."""
     from click.testing import CliRunner
 
-    from traceflops.cli import main
+    from traceflops.cli.main import main
 
     r = CliRunner().invoke(main, ["analyze", str(shared / "kineto" / "dlrm_8rank"), "--no-cache"], terminal_width=200)
     assert r.exit_code == 0, r.output

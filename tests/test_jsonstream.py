@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from traceflops.errors import FormatError
+from traceflops.core.errors import FormatError
 from traceflops.parsers.jsonstream import stream_events
 
 TRICKY = {

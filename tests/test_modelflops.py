@@ -13,15 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from traceflops.modelflops import (
-    BAND_CAVEAT,
-    ModelSpec,
-    mfu,
-    model_flops,
-    spec_from_config,
-    spec_from_flags,
-    verdict_band,
-)
+from traceflops.flops.model import BAND_CAVEAT, ModelSpec, mfu, model_flops, spec_from_config, spec_from_flags, verdict_band
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 

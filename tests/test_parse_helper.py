@@ -80,7 +80,7 @@ def test_the_helper_protocol_round_trip():
 
 def test_ranks_in_a_pool_or_on_ray_take_one_core_each(monkeypatch):
     """A rank run beside others does not start a decode helper of its own."""
-    from traceflops import job
+    from traceflops.views import job
 
     monkeypatch.setenv(helper.ENV, "unset below")  # recorded, so teardown restores the caller's environment
     monkeypatch.delenv(helper.ENV)

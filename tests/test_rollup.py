@@ -6,9 +6,9 @@ import polars as pl
 import pytest
 from synth import Builder
 
-from traceflops.analysis import analyze
-from traceflops.model import PHASES
-from traceflops.rollup import by_kernel, by_module, module_of
+from traceflops.pipeline import analyze
+from traceflops.core.vocab import PHASES
+from traceflops.views.rollup import by_kernel, by_module, module_of
 
 BF16 = "c10::BFloat16"
 M, K, K2, N = 64, 32, 128, 16

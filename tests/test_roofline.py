@@ -6,15 +6,9 @@ import polars as pl
 import pytest
 from synth import Builder
 
-from traceflops import hardware as hw
-from traceflops.analysis import analyze
-from traceflops.roofline import (
-    COLUMNS,
-    memory_bound_overlay,
-    op_estimate,
-    roofline,
-    top_recoverable,
-)
+from traceflops.core import hardware as hw
+from traceflops.pipeline import analyze
+from traceflops.stages.roofline import COLUMNS, memory_bound_overlay, op_estimate, roofline, top_recoverable
 
 H100 = hw.HARDWARE["h100-sxm"]
 PEAK = H100.peaks["bf16"]  # 989.4e12 FLOP/s, dense

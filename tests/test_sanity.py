@@ -5,26 +5,12 @@ import math
 import polars as pl
 import pytest
 
-from traceflops import budget as bd
-from traceflops import sanity
-from traceflops import timeline as tl
-from traceflops.errors import (
-    EXIT_FORMAT,
-    EXIT_INTERNAL,
-    EmptyTraceError,
-    FormatError,
-    InternalError,
-)
-from traceflops.model import (
-    KERNELS_SCHEMA,
-    LAUNCHES_SCHEMA,
-    MARKERS_SCHEMA,
-    OPS_SCHEMA,
-    STEPS_SCHEMA,
-    Trace,
-    Warnings,
-    empty,
-)
+from traceflops.metrics import budget as bd
+from traceflops.stages import clean as sanity
+from traceflops.stages import timeline as tl
+from traceflops.core.errors import EXIT_FORMAT, EXIT_INTERNAL, EmptyTraceError, FormatError, InternalError
+from traceflops.core.trace import KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, OPS_SCHEMA, STEPS_SCHEMA, Trace, Warnings, empty
+from traceflops.core.vocab import OVERLAYS, PARTITION
 
 
 def kernels(rows):
@@ -240,7 +226,7 @@ def test_check_classes_accepts_the_five_classes_only():
 
 
 def _partition_row(**parts):
-    row = {"device": 0, "step": 1, "start": 0.0, "window": 10.0, **{c: 0.0 for c in (*tl.PARTITION, *tl.OVERLAYS)}}
+    row = {"device": 0, "step": 1, "start": 0.0, "window": 10.0, **{c: 0.0 for c in (*PARTITION, *OVERLAYS)}}
     row.update(parts)
     return pl.DataFrame([row])
 
@@ -279,7 +265,7 @@ def test_checked_turns_an_in_pipeline_check_into_an_internal_error():
 def test_analysis_of_a_real_trace_passes_every_check():
     from pathlib import Path
 
-    from traceflops.analysis import ModelOptions, analyze
+    from traceflops.pipeline import ModelOptions, analyze
 
     a = analyze(str(Path(__file__).resolve().parents[1] / "fixtures" / "cpu" / "ns_eager_sdpa.json.gz"), ModelOptions(peak_tflops=1))
     sanity.check_analysis(a)

@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from test_job import SLOW, WORLD, rank_trace
-from traceflops import cache
-from traceflops.cli import main
+from traceflops.storage import cache
+from traceflops.cli.main import main
 from traceflops.parsers import load
 
 

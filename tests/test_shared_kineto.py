@@ -7,7 +7,7 @@ import orjson
 import polars as pl
 import pytest
 
-from traceflops.analysis import analyze
+from traceflops.pipeline import analyze
 
 
 def kineto_files(shared):
@@ -106,7 +106,7 @@ def test_qwen_inference_with_a_model_description(shared):
     (TraceLens' GEMM table agrees), so N here is the decoder's weights only."""
     from click.testing import CliRunner
 
-    from traceflops.cli import main
+    from traceflops.cli.main import main
 
     d, f, layers, heads, q, seq = 1024, 2816, 24, 16, 64, 559
     n = layers * (4 * d * d + 3 * d * f)

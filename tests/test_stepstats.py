@@ -7,7 +7,7 @@ import statistics
 import polars as pl
 import pytest
 
-from traceflops.stepstats import step_stats
+from traceflops.metrics.stepstats import step_stats
 
 # window = matmul 60 + other 20 + memcpy 5 + communication 5 + idle, except where noted
 WINDOWS = [300, 100, 110, 98, 100, 101, 99, 130, 100, 100]

@@ -8,9 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceflops.analysis import ModelOptions, analyze
-from traceflops.job import job_view, summarize
-from traceflops.tables import flat, frames, job_frames, write_job_tables, write_tables
+from traceflops.pipeline import ModelOptions, analyze
+from traceflops.views.job import job_view, summarize
+from traceflops.report.tables import flat, frames, job_frames, write_job_tables, write_tables
 
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"
 
@@ -72,7 +72,7 @@ def test_flat_serializes_objects_and_nulls():
 
 
 def test_write_extras(tmp_path):
-    from traceflops.cli_reports import write_extras
+    from traceflops.cli.reports import write_extras
 
     a = analyze(str(CPU / "ns_eager_sdpa.json.gz"), ModelOptions(peak_tflops=1))
     write_extras(a, html=str(tmp_path / "r.html"), tables=str(tmp_path / "tables"))

@@ -11,7 +11,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceflops.timeline import OVERLAYS, PARTITION, idle_gaps, is_sync_call, launch_stats, partition
+from traceflops.stages.timeline import idle_gaps, is_sync_call, launch_stats, partition
+from traceflops.core.vocab import OVERLAYS
+from traceflops.core.vocab import PARTITION
 
 KCOLS = {
     "device": pl.Int64,
@@ -395,7 +397,7 @@ def test_mi300_partition_matches_tracelens(shared):
     """
     import csv
 
-    from traceflops.analysis import analyze
+    from traceflops.pipeline import analyze
 
     a = analyze(str(shared / "kineto" / "mi300_resnet_act_checkpoint_rank0.json.gz"))
     ref: dict[tuple[str, bool], float] = {}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from traceflops.analysis import analyze
+from traceflops.pipeline import analyze
 
 
 def per_step(a, key):

@@ -14,18 +14,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceflops.errors import FormatError
-from traceflops.hardware import detect_xla
-from traceflops.link import link
+from traceflops.core.errors import FormatError
+from traceflops.core.hardware import detect_xla
+from traceflops.stages.link import link
 from traceflops.parsers import detect_format, load, xplane_pb
 from traceflops.parsers.xplane import parse_xplane
-from traceflops.parsers.xplane_proto import (
-    decode_hlo_proto,
-    decode_xspace,
-    decode_xspace_python,
-)
-from traceflops.steps import assign
-from traceflops.xla_phases import logical_name, tag
+from traceflops.parsers.xplane_proto import decode_hlo_proto, decode_xspace, decode_xspace_python
+from traceflops.stages.steps import assign
+from traceflops.stages.xla_phases import logical_name, tag
 
 # --------------------------------------------------------------------------------------
 # helpers

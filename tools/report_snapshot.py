@@ -40,7 +40,7 @@ def save(out: Path) -> None:
         for t in traces():
             for variant, flags in VARIANTS.items():
                 name = f"{t.relative_to(t.parents[1]).as_posix().replace('/', '__')}.{variant}.json"
-                r = subprocess.run([sys.executable, "-c", "from traceflops.cli import main; main()", "analyze", str(t), "--format", "json",
+                r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "analyze", str(t), "--format", "json",
                                     "--no-cache", "--cache-dir", cache, *flags], capture_output=True, text=True)
                 (out / name).write_text(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:]}))
                 print(r.returncode, name, flush=True)

@@ -18,13 +18,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .analysis import Analysis, ModelOptions
-from .analysis import analyze as _analyze
+from traceflops.pipeline import Analysis, ModelOptions
+from traceflops.pipeline import analyze as _analyze
 
 
 def model_spec(*, params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None):
     """A model description from numbers (all five) or a Hugging Face config (path or dict); None if nothing given."""
-    from . import modelflops as mf
+    from traceflops.flops import model as mf
 
     if model_config is not None:
         cfg = model_config
@@ -72,8 +72,8 @@ def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int
 
 def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, microbatches: int | None = None, **model: Any):
     """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does."""
-    from .inputs import expand
-    from .job import global_model_flops, job_view, summarize_all
+    from traceflops.run.inputs import expand
+    from traceflops.views.job import global_model_flops, job_view, summarize_all
 
     opts = options(**model)
     files = expand([str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)])
@@ -84,21 +84,21 @@ def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, mic
 
 def to_dict(a: Analysis) -> dict[str, Any]:
     """The JSON report (`schema: traceflops.report/1`) as a dict."""
-    from .report.jsonreport import to_dict as report
+    from traceflops.report.jsonreport import to_dict as report
 
     return report(a)
 
 
 def to_html(a) -> str:
     """The self-contained HTML report of an `Analysis` (or a `Job`)."""
-    from .job import Job
-    from .report.html import render_html, render_job_html
+    from traceflops.views.job import Job
+    from traceflops.report.html import render_html, render_job_html
 
     return render_job_html(a) if isinstance(a, Job) else render_html(a)
 
 
 def save_html(a, path: str | os.PathLike) -> str:
-    from .tables import _atomic
+    from traceflops.report.tables import _atomic
 
     p = Path(path)
     text = to_html(a)
@@ -108,8 +108,8 @@ def save_html(a, path: str | os.PathLike) -> str:
 
 def to_polars(a) -> dict:
     """Every table of the analysis (or job) as polars frames, by name."""
-    from .job import Job
-    from .tables import frames, job_frames
+    from traceflops.views.job import Job
+    from traceflops.report.tables import frames, job_frames
 
     return job_frames(a) if isinstance(a, Job) else frames(a)
 

@@ -30,11 +30,11 @@ def on_trace_ready(out_dir: str | os.PathLike = ".", *, name: str = "trace", qui
         stem = f"{name}_rank{rank}" if rank is not None else name
         path = out / f"{stem}_step{getattr(prof, 'step_num', 0)}.json.gz"
         prof.export_chrome_trace(str(path))  # torch gzips when the name ends in .gz
-        from .api import analyze
+        from traceflops.api import analyze
 
         a = analyze(path, **model)
         if not quiet:
-            from .report.terminal import render
+            from traceflops.report.terminal import render
 
             render(a)
         if callback is not None:

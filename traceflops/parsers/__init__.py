@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import FormatError
-from ..model import Trace
+from traceflops.core.errors import FormatError
+from traceflops.core.trace import Trace
 
 
 def detect_format(path: str) -> str:
@@ -24,7 +24,7 @@ def detect_format(path: str) -> str:
 def load(path: str, cache_dir=None, progress=None) -> Trace:
     """Parse a trace; with a cache directory, reuse (or store) its parsed tables."""
     if cache_dir is not None and Path(path).is_file():
-        from .. import cache
+        from traceflops.storage import cache
 
         hit = cache.load(str(path), cache_dir)
         if hit is not None:
@@ -41,12 +41,12 @@ def load(path: str, cache_dir=None, progress=None) -> Trace:
 def _parse(path: str, progress=None) -> Trace:
     fmt = detect_format(str(path))
     if fmt == "kineto":
-        from .kineto import parse_kineto
+        from traceflops.parsers.kineto import parse_kineto
 
         return parse_kineto(str(path), progress=progress)
     # --- xplane (XLA profiler XSpace) ---
     if fmt == "xplane":
-        from .xplane import parse_xplane
+        from traceflops.parsers.xplane import parse_xplane
 
         return parse_xplane(str(path))
     # --- end xplane ---

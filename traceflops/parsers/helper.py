@@ -62,8 +62,8 @@ def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool) -
     An array decoded here is decoded as it is cut, its strict decode serving as
     the proof of the cut; only arrays for the helper are skimmed first.
     """
-    from .jsonstream import REFUSED, Claimed
-    from .kineto import decode_counted, decode_strict
+    from traceflops.parsers.jsonstream import REFUSED, Claimed
+    from traceflops.parsers.kineto import decode_counted, decode_strict
 
     def here(text):
         got = decode_strict(text)
@@ -185,7 +185,7 @@ def _ipc(df: pl.DataFrame) -> bytes:
 
 def serve(inp, out) -> None:
     """The helper's loop: arrays in, tables out, until an empty frame or the end of input."""
-    from .kineto import decode_counted
+    from traceflops.parsers.kineto import decode_counted
 
     while (text := _read_frame(inp)) is not None:
         tables, counts = decode_counted(text)

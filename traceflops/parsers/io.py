@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import zlib
 
-from ..errors import InputError
+from traceflops.core.errors import InputError
 
 DEFAULT_MAX_BYTES = 32 << 30  # decompressed bytes; override with TRACEFLOPS_MAX_BYTES
 

@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import FormatError, InputError
-from .io import open_trace
+from traceflops.core.errors import FormatError, InputError
+from traceflops.parsers.io import open_trace
 
 _QUOTE, _BSLASH = ord('"'), ord("\\")
 _OPEN = (ord("{"), ord("["))

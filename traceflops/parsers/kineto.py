@@ -21,24 +21,14 @@ import msgspec
 import orjson
 import polars as pl
 
-from .values import as_int as _int
-from ..model import (
-    KERNELS_SCHEMA,
-    LAUNCHES_SCHEMA,
-    MARKERS_SCHEMA,
-    STEPS_SCHEMA,
-    Trace,
-    Warnings,
-    compact,
-    null_column,
-    with_null_hints,
-)
-from .io import max_bytes_default
-from ..memory import return_freed_memory
-from ..link import OP_ORDER, in_thread_order
-from . import helper
-from .helper import decode_in_order
-from .jsonstream import split_events, stream_events
+from traceflops.parsers.values import as_int as _int
+from traceflops.core.trace import KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, STEPS_SCHEMA, Trace, Warnings, compact, null_column, with_null_hints
+from traceflops.parsers.io import max_bytes_default
+from traceflops.core.memory import return_freed_memory
+from traceflops.stages.link import OP_ORDER, in_thread_order
+from traceflops.parsers import helper
+from traceflops.parsers.helper import decode_in_order
+from traceflops.parsers.jsonstream import split_events, stream_events
 
 
 class _Args(msgspec.Struct, omit_defaults=True, gc=False):

@@ -46,27 +46,11 @@ from typing import Any
 import orjson
 import polars as pl
 
-from .values import as_int as _int
-from ..errors import FormatError
-from ..model import (
-    KERNELS_SCHEMA,
-    LAUNCHES_SCHEMA,
-    MARKERS_SCHEMA,
-    OPS_SCHEMA,
-    STEPS_SCHEMA,
-    Trace,
-    Warnings,
-)
-from .io import max_bytes_default, read_bytes
-from .xplane_proto import (
-    HloInstruction,
-    HloModule,
-    Shape,
-    XPlane,
-    XSpace,
-    decode_hlo_proto,
-    decode_xspace,
-)
+from traceflops.parsers.values import as_int as _int
+from traceflops.core.errors import FormatError
+from traceflops.core.trace import KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, OPS_SCHEMA, STEPS_SCHEMA, Trace, Warnings
+from traceflops.parsers.io import max_bytes_default, read_bytes
+from traceflops.parsers.xplane_proto import HloInstruction, HloModule, Shape, XPlane, XSpace, decode_hlo_proto, decode_xspace
 
 _U64 = (1 << 64) - 1
 _EPOCH_NS = 10**17  # line timestamps above this are wall-clock ns since 1970
@@ -343,7 +327,7 @@ def _te_config(backend_config: bytes) -> dict[str, str]:
 
 def _gemm_dnums(backend_config: bytes):
     """Dot dimension numbers of a GEMM custom call from its (JSON) backend config."""
-    from .xplane_proto import DotDims
+    from traceflops.parsers.xplane_proto import DotDims
 
     if not backend_config or backend_config[:1] != b"{":
         return None

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import FormatError
-from .xplane_proto import XEvent, XEventMetadata, XLine, XPlane, XSpace
+from traceflops.core.errors import FormatError
+from traceflops.parsers.xplane_proto import XEvent, XEventMetadata, XLine, XPlane, XSpace
 
 _CLASS: Any = None
 _TRIED = False

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import FormatError
+from traceflops.core.errors import FormatError
 
 MAX_DEPTH = 16  # nested tuple shapes
 _U64 = 1 << 64
@@ -450,7 +450,7 @@ def decode_xspace(buf: bytes, path: str | None = None, *, backend: str | None = 
     """
     backend = backend or os.environ.get("TRACEFLOPS_XPLANE_DECODER") or "auto"
     if backend in ("auto", "protobuf"):
-        from . import xplane_pb
+        from traceflops.parsers import xplane_pb
 
         if xplane_pb.available():
             return xplane_pb.decode_xspace(buf, path)

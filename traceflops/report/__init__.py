@@ -1,1 +1,2 @@
-"""Renderers of one `Analysis`: they format, they compute nothing new."""
+"""Renderers of a finished `Analysis`, `Job` or diff: terminal, JSON, HTML, tables, the annotated trace. A renderer computes nothing new.
+"""

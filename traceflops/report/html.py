@@ -14,9 +14,9 @@ Charts:
   in `data-value` and `<title>`, so tests (and people) can read it back.
 - per step, a stacked bar of the time partition (`steps.time_*`).
 - a roofline scatter of kernels (intensity vs achieved FLOP/s under the roofs
-  of the device), from `traceflops.roofline`.
+  of the device), from `traceflops.stages.roofline`.
 - per module, kernel time split by phase with its recompute share
-  (`traceflops.rollup.by_module`).
+  (`traceflops.views.rollup.by_module`).
 - tables: top kernels by time, most recoverable time, idle reasons, warnings.
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 
 import polars as pl
 
-from ..analysis import Analysis
-from ..model import PHASES
-from ..timeline import PARTITION
+from traceflops.pipeline import Analysis
+from traceflops.core.vocab import PHASES
+from traceflops.core.vocab import PARTITION
 
 MAX_POINTS = 1500  # roofline points drawn (the longest kernels)
 MAX_STEPS = 64
@@ -429,7 +429,7 @@ def time_table(a: Analysis) -> str:
 
 
 def modules_svg(a: Analysis) -> str:
-    from ..tables import by_module_frame
+    from traceflops.report.tables import by_module_frame
 
     bm = by_module_frame(a)
     if bm is None or bm.height == 0:
@@ -445,7 +445,7 @@ def modules_svg(a: Analysis) -> str:
 
 
 def kernels_tables(a: Analysis) -> str:
-    from ..tables import by_kernel_frame, top_kernels_frame
+    from traceflops.report.tables import by_kernel_frame, top_kernels_frame
 
     bk = by_kernel_frame(a)
     if bk is None or bk.height == 0:
@@ -485,7 +485,7 @@ def h2(title: str, anchor: str) -> str:
 
 def render_html(a: Analysis, title: str | None = None) -> str:
     """The single-analysis report as one self-contained HTML document."""
-    from ..tables import roofline_frame
+    from traceflops.report.tables import roofline_frame
 
     path = a.meta.get("path")
     title = title or f"traceflops: {path}"

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..job import Job
-from .jsonreport import SCHEMA
-from .terminal import _pct
+from traceflops.views.job import Job
+from traceflops.report.jsonreport import SCHEMA
+from traceflops.report.terminal import _pct
 
 
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:

@@ -6,9 +6,10 @@ from typing import Any
 
 import orjson
 
-from ..analysis import Analysis
-from ..model import PHASES
-from ..timeline import OVERLAYS, PARTITION
+from traceflops.pipeline import Analysis
+from traceflops.core.vocab import PHASES
+from traceflops.core.vocab import OVERLAYS
+from traceflops.core.vocab import PARTITION
 
 SCHEMA = "traceflops.report/1"
 

@@ -6,9 +6,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import Analysis
-from ..model import PHASES
-from .jsonreport import step_rows
+from traceflops.pipeline import Analysis
+from traceflops.core.vocab import PHASES
+from traceflops.report.jsonreport import step_rows
 
 
 def _pct(v) -> str:

@@ -1,0 +1,3 @@
+from traceflops.cli.main import main
+
+main()

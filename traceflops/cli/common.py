@@ -1,0 +1,127 @@
+"""Options and error handling shared by the click commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from traceflops.core.errors import EXIT_INTERNAL, OptionsError, TraceflopsError
+
+
+def _run(debug: bool, fn):
+    try:
+        return fn()
+    except TraceflopsError as e:
+        if debug:
+            raise
+        click.echo(e.line(), err=True)
+        sys.exit(e.exit_code)
+    except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - last line of defence: one clear line, never a traceback
+        if debug:
+            raise
+        click.echo(
+            f"internal error: {type(e).__name__}: {e}; rerun with --debug and report it with the traceback",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL)
+
+
+def _model_spec(params, layers, heads, head_dim, seq_len, model_config):
+    from traceflops.flops import model as mf
+
+    if model_config:
+        try:
+            cfg = json.loads(Path(model_config).read_text())
+        except (OSError, ValueError) as e:
+            raise OptionsError(model_config, f"cannot read a JSON config ({e})", "pass a Hugging Face style config.json")
+        try:
+            return mf.spec_from_config(cfg, seq_len=seq_len)
+        except ValueError as e:
+            raise OptionsError(model_config, str(e), "describe the model with --params/--layers/--heads/--head-dim/--seq-len instead")
+    given = [params, layers, heads, head_dim, seq_len]
+    if all(v is None for v in given):
+        return None
+    if any(v is None for v in given):
+        raise OptionsError(
+            None,
+            "a model description needs all of --params, --layers, --heads, --head-dim and --seq-len",
+            "give the missing ones, or --model-config",
+        )
+    return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
+
+
+def model_options(fn):
+    """The model, hardware and step options shared by the commands that analyse traces."""
+    opts = [
+        click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)"),
+        click.option("--layers", type=int, help="transformer layers L"),
+        click.option("--heads", type=int, help="attention heads H"),
+        click.option("--head-dim", type=int, help="head dimension Q"),
+        click.option("--seq-len", type=int, help="sequence length T"),
+        click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json"),
+        click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks)"),
+        click.option("--world-size", type=int, help="ranks in the job, when the trace does not say"),
+        click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode"),
+        click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)"),
+        click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"])),
+        click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)"),
+        click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)"),
+        click.option("--cache-dir", type=click.Path(file_okay=False), help="where parsed traces are cached (default: the user cache)"),
+        click.option("--no-cache", is_flag=True, help="parse again; do not read or write the cache"),
+        click.option("--quiet", is_flag=True, help="no progress bar"),
+        click.option("--debug", is_flag=True, help="show tracebacks"),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+class _Progress:
+    """A progress bar on stderr while a big file is read; silent when not a terminal or --quiet."""
+
+    def __init__(self, quiet: bool):
+        self.on = not quiet and sys.stderr.isatty()
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.on or total < (64 << 20):
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            self.bar = Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("read", total=total)
+        self.bar.update(self.task, completed=done)
+        if done >= total:
+            self.bar.stop()
+
+
+def _options(kw) -> tuple:
+    """ModelOptions and cache dir from the shared options (removed from kw)."""
+    from traceflops.pipeline import ModelOptions
+
+    spec = _model_spec(*(kw.pop(k) for k in ("params", "layers", "heads", "head_dim", "seq_len", "model_config")))
+    opts = ModelOptions(
+        spec=spec,
+        tokens_per_step=kw.pop("tokens_per_step"),
+        world_size=kw.pop("world_size"),
+        mode=kw.pop("mode"),
+        hardware=kw.pop("hardware"),
+        precision=kw.pop("precision"),
+        peak_tflops=kw.pop("peak_tflops"),
+        exclude_steps=tuple(kw.pop("exclude_steps")),
+    )
+    cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
+    kw.pop("quiet", None)
+    if no_cache:
+        return opts, None
+    from traceflops.storage.cache import default_dir
+
+    return opts, Path(cache_dir) if cache_dir else default_dir()

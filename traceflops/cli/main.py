@@ -1,0 +1,224 @@
+"""Command line: click commands that wire the stages; no logic of their own."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from traceflops.core.memory import prefer_prompt_release
+
+prefer_prompt_release()  # before anything loads polars
+
+from traceflops.cli.common import _options, _run, _Progress, model_options
+
+
+@click.group()
+@click.version_option(package_name="traceflops")
+def main():
+    """traceflops: MFU, HFU, recompute and where the time went, from profiler traces."""
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@model_options
+@click.option("--jobs", type=int, default=1, show_default=True, help="ranks analysed in parallel processes")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="where ranks are summarised")
+@click.option("--ray-address", help="Ray cluster address for --executor ray (default: start or join a local one)")
+@click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1)")
+@click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="also write the self-contained HTML report here")
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False), help="also write the tables (parquet and CSV) here")
+def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatches, html_out, tables_dir, **kw):
+    """Analyse traces: matmul FLOPs by phase, MFU and HFU, where the time went.
+
+    One file gives the single-device view; several files, a directory or a glob
+    give the job view across ranks.
+    """
+    debug = kw.pop("debug")
+    progress = _Progress(kw.get("quiet", False))
+
+    def go():
+        from traceflops.pipeline import analyze as run_analysis
+        from traceflops.run.inputs import expand
+
+        opts, cache_dir = _options(kw)
+        paths = expand(list(traces))
+        if len(paths) > 1:
+            from traceflops.views.job import summarize_all
+
+            summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir)
+            return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir)
+        a = _cached_report(paths[0], opts, cache_dir) if not (html_out or tables_dir) else None
+        if a is None:
+            a = run_analysis(paths[0], opts, cache_dir, progress)
+            _store_report(paths[0], opts, cache_dir, a)
+        if fmt == "json":
+            from traceflops.report.jsonreport import render
+
+            click.echo(render(a))
+        else:
+            from traceflops.report.terminal import render
+
+            render(a)
+        write_extras(a, html_out, tables_dir)
+
+    _run(debug, go)
+
+
+def _cached_report(path, opts, cache_dir):
+    """The same command on the same trace again: render what was kept, skip parse and analysis."""
+    import os
+
+    if cache_dir is None or not os.path.isfile(path):
+        return None
+    from traceflops.storage import cache
+
+    return cache.load_report(path, opts, cache_dir)
+
+
+def _store_report(path, opts, cache_dir, a):
+    import os
+
+    if cache_dir is None or not os.path.isfile(path):
+        return
+    from traceflops.storage import cache
+
+    try:
+        cache.store_report(path, opts, a, cache_dir)
+    except OSError:
+        pass  # the parsed-tables cache already says why a cache cannot be written, in warnings
+
+
+def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None):
+    from traceflops.views.job import global_model_flops, job_view
+    from traceflops.report import jobreport
+
+    job = job_view(
+        summaries,
+        world_size=opts.world_size,
+        tokens_model_flops=global_model_flops(summaries),
+        pipeline_stages=pipeline_stages,
+        microbatches=microbatches,
+        exclude_steps=opts.exclude_steps,
+    )
+    if fmt == "json":
+        click.echo(jobreport.render_json(job))
+    else:
+        jobreport.render(job)
+    write_extras(job, html_out, tables_dir)
+
+
+@main.command()
+@click.argument("trace")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="the summary file to write (.tfsum)")
+@model_options
+def summarize(trace, output, **kw):
+    """Summarise one rank's trace into the small tables the job view needs.
+
+    Run it anywhere (a cluster's own scheduler), then `traceflops merge *.tfsum`.
+    """
+    debug = kw.pop("debug")
+
+    def go():
+        from traceflops.pipeline import analyze as run_analysis
+        from traceflops.views.job import summarize as make_summary
+
+        opts, cache_dir = _options(kw)
+        from traceflops.storage.summary import write_summary
+
+        write_summary(make_summary(run_analysis(trace, opts, cache_dir)), output)
+
+    _run(debug, go)
+
+
+@main.command()
+@click.argument("summaries", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--world-size", type=int, help="ranks in the job, when the summaries do not say")
+@click.option("--exclude-step", "exclude_steps", type=int, multiple=True)
+@click.option("--pipeline-stages", type=int)
+@click.option("--microbatches", type=int)
+@click.option("--debug", is_flag=True)
+def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatches, debug):
+    """Merge per-rank summaries into the job report (the same as analysing all ranks at once)."""
+    from traceflops.pipeline import ModelOptions
+
+    def go():
+        from traceflops.run.inputs import expand
+        from traceflops.storage.summary import read_summary
+
+        paths = expand(list(summaries))
+        opts = ModelOptions(world_size=world_size, exclude_steps=tuple(exclude_steps))
+        _job([read_summary(p) for p in paths], opts, fmt, pipeline_stages, microbatches)
+
+    _run(debug, go)
+
+
+@main.command()
+@click.option("--tokens-per-second", type=float, required=True, help="global training throughput")
+@click.option("--params", type=float, required=True)
+@click.option("--layers", type=int, required=True)
+@click.option("--heads", type=int, required=True)
+@click.option("--head-dim", type=int, required=True)
+@click.option("--seq-len", type=int, required=True)
+@click.option("--devices", type=int, default=1, show_default=True)
+@click.option("--hardware")
+@click.option("--precision", default="bf16", show_default=True)
+@click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device")
+@click.option("--mode", type=click.Choice(["training", "inference"]), default="training", show_default=True)
+@click.option("--executed-flops-per-token", type=float, help="all FLOPs executed per token (recompute included), for HFU")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+def mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt):
+    """MFU (and HFU) from a throughput alone, as the PaLM paper computes it."""
+    from traceflops.core import hardware as hw
+    from traceflops.flops import model as mf
+
+    if peak_tflops:
+        peak, hw_name = peak_tflops * 1e12, "custom"
+    elif hardware:
+        h = hw.lookup(hardware)
+        if h is None:
+            raise click.BadParameter(f"unknown hardware '{hardware}'; known: {', '.join(sorted(hw.HARDWARE))}", param_hint="--hardware")
+        peak, hw_name = h.peak(precision), h.name
+        if peak is None:
+            raise click.BadParameter(f"{h.name} has no dense {precision} peak", param_hint="--precision")
+    else:
+        raise click.UsageError("give --peak-tflops or --hardware")
+    spec = mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
+    m = mf.model_flops(spec, mode, None)
+    out = {
+        "hardware": hw_name,
+        "precision": precision,
+        "peak_flops": peak,
+        "devices": devices,
+        "mode": mode,
+        "flops_per_token": m.per_token,
+        "flops_per_token_no_attention": m.per_token_no_attention,
+        "mfu": mf.mfu(tokens_per_second, m.per_token, devices, peak),
+        "mfu_no_attention": mf.mfu(tokens_per_second, m.per_token_no_attention, devices, peak),
+        "hfu": None
+        if executed_flops_per_token is None
+        else mf.mfu(tokens_per_second, executed_flops_per_token, devices, peak),
+    }
+    out["band"] = mf.verdict_band(out["mfu"]) if mode == "training" else None
+    out["band_caveat"] = mf.BAND_CAVEAT
+    if fmt == "json":
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"MFU {out['mfu']:.1%} (without attention {out['mfu_no_attention']:.1%})")
+    if out["hfu"] is not None:
+        click.echo(f"HFU {out['hfu']:.1%}")
+    click.echo(f"peak: {hw_name}, dense {precision}, {peak / 1e12:g} TFLOP/s x {devices} devices")
+    if out["band"]:
+        click.echo(f"band: {out['band']} ({mf.BAND_CAVEAT})")
+
+
+from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras
+
+main.add_command(annotate_cmd)
+main.add_command(diff_cmd)
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

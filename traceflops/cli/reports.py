@@ -1,0 +1,134 @@
+"""Report commands for the command line: `annotate`, `diff`, and analyze's `--html` / `--tables`.
+
+Registered by `cli.py`:
+
+    from .cli_reports import annotate_cmd, diff_cmd
+    main.add_command(annotate_cmd)
+    main.add_command(diff_cmd)
+
+and `analyze` calls `write_extras(result, html, tables)` for one trace or a job. Errors are one line with the
+README's exit codes (`cli._run`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from traceflops.cli.common import _options, _run, model_options
+from traceflops.core.errors import InputError
+
+
+def _opts(kw: dict):
+    """(ModelOptions, cache dir, debug) from the shared options, parsed inside `_run`."""
+    debug = kw.pop("debug")
+    kw.pop("quiet", None)
+    return kw, debug
+
+
+def _write_text(path: str, text: str) -> None:
+    from pathlib import Path
+
+    from traceflops.report.tables import _atomic
+
+    try:
+        _atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as e:
+        raise InputError(path, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+
+
+def _write_tables(fn, what, directory: str) -> dict:
+    try:
+        return fn(what, directory)
+    except OSError as e:
+        raise InputError(directory, f"cannot write tables ({e.strerror or e})", "check the directory is writable") from None
+
+
+def write_extras(result, html: str | None = None, tables: str | None = None) -> None:
+    """`analyze --html PATH --tables DIR` for one trace (an Analysis) or many ranks (a Job).
+
+    Says what it wrote on stderr, so stdout stays the report.
+    """
+    if html:
+        from traceflops.api import to_html
+
+        _write_text(html, to_html(result))
+        click.echo(f"wrote {html}", err=True)
+    if tables:
+        from traceflops.views.job import Job
+        from traceflops.report.tables import write_job_tables, write_tables
+
+        done = _write_tables(write_job_tables if isinstance(result, Job) else write_tables, result, tables)
+        click.echo(f"wrote {len(done)} tables (parquet and csv) to {tables}", err=True)
+
+
+@click.command("annotate")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="annotated trace to write (gzipped unless it ends in .json)")
+@model_options
+def annotate_cmd(trace, output, **kw):
+    """Write TRACE back with phases, FLOPs and counters, for Perfetto or chrome://tracing.
+
+    Every input event is kept; device kernels (and ops) gain `traceflops.*`
+    args; a new `traceflops` process holds per-phase tracks, step windows and
+    counters (achieved TFLOP/s, MFU and HFU per step). Secrets in the trace's
+    metadata (environment variables, tokens, keys, passwords) are redacted.
+    """
+    kw, debug = _opts(kw)
+
+    def go():
+        from traceflops.pipeline import analyze
+        from traceflops.report.annotate import annotate
+
+        opts, cache_dir = _options(kw)
+        if os.path.abspath(trace) == os.path.abspath(output):
+            raise InputError(output, "is the input trace", "write the annotated trace to another file")
+        a = analyze(trace, opts, cache_dir)
+        s = annotate(trace, a, output)
+        click.echo(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
+                   f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted", err=True)
+
+    _run(debug, go)
+
+
+@click.command("diff")
+@click.argument("before", type=click.Path(dir_okay=False))
+@click.argument("after", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "html"]), default="terminal", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="write the report here instead of stdout")
+@model_options
+def diff_cmd(before, after, fmt, output, **kw):
+    """What moved from BEFORE to AFTER: MFU/HFU, loss-budget terms, kernels and modules.
+
+    Both traces are analysed with the same options.
+    """
+    kw, debug = _opts(kw)
+
+    def go():
+        from traceflops.pipeline import analyze
+        from traceflops.views.diff import diff, render_diff_html, render_json, render_terminal
+
+        opts, cache_dir = _options(kw)
+        d = diff(analyze(before, opts, cache_dir), analyze(after, opts, cache_dir))
+        if fmt == "terminal":
+            if output:
+                from rich.console import Console
+
+                try:
+                    with open(output, "w", encoding="utf-8") as f:
+                        render_terminal(d, Console(file=f, width=160))
+                except OSError as e:
+                    raise InputError(output, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+            else:
+                render_terminal(d)
+            return
+        text = render_json(d) if fmt == "json" else render_diff_html(d)
+        if output:
+            _write_text(output, text)
+            click.echo(f"wrote {output}", err=True)
+        else:
+            click.echo(text)
+
+    _run(debug, go)

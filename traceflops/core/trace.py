@@ -1,0 +1,144 @@
+"""The normalized, columnar trace every parser produces and every later stage reads.
+
+Nothing downstream of a parser knows which file format a trace came from: it
+sees only these tables. Times are microseconds in the trace's own clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+
+OPS_SCHEMA = {
+    "op_id": pl.Int64,
+    "name": pl.Utf8,
+    "cat": pl.Utf8,
+    "pid": pl.Utf8,
+    "tid": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "ext_id": pl.Int64,
+    "seq": pl.Int64,
+    "fwd_tid": pl.Int64,
+    "dims": pl.Utf8,  # JSON text: nesting depth varies (tensor lists), so not a typed column
+    "types": pl.Utf8,
+    "concrete": pl.Utf8,
+    "strides": pl.Utf8,
+    # Collective parameters (record_param_comms, nccl:* annotations): null elsewhere.
+    "collective": pl.Utf8,
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "coll_dtype": pl.Utf8,
+    "pg_name": pl.Utf8,
+    "group_size": pl.Int64,
+    # Set by parsers whose format says more than shapes (XLA): null elsewhere.
+    "scope": pl.Utf8,  # framework name stack (JAX `jvp(...)/...`, TF op name)
+    "flops_hint": pl.Int64,  # FLOPs the compiler reports for this op
+    "bytes_hint": pl.Int64,  # bytes the compiler reports it accesses
+    "matmul_hint": pl.Boolean,  # the op is (or fuses) a dot / convolution
+}
+
+HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint")
+
+
+def with_null_hints(ops: pl.DataFrame) -> pl.DataFrame:
+    """Add the format-specific hint columns as nulls, for parsers whose format has none."""
+    return ops.with_columns([pl.lit(None, OPS_SCHEMA[c]).alias(c) for c in HINT_COLUMNS]).select(list(OPS_SCHEMA))
+
+
+KERNELS_SCHEMA = {
+    "kernel_id": pl.Int64,
+    "name": pl.Utf8,
+    "kind": pl.Utf8,  # compute | communication | memcpy | memset
+    "pid": pl.Utf8,
+    "device": pl.Int64,
+    "stream": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "correlation": pl.Int64,
+    "ext_id": pl.Int64,
+    "bytes": pl.Int64,
+    "collective": pl.Utf8,
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "coll_dtype": pl.Utf8,
+    "pg_name": pl.Utf8,
+    "group_size": pl.Int64,
+}
+
+COLLECTIVE_COLUMNS = ("collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size")
+
+LAUNCHES_SCHEMA = {
+    "name": pl.Utf8,
+    "pid": pl.Utf8,
+    "tid": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "correlation": pl.Int64,
+    "ext_id": pl.Int64,
+}
+
+MARKERS_SCHEMA = {
+    "name": pl.Utf8,
+    "cat": pl.Utf8,  # cuda_sync | gpu_user_annotation: device rows that are not device work
+    "device": pl.Int64,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+}
+
+STEPS_SCHEMA = {
+    "step": pl.Int64,
+    "name": pl.Utf8,
+    "pid": pl.Utf8,
+    "tid": pl.Utf8,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+}
+
+
+def null_column(n: int, dtype) -> pl.Series:
+    return pl.Series([None], dtype=dtype).new_from_index(0, n)  # no buffers for text; no lazy query
+
+
+def compact(df: pl.DataFrame) -> pl.DataFrame:
+    """Text columns that are null throughout (shapes in a trace without them) stored as nothing.
+
+    Joined from chunks or read from parquet, a null text column still holds 16
+    bytes per row; seven of them were a fifth of a large trace's memory.
+    """
+    n = df.height
+    null = [c for c, t in df.schema.items() if t == pl.Utf8 and df[c].null_count() == n]
+    return df.with_columns([null_column(n, pl.Utf8).alias(c) for c in null]) if null and n else df
+
+
+def empty(schema: dict) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+@dataclass
+class Warnings:
+    """Counts of what could not be used, per reason, so nothing is dropped silently."""
+
+    counts: Counter = field(default_factory=Counter)
+
+    def add(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.counts[reason] += n
+
+    def lines(self) -> list[str]:
+        return [f"{reason} ({n})" if n > 1 else reason for reason, n in self.counts.items()]
+
+
+@dataclass
+class Trace:
+    ops: pl.DataFrame  # host/framework ops and user annotations (cpu_op, user_annotation)
+    kernels: pl.DataFrame  # device activities: kernels, memcpy, memset
+    launches: pl.DataFrame  # runtime/driver calls that carry a correlation id
+    markers: pl.DataFrame  # device rows that are not device work
+    steps: pl.DataFrame  # host step spans (ProfilerStep#N or fallbacks)
+    meta: dict[str, Any]
+    warnings: Warnings

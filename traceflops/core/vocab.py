@@ -1,0 +1,19 @@
+"""The words every layer shares: phases, device-activity kinds, time classes, idle reasons, step ids and markers."""
+
+from __future__ import annotations
+
+PHASES = ("forward", "backward", "recompute", "optimizer", "other")
+KINDS = ("compute", "communication", "memcpy", "memset")
+
+# Partition classes in priority order: an instant belongs to the first active one.
+PARTITION = ("matmul", "other_compute", "memcpy", "communication_exposed", "idle")
+OVERLAYS = ("communication_overlapped", "communication_total", "recompute", "matmul_known", "matmul_unknown")
+GAP_REASONS = ("sync", "input_pipeline", "host_bound", "launch_gap", "unknown")
+
+# Kernel classes (`cls`) that take device time; memset is counted with memcpy.
+BUSY_CLASSES = ("matmul", "other_compute", "memcpy", "memset", "communication")
+
+OUTSIDE = -1  # step id of work outside every step
+
+PROFILER_STEP_RE = r"^ProfilerStep#\d+$"  # the profiler's own step spans
+STEP_MARKER_RE = rf"{PROFILER_STEP_RE}|^Optimizer\."  # host annotations that mark steps, not model code

@@ -1,0 +1,204 @@
+"""Executed FLOPs per op and per kernel, from recorded shapes.
+
+Only leaf matmul-class ops count (an `aten::linear` that recorded its
+`aten::addmm` counts once, through the addmm), and only ops that ran: on a
+device trace an op ran iff it or a descendant launched device work; on a CPU
+trace an op whose only children are `aten::detach` was cut short (checkpoint
+early stop) and did nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import polars as pl
+
+from traceflops.flops import aten as registry
+from traceflops.stages.link import spread
+
+FLOP_COLS = {
+    "flops": pl.Int64,
+    "effective_flops": pl.Int64,
+    "recompute_flops": pl.Int64,
+    "mask": pl.Utf8,
+    "bytes": pl.Int64,
+    "dtype": pl.Utf8,
+    "flops_reason": pl.Utf8,
+}
+
+
+BOOKKEEPING = frozenset({"aten::detach", "detach", "PythonDispatchMode"})
+
+
+def has_formula(names: pl.Series, hint: pl.Series | None = None) -> np.ndarray:
+    """Matmul-class ops: a formula in the registry, or the format says so (an XLA dot fusion)."""
+    mask = names.is_in(list(registry.MATMUL_OPS))
+    if hint is not None:
+        mask = mask | hint.fill_null(False)
+    return mask.to_numpy()
+
+
+def mark_ancestors(parent: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """True for every strict ancestor of `rows`."""
+    out = np.zeros(len(parent), dtype=bool)
+    cur = parent[rows]
+    cur = cur[cur >= 0]
+    while cur.size:
+        cur = cur[~out[cur]]  # stop climbing where an earlier path already marked
+        out[cur] = True
+        cur = parent[cur]
+        cur = cur[cur >= 0]
+    return out
+
+
+def leaf_matmuls(ops: pl.DataFrame) -> np.ndarray:
+    parent = ops["parent"].to_numpy()
+    formula = has_formula(ops["name"], ops["matmul_hint"])
+    return formula & ~mark_ancestors(parent, np.flatnonzero(formula))
+
+
+def ran(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> np.ndarray:
+    parent = ops["parent"].to_numpy()
+    n = ops.height
+    if device_trace:
+        launched = np.zeros(n, dtype=bool)
+        rows = kernels["op_row"].drop_nulls().unique().to_numpy()
+        launched[rows] = True
+        return launched | mark_ancestors(parent, rows)
+    # CPU trace: an op whose children only save or hand back tensors did no work:
+    # aten::detach alone is a checkpoint early stop, PythonDispatchMode without a
+    # compute op under it is a selective-checkpoint cache hit.
+    names = ops["name"]
+    bookkeeping = names.is_in(list(BOOKKEEPING)).to_numpy()
+    has_child = np.zeros(n, dtype=bool)
+    working_child = np.zeros(n, dtype=bool)
+    has_child[parent[parent >= 0]] = True
+    keep = (parent >= 0) & ~bookkeeping
+    working_child[parent[keep]] = True
+    return ~(has_child & ~working_child)
+
+
+def _decode(text: str | None):
+    return None if text is None else orjson.loads(text)
+
+
+def formula_table(ops: pl.DataFrame, rows: np.ndarray, out_dims: dict[int, list[int]] | None = None) -> pl.DataFrame:
+    """Apply the registry once per distinct (name, dims, types, concrete) signature."""
+    sub = ops[rows].select("row", "name", "dims", "types", "concrete")
+    if out_dims:
+        sub = sub.with_columns(out=pl.col("row").replace_strict(out_dims, default=None, return_dtype=pl.Utf8))
+    else:
+        sub = sub.with_columns(out=pl.lit(None, pl.Utf8))
+    keys = ["name", "dims", "types", "concrete", "out"]
+    uniq = sub.select(keys).unique()
+    rows_out: dict[str, list] = {k: [] for k in FLOP_COLS}
+    for name, dims, types, concrete, out in uniq.iter_rows():
+        d = _decode(dims)
+        r = registry.op_flops(name, d, _decode(types), _decode(concrete), out_dims=_decode(out))
+        if r is None:
+            r = registry.OpFlops(None, None, 0, None, None, None, "no formula")
+        if d is None and r.flops is None:
+            reason = "no Input Dims (re-profile with record_shapes=True)"
+        else:
+            reason = r.reason
+        rows_out["flops"].append(r.flops)
+        rows_out["effective_flops"].append(r.effective)
+        rows_out["recompute_flops"].append(r.recompute)
+        rows_out["mask"].append(r.mask)
+        rows_out["bytes"].append(r.bytes)
+        rows_out["dtype"].append(r.dtype)
+        rows_out["flops_reason"].append(reason)
+    res = pl.concat([uniq, pl.DataFrame(rows_out, schema=FLOP_COLS)], how="horizontal")
+    return sub.join(res, on=keys, how="left", nulls_equal=True).select("row", *FLOP_COLS)
+
+
+def conv_out_dims(ops: pl.DataFrame, rows: np.ndarray, lookahead: int = 8) -> dict[int, str]:
+    """Output shape of convolutions that lack Concrete Inputs, from the ops that follow.
+
+    Old traces record no stride or padding. The op consuming a convolution's
+    output (bias add, batch norm, activation) follows it on the same thread and
+    takes it as its first input: the first of the next few ops whose first input
+    has the convolution's batch size and output channels is trusted, none other.
+    """
+    conv = ops[rows].filter(
+        pl.col("name").str.contains("conv") & ~pl.col("name").str.contains("backward") & pl.col("concrete").is_null()
+    )
+    if conv.height == 0:
+        return {}
+    order = ops.select("row", "pid", "tid", "ts", "dur", "dims").sort(["pid", "tid", "ts"]).with_row_index("pos")
+    pos_of = dict(zip(order["row"].to_list(), order["pos"].to_list()))
+    thread = (order["pid"].fill_null("") + "|" + order["tid"].fill_null("")).to_list()
+    ts = order["ts"].to_list()
+    dims = order["dims"].to_list()
+    out: dict[int, str] = {}
+    for row, d_text, end in conv.select("row", "dims", (pl.col("ts") + pl.col("dur"))).iter_rows():
+        d = _decode(d_text)
+        if not (d and len(d) >= 2 and isinstance(d[0], list) and isinstance(d[1], list) and len(d[0]) >= 3 and d[1]):
+            continue
+        batch, cout = d[0][0], d[1][0]
+        p = pos_of[row]
+        seen = 0
+        for q in range(p + 1, min(p + 1 + 4 * lookahead, len(ts))):
+            if thread[q] != thread[p]:
+                break
+            if ts[q] < end:
+                continue  # nested inside the convolution
+            seen += 1
+            nd = _decode(dims[q])
+            if nd and isinstance(nd[0], list) and len(nd[0]) == len(d[0]) and nd[0][0] == batch and nd[0][1] == cout:
+                out[row] = orjson.dumps(nd[0]).decode()
+                break
+            if seen >= lookahead:
+                break
+    return out
+
+
+def weight_grad_shapes(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
+    """Weight shape for old `cudnn_convolution_backward_weight` ops, from their parent.
+
+    The weight size is an int list there (not recorded), but the enclosing
+    `cudnn_convolution_backward` records the weight tensor as its third input.
+    """
+    wg = ops[rows].filter(pl.col("name").str.ends_with("convolution_backward_weight"))
+    if wg.height == 0:
+        return {}
+    parents = ops.select(pl.col("row").alias("parent"), pl.col("dims").alias("parent_dims"), pl.col("name").alias("parent_name"))
+    j = wg.select("row", "parent").join(parents, on="parent", how="left")
+    out: dict[int, str] = {}
+    for row, pname, pdims in j.select("row", "parent_name", "parent_dims").iter_rows():
+        d = _decode(pdims)
+        if pname and pname.endswith("convolution_backward") and d and len(d) >= 3 and isinstance(d[2], list) and len(d[2]) >= 3:
+            out[row] = orjson.dumps(d[2]).decode()
+    return out
+
+
+def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> pl.DataFrame:
+    """Add leaf/ran flags and FLOP columns to the tagged ops."""
+    leaf = leaf_matmuls(ops)
+    did_run = ran(ops, kernels, device_trace)
+    rows = np.flatnonzero(leaf)
+    table = formula_table(ops, rows, conv_out_dims(ops, rows) | weight_grad_shapes(ops, rows))
+    ops = ops.with_columns(matmul=pl.Series(leaf), ran=pl.Series(did_run))
+    ops = ops.with_columns(spread(table, ops.height))  # by position: no join, no copy of the ops
+    return apply_hints(ops)
+
+
+def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
+    """Where the format reports FLOPs (the XLA compiler's), they win over shape formulas."""
+    hinted = pl.col("matmul") & pl.col("flops_hint").is_not_null()
+    types_dtype = pl.col("types").map_elements(_first_dtype, return_dtype=pl.Utf8)
+    return ops.with_columns(
+        flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("flops")),
+        effective_flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("effective_flops")),
+        recompute_flops=pl.when(hinted).then(0).otherwise(pl.col("recompute_flops")),
+        bytes=pl.coalesce("bytes", "bytes_hint"),
+        flops_reason=pl.when(hinted).then(None).otherwise(pl.col("flops_reason")),
+        dtype=pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
+        .then(types_dtype)
+        .otherwise(pl.col("dtype")),
+    )
+
+
+def _first_dtype(types: str) -> str | None:
+    t = orjson.loads(types)
+    return registry.dtype_of(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None

@@ -1,0 +1,219 @@
+"""Kernel → runtime launch → innermost enclosing op, and op nesting.
+
+Nesting is per host thread: an op's parent is the innermost op on the same
+(pid, tid) whose span contains it. A launch's op is found by the same rule,
+climbing the nesting already built instead of joining the stack walk. Kernels reach their launch by
+correlation id; one launch (a CUDA graph) may produce many kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from traceflops.core.trace import Trace
+
+# Slack for float-rounded ends: a child may end a few ns after its parent.
+_EPS_US = 1e-3
+
+
+def nesting(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Parent index (or -1) of each interval: the latest-starting earlier interval on its thread still open.
+
+    Intervals must be pre-sorted by (thread, ts, -dur); `thread` is an integer
+    code per (pid, tid). "Still open" means ending after the start (plus a
+    rounding slack), which is what a stack walk finds, partial overlaps
+    included. The parent of i is the first interval on the ancestor chain of
+    i-1 that is still open at i's start; every interval searches that chain at
+    once, and one whose search meets an earlier interval's unfinished search
+    takes over its position (whatever that one skipped ended even earlier).
+    So no per-event loop: a few vectorized rounds, about log(depth) of them.
+    """
+    n = len(ts)
+    q = ts + _EPS_US
+    cur = np.arange(n, dtype=np.int64) - 1
+    if n:
+        cur[np.r_[True, thread[1:] != thread[:-1]]] = -1
+    parent = np.full(n, -1, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    todo = np.arange(n, dtype=np.int64)
+    while len(todo):
+        c = cur[todo]
+        live = c >= 0
+        hit = np.zeros(len(todo), dtype=bool)
+        hit[live] = end[c[live]] > q[todo[live]]
+        parent[todo[hit]] = c[hit]
+        done[todo[hit | ~live]] = True
+        rest = live & ~hit
+        todo, c = todo[rest], c[rest]
+        cur[todo] = np.where(done[c], parent[c], cur[c])
+    return parent
+
+
+def nearest(parent: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Index of the nearest ancestor-or-self where `mask` holds (or -1): each op climbs until it finds one.
+
+    Only the ops still climbing are touched in a round, so the work is the sum
+    of the distances climbed, not the depth times every op.
+    """
+    result = np.where(mask, np.arange(len(parent)), -1)
+    todo = np.flatnonzero(~mask & (parent >= 0))
+    at = parent[todo]
+    while len(todo):
+        hit = mask[at]
+        result[todo[hit]] = at[hit]
+        todo, at = todo[~hit], parent[at[~hit]]
+        alive = at >= 0
+        todo, at = todo[alive], at[alive]
+    return result
+
+
+def check_row_order(ops: pl.DataFrame) -> None:
+    r = ops["row"]
+    if r.len() and not (r[0] == 0 and r[-1] == r.len() - 1 and r.is_sorted()):
+        raise ValueError("linked ops are out of row order; this is a bug in traceflops")
+
+
+def row_index(rows) -> pl.Series:
+    """Op rows as a gather index: a null or negative row (no op) gathers a null."""
+    rows = pl.Series(rows) if not isinstance(rows, pl.Series) else rows
+    return pl.select(pl.when(rows >= 0).then(rows.cast(pl.Int64))).to_series()
+
+
+def by_row(ops: pl.DataFrame, rows, *columns: str) -> pl.DataFrame:
+    """`columns` of the linked ops (or of a frame with their `row` column) at op rows.
+
+    Linked ops are stored with `row` equal to their position, so this is a
+    gather: no hash join, and no copy of the frame the result is added to.
+    """
+    check_row_order(ops)
+    return ops.select([pl.col(c).gather(row_index(rows)) for c in columns])
+
+
+def spread(values: pl.DataFrame, n: int) -> pl.DataFrame:
+    """Columns given for some op rows (a `row` column, each row once), laid over all n rows (nulls elsewhere)."""
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[values["row"].to_numpy()] = np.arange(values.height)
+    return values.drop("row").select(pl.all().gather(row_index(pos)))
+
+
+@dataclass
+class Linked:
+    """Ops with their nesting, and kernels with their launch and launching op."""
+
+    ops: pl.DataFrame  # + parent (row index into ops, -1 none), depth
+    kernels: pl.DataFrame  # + launch_name, launch_tid, launch_ts, op_row (row index into ops or null)
+    launches: pl.DataFrame  # + op_row
+
+
+OP_ORDER = (["pid", "tid", "ts", "dur", "op_id"], [False, False, False, True, False])
+
+
+def in_thread_order(ops: pl.DataFrame) -> bool:
+    """Each op sorts at or before the next by OP_ORDER (nulls first): one pass over neighbours, no sort."""
+    if ops.height < 2:
+        return True
+    cols, desc = OP_ORDER
+    after = None  # "this row is not after the next one", built from the last key to the first
+    for c, d in reversed(list(zip(cols, desc))):
+        a, b = pl.col(c), pl.col(c).shift(-1)
+        before = (a.is_null() & b.is_not_null()) | (a.is_not_null() & b.is_not_null() & ((a > b) if d else (a < b)))
+        same = a.eq_missing(b)
+        after = before if after is None else before | (same & after)
+    ok = ops.select(after.fill_null(True).head(ops.height - 1).all()).item()  # the last row has no next
+    return bool(ok)
+
+
+def thread_order(ops: pl.DataFrame) -> pl.DataFrame:
+    """Ops by host thread, then start, outer before inner (longer first); a no-op when already so."""
+    if in_thread_order(ops):
+        return ops  # the Kineto parser emits this order: no copy of the table
+    cols, desc = OP_ORDER
+    return ops.sort(cols, descending=desc)
+
+
+def thread_codes(ops: pl.DataFrame) -> np.ndarray:
+    """An integer per (pid, tid), increasing along the ops' thread order."""
+    same = (pl.col("pid").eq_missing(pl.col("pid").shift(1)) & pl.col("tid").eq_missing(pl.col("tid").shift(1))).fill_null(False)
+    return ops.select((~same).cum_sum())[:, 0].to_numpy().astype(np.int64)
+
+
+def enclosing_op(parent: np.ndarray, op_thread: np.ndarray, op_ts: np.ndarray, op_end: np.ndarray, thread: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Innermost op (row, or -1) whose span contains each instant, on its thread.
+
+    The answer lies on the ancestor chain of the last op started at or before the
+    instant (the same rule as `nesting`), so every query climbs that chain at
+    once: no per-event loop, and launches need not join the stack walk.
+    """
+    cur = np.full(len(ts), -1, dtype=np.int64)
+    by_thread = np.argsort(thread, kind="stable")
+    groups = np.flatnonzero(np.diff(thread[by_thread])) + 1
+    for sel in np.split(by_thread, groups) if len(ts) else []:
+        t = thread[sel[0]]
+        lo, hi = np.searchsorted(op_thread, t, side="left"), np.searchsorted(op_thread, t, side="right")
+        if hi > lo:
+            # the last op of the thread starting at or before the instant (ops are in start order)
+            k = np.searchsorted(op_ts[lo:hi], ts[sel], side="right") - 1
+            cur[sel] = np.where(k >= 0, k + lo, -1)
+    todo = np.flatnonzero(cur >= 0)
+    while len(todo):
+        out = op_end[cur[todo]] <= ts[todo] + _EPS_US
+        todo = todo[out]
+        cur[todo] = parent[cur[todo]]
+        todo = todo[cur[todo] >= 0]
+    return cur
+
+
+def link(trace: Trace) -> Linked:
+    ops = thread_order(trace.ops)
+    ops = ops.with_columns(row=pl.int_range(ops.height, dtype=pl.Int64))
+    ts = ops["ts"].to_numpy()
+    end = ts + ops["dur"].to_numpy()
+    thread = thread_codes(ops)
+    op_parent = nesting(thread, ts, end)
+    ops = ops.with_columns(parent=pl.Series(op_parent), depth=pl.Series(_depth(op_parent)))
+
+    # A launch's op: the innermost op of its thread containing its start.
+    launches = trace.launches.with_row_index("launch_row").with_columns(pl.col("launch_row").cast(pl.Int64))
+    codes = ops.select("pid", "tid", pl.Series("_thread", thread)).unique(["pid", "tid"])
+    on_thread = launches.select("pid", "tid", "ts").join(codes, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left")
+    known = on_thread["_thread"].is_not_null().to_numpy()
+    launch_op = np.full(launches.height, -1, dtype=np.int64)
+    if known.any():
+        launch_op[known] = enclosing_op(
+            op_parent, thread, ts, end, on_thread["_thread"].to_numpy()[known].astype(np.int64), on_thread["ts"].to_numpy()[known]
+        )
+    launches = launches.with_columns(op_row=pl.Series(launch_op))
+    launch_keys = (
+        launches.filter(pl.col("correlation").is_not_null())
+        .unique("correlation", keep="first")
+        .select(
+            "correlation",
+            pl.col("name").alias("launch_name"),
+            pl.col("tid").alias("launch_tid"),
+            pl.col("ts").alias("launch_ts"),
+            pl.col("dur").alias("launch_dur"),
+            pl.when(pl.col("op_row") >= 0).then(pl.col("op_row")).alias("op_row"),
+        )
+    )
+    # Joined on the key alone, then gathered: the kernels' own columns are not copied.
+    at = trace.kernels.select("correlation").with_row_index("_k").join(
+        launch_keys.with_row_index("_l").select("correlation", "_l"), on="correlation", how="left"
+    ).sort("_k")["_l"]
+    kernels = trace.kernels.with_columns(launch_keys.drop("correlation").select(pl.all().gather(at)))
+    missing = kernels.filter(pl.col("launch_name").is_null() & pl.col("correlation").is_not_null()).height
+    if missing:
+        trace.warnings.add("device activities whose launch is not in the trace (no host op; phase 'other')", missing)
+    return Linked(ops=ops, kernels=kernels, launches=launches)
+
+
+def _depth(parent: np.ndarray) -> np.ndarray:
+    depth = np.zeros(len(parent), dtype=np.int64)
+    cur = parent.copy()
+    while (cur >= 0).any():
+        live = cur >= 0
+        depth[live] += 1
+        cur[live] = parent[cur[live]]
+    return depth

@@ -1,0 +1,147 @@
+"""Phase of every op: forward, backward, recompute, optimizer, other.
+
+Each signal is one small function over the nested ops (numpy arrays aligned
+with `Linked.ops` rows); `tag_ops` composes them in one place, in priority
+order. Kernels take the phase of the op that launched them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from traceflops.stages.link import Linked, by_row, nearest
+
+EVAL_PREFIX = "autograd::engine::evaluate_function: "
+_NODE_RE = re.compile(r"^(?:autograd::engine::evaluate_function: )?([\w:.]*Backward\d*)$")
+_OPT_RE = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^optimizer\.step|^Optimizer\.step")
+CHECKPOINT_NODE = "CheckpointFunctionBackward"
+COMPILED_FWD = "CompiledFunction"
+COMPILED_BWD = "CompiledFunctionBackward"
+STEP_RE = r"^ProfilerStep#\d+$"
+
+
+def node_names(names: pl.Series) -> pl.Series:
+    """Autograd node name of a backward-node op ('' for other ops)."""
+    return names.str.extract(_NODE_RE.pattern, 1).fill_null("")
+
+
+def in_optimizer(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
+    mask = ops["name"].str.contains(_OPT_RE.pattern).to_numpy()
+    return nearest(parent, mask) >= 0
+
+
+def reentrant_recompute(under_checkpoint: np.ndarray, is_node: np.ndarray) -> np.ndarray:
+    """Forward ops re-run directly under `CheckpointFunctionBackward` (not in its inner backward)."""
+    return under_checkpoint & ~is_node
+
+
+def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Roots of forward ops re-run inside a backward node (non-reentrant checkpoint).
+
+    Backward formulas run with grad mode off and record no sequence number; a
+    forward op re-run by a checkpoint's unpack hook records one. With
+    `create_graph=True` backward formulas record one too, so a root must also
+    repeat the signature (name and input shapes) of a forward root op: the
+    re-run forward calls what the model's forward called (`aten::linear`,
+    `aten::conv2d`, ...), a derivative formula calls `aten::mm` and friends.
+    """
+    has_seq = ops["seq"].is_not_null().to_numpy()
+    has_parent = parent >= 0
+    p = np.maximum(parent, 0)
+    parent_seq = has_parent & has_seq[p]
+    parent_node = has_parent & is_node[p]
+    outermost = has_seq & ~is_node & (~parent_seq | parent_node)
+    rows = np.flatnonzero(outermost)  # signatures of these roots only
+    sub = ops[rows]
+    sig = sub["name"] + "|" + sub["dims"].fill_null("")
+    forward_roots = sig.filter(pl.Series(~in_bwd[rows])).unique()
+    out = np.zeros(ops.height, dtype=bool)
+    out[rows] = in_bwd[rows] & sig.is_in(forward_roots.implode()).to_numpy()
+    return out
+
+
+def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:
+    """GEMMs in a compiled backward graph that repeat a compiled forward GEMM exactly.
+
+    torch.compile folds recompute into `CompiledFunctionBackward` with no marker.
+    A square dgrad can have the forward's (M, N, K), so the signature includes
+    the input strides (a forward `x @ W.t()` reads W transposed, a dgrad does not);
+    per signature, at most as many backward GEMMs are recompute as the forward ran.
+    """
+    n = ops.height
+    out = np.zeros(n, dtype=bool)
+    if not matmul_like.any():
+        return out
+    # Without shapes and strides there is nothing to match: such GEMMs stay backward.
+    shaped = (ops["dims"].is_not_null() & ops["strides"].is_not_null()).to_numpy()
+    in_fwd = matmul_like & shaped & (region_kind == 1)  # inside CompiledFunction
+    in_bwd = matmul_like & shaped & (region_kind == 2)  # inside CompiledFunctionBackward
+    if not in_fwd.any() or not in_bwd.any():
+        return out
+    rows = np.flatnonzero(in_fwd | in_bwd)  # signatures of these GEMMs only, not of every op
+    sig = np.empty(n, dtype=object)
+    sub = ops[rows]
+    sig[rows] = (sub["name"] + "|" + sub["dims"].fill_null("") + "|" + sub["strides"].fill_null("")).to_numpy()
+    fwd_counts: dict[str, int] = {}
+    for s in sig[in_fwd]:
+        fwd_counts[s] = fwd_counts.get(s, 0) + 1
+    # Budget per signature and per backward region: a region recomputes at most one forward's worth.
+    fwd_regions = max(1, len(set(region[in_fwd].tolist())))
+    used: dict[tuple[int, str], int] = {}
+    for i in np.flatnonzero(in_bwd):
+        s = sig[i]
+        if s in fwd_counts:
+            key = (int(region[i]), s)
+            k = used.get(key, 0)
+            if k < -(-fwd_counts[s] // fwd_regions):
+                out[i] = True
+                used[key] = k + 1
+    return out
+
+
+_PHASE_CODE = {p: i for i, p in enumerate(("forward", "backward", "recompute", "optimizer", "other"))}
+
+
+def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None = None) -> pl.DataFrame:
+    ops = linked.ops
+    parent = ops["parent"].to_numpy()
+    nodes = node_names(ops["name"])
+    is_node = (nodes != "").to_numpy()
+    node_row = nearest(parent, is_node)
+    in_bwd = node_row >= 0
+    # String work stays in polars: numpy object arrays of names were most of this stage's time.
+    node_name = pl.select(pl.when(pl.Series(in_bwd)).then(nodes.gather(np.maximum(node_row, 0))).otherwise(pl.lit(""))).to_series().alias("node")
+
+    opt = in_optimizer(ops, parent)
+    reentrant = reentrant_recompute((node_name == CHECKPOINT_NODE).to_numpy(), is_node)
+    nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, parent)
+    # Recompute is inherited by everything nested under a recomputed op.
+    recompute_root = reentrant | nonreentrant
+    recompute = nearest(parent, recompute_root) >= 0
+
+    kind = ops["name"].replace_strict({COMPILED_FWD: 1, COMPILED_BWD: 2}, default=0, return_dtype=pl.Int8).to_numpy()
+    region = nearest(parent, kind > 0)
+    region_kind = np.where(region >= 0, kind[np.maximum(region, 0)], 0)  # 1: compiled forward, 2: backward
+    recompute |= compiled_recompute(ops, region, region_kind, matmul_like)
+
+    code = np.zeros(ops.height, dtype=np.int8)
+    code[in_bwd] = _PHASE_CODE["backward"]
+    code[recompute & in_bwd] = _PHASE_CODE["recompute"]
+    code[opt] = _PHASE_CODE["optimizer"]
+    # Step markers and bare annotations outside any model work are 'other'.
+    code[ops["name"].str.contains(STEP_RE).to_numpy()] = _PHASE_CODE["other"]
+    phase_s = pl.Series(code).replace_strict({v: k for k, v in _PHASE_CODE.items()}, return_dtype=pl.Utf8)
+    if ops["scope"].is_not_null().any():
+        # Name-stack rules (JAX: jvp / transpose(jvp) / rematted_computation) decide where they apply.
+        from traceflops.stages.xla_phases import tag as scope_phases
+
+        phase_s = pl.coalesce(scope_phases(ops, steps), phase_s)
+    return ops.with_columns(phase=phase_s, node=node_name, is_node=pl.Series(is_node))
+
+
+def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:
+    phase = by_row(ops, linked.kernels["op_row"], "phase").to_series()
+    return linked.kernels.with_columns(phase=phase.fill_null("other"))

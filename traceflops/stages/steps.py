@@ -1,0 +1,124 @@
+"""Step windows and which step each op and kernel belongs to.
+
+A kernel belongs to the step whose host span contains its launch, whatever
+thread launched it (backward launches come from the autograd thread). On the
+device, step N runs from its first device activity to step N+1's first device
+activity, so host-side time between steps stays inside a step; the last step
+ends at its last device activity. Without device work, the host span is the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceflops.core.trace import Trace
+from traceflops.core.vocab import OUTSIDE
+
+
+
+def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
+    """Host spans of steps, and where they came from."""
+    if trace.steps.height:
+        return trace.steps.select("step", "name", "ts", "dur"), "ProfilerStep"
+    opt = trace.ops.filter(pl.col("name").str.starts_with("Optimizer.step#")).sort("ts")
+    if opt.height:
+        ends = (opt["ts"] + opt["dur"]).to_list()
+        first = float(trace.ops["ts"].min())
+        starts = [first] + ends[:-1]
+        return (
+            pl.DataFrame(
+                {
+                    "step": list(range(len(ends))),
+                    "name": [f"Optimizer.step#{i}" for i in range(len(ends))],
+                    "ts": starts,
+                    "dur": [e - s for s, e in zip(starts, ends)],
+                }
+            ),
+            "Optimizer.step",
+        )
+    t0 = min(x for x in [trace.ops["ts"].min(), trace.kernels["ts"].min()] if x is not None)
+    t1 = max(x for x in [(trace.ops["ts"] + trace.ops["dur"]).max(), (trace.kernels["ts"] + trace.kernels["dur"]).max()] if x is not None)
+    return pl.DataFrame({"step": [0], "name": ["whole trace"], "ts": [float(t0)], "dur": [float(t1 - t0)]}), "whole trace"
+
+
+def assign(times: pl.DataFrame, col: str, steps: pl.DataFrame) -> pl.Series:
+    """Step id whose host span [ts, ts+dur) contains `times[col]`, else OUTSIDE.
+
+    The latest step starting at or before each time (a binary search over the
+    few step starts), kept if the time is before that step's end.
+    """
+    spans = steps.filter(pl.col("ts").is_not_null()).select("ts", "step", (pl.col("ts") + pl.col("dur")).alias("_end")).sort("ts", maintain_order=True)
+    starts = spans["ts"].cast(pl.Float64).to_numpy()
+    ends = spans["_end"].cast(pl.Float64).to_numpy()
+    ids = spans["step"].cast(pl.Int64).to_numpy()
+    t = times[col].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    i = np.searchsorted(starts, t, side="right") - 1
+    j = np.maximum(i, 0)
+    inside = (i >= 0) & ~np.isnan(t) & (t < ends[j] if len(ends) else False)
+    return pl.Series(np.where(inside, ids[j] if len(ids) else OUTSIDE, OUTSIDE), dtype=pl.Int64)
+
+
+def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """Add the device window (start, dur, last-flag) of each step."""
+    if kernels.height == 0:
+        return steps.with_columns(
+            start=pl.col("ts"), window=pl.col("dur"), last=pl.lit(False), window_source=pl.lit("host")
+        )
+    per = (
+        kernels.filter(pl.col("step") != OUTSIDE)
+        .group_by("step")
+        .agg(first=pl.col("ts").min(), last_end=(pl.col("ts") + pl.col("dur")).max())
+    )
+    s = steps.join(per, on="step", how="left").sort("ts")
+    next_first = s["first"].shift(-1)
+    s = s.with_columns(next_first=next_first)
+    is_last = pl.col("next_first").is_null()
+    return s.with_columns(
+        start=pl.coalesce("first", "ts"),
+        window=pl.when(pl.col("first").is_null())
+        .then(pl.col("dur"))
+        .when(is_last)
+        .then(pl.col("last_end") - pl.col("first"))
+        .otherwise(pl.max_horizontal(pl.col("next_first") - pl.col("first"), pl.lit(0.0))),
+        last=is_last & pl.col("first").is_not_null(),
+        window_source=pl.when(pl.col("first").is_null()).then(pl.lit("host")).otherwise(pl.lit("device")),
+    ).drop("first", "last_end", "next_first")
+
+
+# Runtime calls that put work on the device: each should have a device activity with its correlation.
+DEVICE_WORK_LAUNCH = r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|MemsetAsync|MemcpyPeerAsync|ExtModuleLaunch"
+
+
+def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.DataFrame) -> tuple[dict[int, int], set[int]]:
+    """Steps of a cut trace whose numbers may differ from the whole file's.
+
+    Returns (step → launches that lost their device activity, steps whose
+    device window the cut may have moved). Kineto writes device activities
+    after the host ops, so a cut can keep a step's host span but lose its
+    kernels. A step's window ends at the next step's first device activity:
+    it is unsure when the next step lost a launch made before its earliest
+    surviving one. The last step is unsure too: later steps may have been cut away.
+    """
+    order = steps.sort("ts")["step"].to_list()
+    unsure = {order[-1]} if order else set()
+    work = launches.filter(pl.col("name").str.contains(DEVICE_WORK_LAUNCH) & pl.col("correlation").is_not_null())
+    if work.height == 0:
+        return {}, unsure
+    found = kernels.select("correlation").unique()
+    # Launches are written in time order: a step that ends after the last surviving launch lost its tail.
+    last_launch = float(work["ts"].max())
+    tail = steps.filter(pl.col("ts") + pl.col("dur") > last_launch)["step"].to_list()
+    work = work.with_columns(step=assign(work, "ts", steps)).filter(pl.col("step") != OUTSIDE)
+    lost = work.join(found, on="correlation", how="anti")
+    cut = dict(lost.group_by("step").len().iter_rows())
+    for st in tail:
+        cut.setdefault(st, 0)
+    if not cut:
+        return {}, unsure
+    first_kept = dict(work.join(found, on="correlation", how="semi").group_by("step").agg(pl.col("ts").min()).iter_rows())
+    first_lost = dict(lost.group_by("step").agg(pl.col("ts").min()).iter_rows())
+    for prev, nxt in zip(order, order[1:]):
+        if nxt in cut and (nxt not in first_kept or nxt not in first_lost or first_lost[nxt] <= first_kept[nxt]):
+            unsure.add(prev)
+    return cut, unsure - set(cut)

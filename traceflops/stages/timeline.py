@@ -1,0 +1,460 @@
+"""Where device time went, per device and step: an exact partition, overlays, idle gaps.
+
+One primitive does all the interval algebra: a sweep over sorted interval
+endpoints. Every kernel contributes +1 at its start and -1 at its end to a few
+count columns (one per class, plus overlay columns); a cumulative sum over the
+endpoints sorted by (group, time) then gives, for every elementary segment
+between two consecutive endpoints, how many kernels of each column are active.
+Because the +1s and -1s of each group cancel, one global cumulative sum serves
+all groups at once, and the segments of a group tile its window exactly, which
+is what makes the partition sum to the window by construction (not by a fix-up).
+
+A group is one (device, step window). Kernels are clipped to each window they
+touch, so a kernel that spans a step boundary splits its time between steps.
+Windows are taken as given by `steps.device_windows`; they may even overlap
+(a step without device work keeps its host span), so a kernel is copied into
+every window it touches rather than assigned to one.
+
+Times are shifted to the earliest window start before any arithmetic:
+absolute Kineto timestamps (~1e12 µs) keep only ~5e-4 µs of resolution, which
+would cost the 1e-9 identity of the loss budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from traceflops.core.vocab import BUSY_CLASSES, OUTSIDE, PARTITION
+
+
+
+# Count columns of the sweep (see `_kernel_arrays`): the four busy classes of
+# the partition in priority order, then the overlay columns.
+_RECOMPUTE, _MM_KNOWN, _MM_UNKNOWN = 4, 5, 6
+_NCOLS = 7
+
+# Gaps shorter than half a nanosecond are below Kineto's resolution (1 ns):
+# rounding of absolute timestamps (a double near 1e12 µs keeps ~5e-4 µs), not
+# time the device lost. Real 1 ns gaps (back-to-back ROCm kernels) are kept.
+MIN_GAP_US = 5e-4
+
+_NO_DEVICE = np.iinfo(np.int64).min  # stands for a null device id while in numpy
+
+
+def is_sync_call(name: pl.Expr) -> pl.Expr:
+    """Host calls that block the host until device work finishes (CUDA runtime and driver, HIP).
+
+    A memcpy without "Async" in its name (cudaMemcpy, hipMemcpyWithStream,
+    cuMemcpyDtoH) is synchronous with respect to the host.
+    """
+    memcpy = name.str.contains(r"^(cuda|hip|cu)Memcpy") & ~name.str.contains("Async")
+    return name.str.contains(r"^(cuda|hip|cu)(Stream|Device|Event|Ctx)Synchronize") | memcpy
+
+
+def is_dataloader(name: pl.Expr) -> pl.Expr:
+    """Host ops of the input pipeline (`enumerate(DataLoader)#...__next__` and kin)."""
+    return name.str.contains("DataLoader")
+
+
+@dataclass(frozen=True)
+class _Windows:
+    """Step windows sorted by start, shifted so that the earliest starts at 0."""
+
+    step: np.ndarray  # step id
+    start: np.ndarray  # shifted start, µs
+    end: np.ndarray  # shifted start + window: the window length survives exactly
+    origin: float  # absolute time of shifted 0
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """Elementary segments of every (device, window) group, in (group, time) order."""
+
+    group: np.ndarray  # group id = device_code * n_windows + window index
+    start: np.ndarray  # shifted segment start
+    length: np.ndarray  # segment length (0 across group boundaries)
+    count: np.ndarray  # active kernels per count column during the segment, (n, _NCOLS)
+    devices: np.ndarray  # device id per device code
+    windows: _Windows
+
+
+# ---------------------------------------------------------------- primitives
+
+
+def _windows(steps: pl.DataFrame) -> _Windows:
+    """Step windows as sorted numpy arrays, shifted to a near-zero origin for precision."""
+    w = steps.select(
+        pl.col("step").cast(pl.Int64),
+        pl.col("start").cast(pl.Float64),
+        pl.col("window").cast(pl.Float64).fill_null(0.0).clip(lower_bound=0.0),
+    ).filter(pl.col("start").is_not_null()).sort("start", "step")
+    start = w["start"].to_numpy()
+    origin = float(start[0]) if len(start) else 0.0
+    shifted = start - origin
+    return _Windows(w["step"].to_numpy(), shifted, shifted + w["window"].to_numpy(), origin)
+
+
+def _device_codes(kernels: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes for the devices of `kernels`, and the device id of each code.
+
+    A trace without device work still gets one (null) device, so that every
+    step appears in the partition, all idle.
+    """
+    dev = kernels["device"].cast(pl.Int64).fill_null(_NO_DEVICE).to_numpy() if kernels.height else np.empty(0, np.int64)
+    devices, codes = np.unique(dev, return_inverse=True)
+    if len(devices) == 0:
+        devices = np.array([_NO_DEVICE], np.int64)
+    return devices, codes.astype(np.int64)
+
+
+def _window_pairs(ks: np.ndarray, ke: np.ndarray, w: _Windows) -> tuple[np.ndarray, np.ndarray]:
+    """(interval index, window index) for every interval and window that share time.
+
+    Candidates come from two binary searches (windows are sorted by start; the
+    running max of their ends is sorted too), so the work is proportional to
+    the pairs, not to intervals × windows; an exact overlap test then drops
+    the candidates that only the running max let in.
+    """
+    if len(ks) == 0 or len(w.start) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    reach = np.maximum.accumulate(w.end)
+    lo = np.searchsorted(reach, ks, side="right")  # first window that may end after the start
+    hi = np.searchsorted(w.start, ke, side="left")  # windows that start before the end
+    n = np.maximum(hi - lo, 0)
+    ki = np.repeat(np.arange(len(ks)), n)
+    wi = np.repeat(lo, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    keep = np.minimum(ke[ki], w.end[wi]) > np.maximum(ks[ki], w.start[wi])
+    return ki[keep], wi[keep]
+
+
+def _kernel_arrays(kernels: pl.DataFrame, origin: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Shifted start and end of each kernel, and which count columns it adds to (bool, column-major)."""
+    cls = pl.col("cls")
+    compute = cls.is_in(["matmul", "other_compute"])
+    phase = pl.col("phase") if "phase" in kernels.columns else pl.lit(None, pl.Utf8)
+    known = pl.col("flops").is_not_null() if "flops" in kernels.columns else pl.lit(False)
+    cols = [
+        cls == "matmul",
+        cls == "other_compute",
+        cls.is_in(["memcpy", "memset"]),
+        cls == "communication",
+        compute & (phase == "recompute").fill_null(False),
+        (cls == "matmul") & known,
+        (cls == "matmul") & ~known,
+    ]
+    weight = kernels.select([c.alias(str(i)) for i, c in enumerate(cols)]).to_numpy(order="fortran")
+    start = kernels["ts"].cast(pl.Float64).to_numpy() - origin
+    end = start + np.maximum(kernels["dur"].cast(pl.Float64).to_numpy(), 0.0)
+    return start, end, weight.astype(bool)
+
+
+def _usable(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Device activities that can take time: known class, a start and a duration."""
+    if kernels.height == 0:
+        return kernels
+    return kernels.filter(
+        pl.col("ts").is_not_null() & pl.col("dur").is_not_null() & pl.col("cls").is_in(list(BUSY_CLASSES))
+    )
+
+
+def _sweep(kernels: pl.DataFrame, steps: pl.DataFrame) -> _Sweep:
+    """Cut every (device, window) into segments of constant activity.
+
+    Window starts and ends enter as zero-weight endpoints, so each group's
+    segments run from its window start to its window end with no hole.
+    """
+    w = _windows(steps)
+    k = _usable(kernels)
+    devices, codes = _device_codes(k)
+    nw, nd = len(w.start), len(devices)
+    ks, ke, weight = _kernel_arrays(k, w.origin) if k.height else (np.empty(0), np.empty(0), np.empty((0, _NCOLS), bool))
+    ki, wi = _window_pairs(ks, ke, w)
+    kg = codes[ki] * nw + wi
+    gid = np.arange(nd * nw)
+    group = np.concatenate([kg, kg, gid, gid])
+    time = np.concatenate([np.maximum(ks[ki], w.start[wi]), np.minimum(ke[ki], w.end[wi]), np.tile(w.start, nd), np.tile(w.end, nd)])
+    order = np.lexsort((time, group))
+    group, time = group[order], time[order]
+    # event → (kernel row, +1 start / -1 end); window edges add nothing
+    n_ev = 2 * len(ki)
+    is_k = order < n_ev
+    rows = np.r_[ki, ki][order[is_k]]
+    sign = np.where(order[is_k] < len(ki), 1, -1).astype(np.int32)
+    count = np.zeros((len(order), _NCOLS), np.int32, order="F")
+    for c in range(_NCOLS):  # a loop over count columns, not events
+        delta = np.zeros(len(order), np.int32)
+        delta[is_k] = sign * weight[rows, c]
+        count[:, c] = np.cumsum(delta)
+    same = np.r_[group[1:] == group[:-1], False]
+    length = np.where(same, np.r_[time[1:], 0.0] - time, 0.0)
+    return _Sweep(group, time, length, count, devices, w)
+
+
+def _group_sums(s: _Sweep, values: np.ndarray) -> np.ndarray:
+    """Sum of per-segment values per group."""
+    n = len(s.devices) * len(s.windows.start)
+    return np.bincount(s.group, weights=values, minlength=n)
+
+
+def _labels(count: np.ndarray) -> np.ndarray:
+    """Partition class index per segment: the first busy class in priority order, else idle."""
+    busy = count[:, :4] > 0
+    return np.select([busy[:, 0], busy[:, 1], busy[:, 2], busy[:, 3]], [0, 1, 2, 3], default=4)
+
+
+def _device_column() -> pl.Expr:
+    """The device ids as a column, the null-device sentinel back to null."""
+    return pl.when(pl.col("device") == _NO_DEVICE).then(None).otherwise(pl.col("device")).alias("device")
+
+
+def _group_frame(s: _Sweep, cols: dict[str, np.ndarray]) -> pl.DataFrame:
+    """One row per (device, step) with its window, and the given per-group columns."""
+    nw = len(s.windows.start)
+    g = np.arange(len(s.devices) * nw)
+    wi = g % max(nw, 1)
+    return pl.DataFrame(
+        {
+            "device": pl.Series(s.devices[g // max(nw, 1)], dtype=pl.Int64),
+            "step": pl.Series(s.windows.step[wi], dtype=pl.Int64),
+            "start": pl.Series(s.windows.start[wi] + s.windows.origin, dtype=pl.Float64),
+            "window": pl.Series(s.windows.end[wi] - s.windows.start[wi], dtype=pl.Float64),
+            **{name: pl.Series(v, dtype=pl.Float64) for name, v in cols.items()},
+        }
+    ).with_columns(_device_column())
+
+
+# ---------------------------------------------------------------- partition
+
+
+def partition(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per (device, step): the window cut into exclusive classes, plus overlays.
+
+    Partition columns (µs, summing to `window`): matmul > other_compute >
+    memcpy (memcpy and memset) > communication_exposed > idle, each instant
+    going to the highest-priority class active on any stream of the device.
+    Overlays (µs, not part of the sum):
+      communication_overlapped: communication under matmul or other compute;
+      communication_total: all communication (exposed + overlapped + under memcpy);
+      recompute: time when a recompute-phase compute kernel runs (within compute);
+      matmul_known / matmul_unknown: the matmul time, each segment split by the
+        number of active matmul kernels with known and unknown FLOPs, so that
+        each kernel gets the share of the matmul time it covers (its duration
+        when matmuls do not overlap); they sum to `matmul`.
+    """
+    s = _sweep(kernels, steps)
+    label = _labels(s.count)
+    nw = len(s.windows.start)
+    ng = len(s.devices) * nw
+    parts = np.bincount(s.group * 5 + label, weights=s.length, minlength=ng * 5).reshape(ng, 5)
+    c = s.count > 0
+    compute = c[:, 0] | c[:, 1]
+    mm = np.maximum(s.count[:, _MM_KNOWN] + s.count[:, _MM_UNKNOWN], 1)
+    in_mm = np.where(label == 0, s.length, 0.0)
+    cols = {name: parts[:, i] for i, name in enumerate(PARTITION)}
+    cols.update(
+        communication_overlapped=_group_sums(s, np.where(c[:, 3] & compute, s.length, 0.0)),
+        communication_total=_group_sums(s, np.where(c[:, 3], s.length, 0.0)),
+        recompute=_group_sums(s, np.where(c[:, _RECOMPUTE], s.length, 0.0)),
+        matmul_known=_group_sums(s, in_mm * s.count[:, _MM_KNOWN] / mm),
+        matmul_unknown=_group_sums(s, in_mm * s.count[:, _MM_UNKNOWN] / mm),
+    )
+    out = _group_frame(s, cols)
+    check_partition(out)
+    return out
+
+
+def check_partition(frame: pl.DataFrame, rel: float = 1e-6) -> None:
+    """Raise if any row's partition does not add up to its window.
+
+    The sweep makes this hold by construction; the check guards the
+    construction, since every later number (the loss budget) relies on it.
+    """
+    total = pl.sum_horizontal([pl.col(c) for c in PARTITION])
+    err = frame.select(
+        bad=((total - pl.col("window")).abs() > rel * pl.max_horizontal(pl.col("window"), pl.lit(1.0))).any(),
+        split=((pl.col("matmul_known") + pl.col("matmul_unknown") - pl.col("matmul")).abs()
+               > rel * pl.max_horizontal(pl.col("window"), pl.lit(1.0))).any(),
+    )
+    if frame.height and (err["bad"][0] or err["split"][0]):
+        raise ValueError("time partition does not sum to the step window; this is a bug in traceflops.stages.timeline")
+
+
+# ---------------------------------------------------------------- idle gaps
+
+
+def _idle_runs(s: _Sweep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Maximal idle intervals: (group, shifted start, length).
+
+    Positive-length segments of a group tile its window in order, so two idle
+    segments that follow each other in that order are adjacent in time.
+    """
+    pos = s.length > 0
+    group, start, length = s.group[pos], s.start[pos], s.length[pos]
+    idle = (s.count[pos, :4] == 0).all(axis=1)
+    prev_idle = np.r_[False, idle[:-1] & (group[1:] == group[:-1])]
+    first = idle & ~prev_idle
+    run = np.cumsum(first) - 1
+    idx = np.flatnonzero(first)
+    dur = np.bincount(run[idle], weights=length[idle], minlength=len(idx))
+    return group[idx], start[idx], dur
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted disjoint (start, end): sort, running max of ends, new run at a jump."""
+    if len(starts) == 0:
+        return starts, ends
+    o = np.argsort(starts, kind="stable")
+    s, reach = starts[o], np.maximum.accumulate(ends[o])
+    new = np.r_[True, s[1:] > reach[:-1]]
+    last = np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]
+    return s[new], reach[last]
+
+
+def _overlaps_any(gs: np.ndarray, ge: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each [gs, ge) shares time with any of the intervals [starts, ends)."""
+    ms, me = _merged(starts, ends)
+    if len(ms) == 0:
+        return np.zeros(len(gs), bool)
+    j = np.searchsorted(ms, ge, side="left") - 1  # last merged interval starting before the gap ends
+    return (j >= 0) & (me[np.maximum(j, 0)] > gs)
+
+
+def _host_intervals(frame: pl.DataFrame | None, which, origin: float) -> tuple[np.ndarray, np.ndarray]:
+    """Shifted [ts, ts+dur) of the host events whose name satisfies `which`."""
+    if frame is None or frame.height == 0:
+        return np.empty(0), np.empty(0)
+    f = frame.filter(which(pl.col("name")) & pl.col("ts").is_not_null())
+    s = f["ts"].to_numpy().astype(np.float64) - origin
+    return s, s + f["dur"].fill_null(0.0).to_numpy().astype(np.float64)
+
+
+def _next_kernels(kdev: np.ndarray, kt: np.ndarray, kl: np.ndarray, qdev: np.ndarray, qt: np.ndarray) -> np.ndarray:
+    """Index of the first kernel on the same device starting at or after each query time (-1: none).
+
+    Kernels and queries are sorted together by (device, time, queries first,
+    launch time); a reverse running minimum of kernel positions then gives, at
+    every position, the nearest kernel at or after it. Among kernels that
+    start together, the one launched first is taken.
+    """
+    nk, n = len(kt), len(kt) + len(qt)
+    dev, time = np.r_[kdev, qdev], np.r_[kt, qt]
+    is_q = np.r_[np.zeros(nk, bool), np.ones(len(qt), bool)]
+    order = np.lexsort((np.r_[kl, np.zeros(len(qt))], ~is_q, time, dev))
+    kpos = np.where(is_q[order], n, np.arange(n))
+    nxt = np.minimum.accumulate(kpos[::-1])[::-1]
+    qpos = np.flatnonzero(is_q[order])
+    cand = np.minimum(nxt[qpos], n - 1)
+    ok = (nxt[qpos] < n) & (dev[order[cand]] == dev[order[qpos]])
+    out = np.full(len(qt), -1, np.int64)
+    out[order[qpos] - nk] = np.where(ok, order[cand], -1)
+    return out
+
+
+def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray, origin: float) -> tuple[np.ndarray, pl.Series]:
+    """Launch time (NaN: none) and name (null: none) of the kernel that ends each gap (starts at or after its end)."""
+    launch_ts = np.full(len(ge), np.nan)
+    k = _usable(kernels)
+    k = k.filter(pl.col("dur") > 0) if k.height else k  # an instant activity does not end a gap
+    if k.height == 0 or len(ge) == 0:
+        return launch_ts, pl.Series([None], dtype=pl.Utf8).new_from_index(0, len(ge))
+    lt = k["launch_ts"].cast(pl.Float64) if "launch_ts" in k.columns else pl.Series(np.full(k.height, np.nan))
+    nxt = _next_kernels(
+        k["device"].cast(pl.Int64).fill_null(_NO_DEVICE).to_numpy(),
+        k["ts"].cast(pl.Float64).to_numpy() - origin,
+        lt.fill_null(np.inf).to_numpy(),
+        gdev,
+        ge,
+    )
+    has = nxt >= 0
+    launch_ts[has] = lt.fill_null(np.nan).to_numpy()[nxt[has]]
+    # a gather keeps one copy of each kernel name, however many gaps it ends
+    names = k["name"].gather(pl.select(pl.when(pl.Series(has)).then(pl.Series(nxt))).to_series())
+    return launch_ts, names
+
+
+def _gap_reasons(gs, ge, launch_ts, launches, ops, origin) -> np.ndarray:
+    """The first matching rule per gap (see `idle_gaps`)."""
+    known = ~np.isnan(launch_ts)
+    queued = known & (launch_ts - origin <= gs)
+    sync = _overlaps_any(gs, ge, *_host_intervals(launches, is_sync_call, origin))
+    loader = _overlaps_any(gs, ge, *_host_intervals(ops, is_dataloader, origin))
+    return np.select([queued, sync, loader, known], ["launch_gap", "sync", "input_pipeline", "host_bound"], default="unknown")
+
+
+def idle_gaps(kernels: pl.DataFrame, launches: pl.DataFrame | None, ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
+    """Every maximal idle interval of a device inside a step window, with why it was idle.
+
+    Idle means no device activity of any class on any stream of the device.
+    A gap is cut at step-window edges (each part belongs to its step); gaps
+    shorter than MIN_GAP_US (0.5 ns) are timestamp rounding and left out.
+    Reason, first rule that matches:
+      launch_gap:     the kernel that ends the gap was launched before the gap
+                      began: it was queued, so the host did not cause the gap
+                      (a bubble between back-to-back kernels, or a wait on
+                      another stream), whatever the host was doing meanwhile;
+      sync:           a synchronizing host call (stream/device/event/context
+                      synchronize, a blocking memcpy) overlaps the gap;
+      input_pipeline: a DataLoader op overlaps the gap;
+      host_bound:     the kernel that ends the gap was launched after the gap
+                      began: the device waited for the host to launch;
+      unknown:        none of the above, and no kernel ends the gap or it has
+                      no launch in the trace.
+    The queued test comes first because a host blocked in a synchronize (or
+    in a data loader) leaves the device idle only once its queue runs dry:
+    on a deep queue (the MI300 ResNet trace queues ~25 ms ahead) a
+    synchronize overlaps every small gap without causing any of them.
+    Host and device share the trace's clock (true of Kineto traces), which is
+    what lets host calls be compared with device gaps; host calls are not
+    matched to a device (one rank's trace usually drives one device). Columns:
+    device, step, start (trace clock), dur, reason, and the evidence for the
+    last two rules: next_kernel, next_launch_ts.
+    """
+    s = _sweep(kernels, steps)
+    nw = max(len(s.windows.start), 1)
+    group, gs, dur = _idle_runs(s)
+    real = dur >= MIN_GAP_US
+    group, gs, dur = group[real], gs[real], dur[real]
+    ge, origin = gs + dur, s.windows.origin
+    gdev = s.devices[group // nw]
+    launch_ts, names = _next_kernel_launch(kernels, gdev, ge, origin)
+    return pl.DataFrame(
+        {
+            "device": pl.Series(gdev, dtype=pl.Int64),
+            "step": pl.Series(s.windows.step[group % nw] if len(group) else [], dtype=pl.Int64),
+            "start": pl.Series(gs + origin, dtype=pl.Float64),
+            "dur": pl.Series(dur, dtype=pl.Float64),
+            "reason": pl.Series(_gap_reasons(gs, ge, launch_ts, launches, ops, origin), dtype=pl.Utf8),
+            "next_kernel": names.cast(pl.Utf8).alias("next_kernel"),
+            "next_launch_ts": pl.Series(launch_ts, dtype=pl.Float64).fill_nan(None),
+        }
+    ).with_columns(_device_column())
+
+
+# ---------------------------------------------------------------- launch statistics
+
+
+def launch_stats(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per step (by launch, as kernels are assigned): kernel count, median duration, median launch delay.
+
+    The delay (kernel start − launch call start) tells a host-bound run (small
+    delays: the device runs each kernel as soon as it is launched) from a
+    device-bound one (large delays: a deep queue). Device work launched outside
+    every step gets its own row (step -1) so that nothing is dropped.
+    """
+    base = steps.select(pl.col("step").cast(pl.Int64), pl.col("name").cast(pl.Utf8))
+    if kernels.height == 0:
+        return base.with_columns(kernels=pl.lit(0, pl.Int64), median_dur=pl.lit(None, pl.Float64), median_launch_delay=pl.lit(None, pl.Float64))
+    delay = (pl.col("ts") - pl.col("launch_ts")) if "launch_ts" in kernels.columns else pl.lit(None, pl.Float64)
+    per = kernels.group_by(pl.col("step").cast(pl.Int64)).agg(
+        kernels=pl.len().cast(pl.Int64),
+        median_dur=pl.col("dur").median(),
+        median_launch_delay=delay.median(),
+    )
+    out = base.join(per, on="step", how="left").with_columns(pl.col("kernels").fill_null(0))
+    outside = per.filter(pl.col("step") == OUTSIDE)
+    if outside.height and OUTSIDE not in base["step"].to_list():
+        out = pl.concat([out, outside.with_columns(name=pl.lit("outside steps")).select(out.columns)])
+    return out

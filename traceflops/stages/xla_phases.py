@@ -1,0 +1,148 @@
+"""Phases of XLA ops from the JAX name stack (`ops.scope`).
+
+Rules, in this order:
+
+1. Recompute candidates: a name stack with a ``rematted_computation`` component
+   (``jax.checkpoint``'s recomputed forward: ``…/transpose(jvp(f))/jvp(f)/
+   checkpoint/rematted_computation/…``; such names also begin with
+   ``transpose(jvp(…))``, so this rule wins), and XLA's own rematerialization
+   copies (HLO op names with a ``.remat`` suffix).
+2. ``transpose(…)`` in the name stack (the transposed JVP of ``jax.grad``) is backward.
+3. Else forward; except that in a program (the name stack's root, ``jit(f)``)
+   that has backward ops, ops outside every ``jvp``/``transpose`` (the parameter
+   update after ``jax.grad``) are optimizer.
+
+Then the executions-per-step correction. After XLA's CSE a rematerialized copy
+can stand in for its forward twin: the forward op is gone and the copy, still
+named ``rematted_computation``, computes the value the forward needs. Only
+copies beyond what the no-remat program runs are recompute. Per step, per
+logical op (the name stack with the remat markers and the ``transpose(…)``
+component before them removed, plus the operand shapes and types: names repeat):
+if the step runs any op of that logical op that is not a candidate, every
+candidate is recompute (the program has its forward already); if it runs only
+candidates, the earliest-running candidate instruction is the forward twin
+(all its executions in the step: under ``scan`` that is once per iteration)
+and any other candidate instruction is recompute.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+REMAT = "rematted_computation"
+_JAX_REMAT = r"(^|/)rematted_computation(/|$)"
+_XLA_REMAT = r"\.remat\d*(\.|$)"
+_BACKWARD = r"(^|/)transpose\("
+_AUTODIFF = r"(^|/)(jvp|transpose|vjp|linearize)\("
+_DROP = frozenset({REMAT, "checkpoint", "remat"})
+
+
+def _unwrap(part: str) -> str:
+    """A name-stack component without its autodiff wrappers: 'transpose(jvp(x))' → 'x', 'jvp()' → ''."""
+    while True:
+        for w in ("jvp(", "transpose(", "vjp(", "linearize("):
+            if part.startswith(w) and part.endswith(")"):
+                part = part[len(w) : -1]
+                break
+        else:
+            return part
+
+
+def logical_name(scope: str) -> str:
+    """The name stack an op shares with its forward twin, whatever autodiff wrapped it.
+
+    'jit(f)/transpose(jvp(b))/jvp(b)/checkpoint/rematted_computation/mlp/dot_general'
+    → 'jit(f)/b/mlp/dot_general', as 'jit(f)/jvp(b)/mlp/dot_general' (its forward twin).
+    jax versions differ in how they wrap (`jvp()` components, einsum names inside `jvp(...)`),
+    so every component is unwrapped. Backward ops map to the same names: callers compare
+    candidates with forward ops only.
+    """
+    parts = scope.split("/")
+    if REMAT in parts:
+        cut = parts.index(REMAT)
+        # The transpose(...) component that encloses the recomputed forward is not part of it.
+        for j in range(cut - 1, -1, -1):
+            if parts[j].startswith("transpose("):
+                del parts[j]
+                break
+    return "/".join(u for u in (_unwrap(p) for p in parts if p not in _DROP) if u)
+
+
+def rule_phases(ops: pl.DataFrame) -> pl.DataFrame:
+    """Columns cand (recompute candidate), base (phase by rules 2-3, of the forward twin for candidates)."""
+    scope = pl.col("scope")
+    jax_cand = scope.str.contains(_JAX_REMAT)
+    xla_cand = pl.col("name").str.contains(_XLA_REMAT)
+    bwd = scope.str.contains(_BACKWARD)
+    root = scope.str.extract(r"^([^/]+)", 1)
+    training = (bwd & ~jax_cand).any().over(root)
+    outside = ~scope.str.contains(_AUTODIFF)
+    base = (
+        pl.when(jax_cand)
+        .then(pl.lit("forward"))  # the forward twin of a recomputed op
+        .when(bwd)
+        .then(pl.lit("backward"))
+        .when(training & outside)
+        .then(pl.lit("optimizer"))
+        .otherwise(pl.lit("forward"))
+    )
+    return ops.select(
+        cand=(jax_cand | xla_cand).fill_null(False),
+        base=pl.when(scope.is_not_null()).then(base),
+    )
+
+
+def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
+    """Phase of each op that has a `scope` (null elsewhere), aligned with `ops` rows.
+
+    Steps: the `step` column of `ops` if present, else `steps` (host spans, as in
+    `Trace.steps`) by each op's ts, else the whole trace as one step.
+    """
+    if ops.height == 0:
+        return pl.Series("phase", [], dtype=pl.Utf8)
+    if "step" in ops.columns:
+        step = ops["step"]
+    elif steps is not None and steps.height:
+        from traceflops.stages.steps import assign
+
+        step = assign(ops, "ts", steps.select("step", "name", "ts", "dur"))
+    else:
+        step = pl.Series("step", [0] * ops.height, dtype=pl.Int64)
+
+    r = rule_phases(ops)
+    df = pl.DataFrame(
+        {
+            "_i": pl.int_range(ops.height, eager=True),
+            "_step": step.fill_null(-1).cast(pl.Int64),
+            "name": ops["name"],
+            "scope": ops["scope"],
+            "ts": ops["ts"],
+            "_shape": ops["dims"].fill_null("") + "|" + ops["types"].fill_null(""),
+            "cand": r["cand"],
+            "base": r["base"],
+        }
+    )
+    if not df["cand"].any():
+        return df["base"].rename("phase")
+
+    scoped = df.filter(pl.col("scope").is_not_null())
+    uniq = scoped["scope"].unique()
+    mapping = dict(zip(uniq.to_list(), [logical_name(s) for s in uniq.to_list()]))
+    scoped = scoped.with_columns(_key=pl.col("scope").replace_strict(mapping, return_dtype=pl.Utf8))
+    group = ["_step", "_key", "_shape"]
+    plain = scoped.group_by(group).agg(_plain=(~pl.col("cand") & (pl.col("base") == "forward")).sum())
+    cands = scoped.filter("cand").join(plain, on=group, how="left")
+    # Per group with no plain op: the candidate instruction that runs first stands in for the forward.
+    first = (
+        cands.group_by(group + ["name"]).agg(_first=pl.col("ts").min())
+        .sort("_first")
+        .group_by(group, maintain_order=True)
+        .agg(_standin=pl.col("name").first())
+    )
+    cands = cands.join(first, on=group, how="left").with_columns(
+        phase=pl.when((pl.col("_plain") == 0) & (pl.col("name") == pl.col("_standin")))
+        .then(pl.col("base"))
+        .otherwise(pl.lit("recompute"))
+    )
+    out = df.join(cands.select("_i", "phase"), on="_i", how="left").sort("_i")
+    return out.select(pl.coalesce("phase", "base").alias("phase"))["phase"]

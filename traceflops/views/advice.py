@@ -1,0 +1,704 @@
+"""Advice a user can act on, from what the trace shows, ranked by the time it would give back.
+
+`advise(a)` reads an `Analysis` and returns a list of items, largest first:
+
+    {"kind", "title", "recoverable", "recoverable_us", "mfu_after",
+     "evidence": [str, ...], "remedies": [str, ...], "data": {...}}
+
+`recoverable` is a fraction of the step time (the summed windows of the steps
+counted, on the device the trace drives, as in the loss budget). Every time
+term of the loss budget is its time over the window, so the same number is
+the share of peak × time the item's waste costs; `mfu_after` is the MFU if
+that time went away with the FLOPs unchanged (mfu / (1 - recoverable)), so
+ranking by `recoverable` is ranking by MFU recovered. Items can overlap (an
+unfused attention's softmax is memory-bound too): their recoverable values
+are not additive.
+
+Rules, each raising an item only when its evidence is in the trace and worth
+at least MIN_SHARE (1%) of the step time:
+
+  host_bound      idle gaps the host caused (reason host_bound: the next kernel
+                  was launched after the gap began) plus bubbles between queued
+                  kernels (launch_gap); recoverable = their time.
+  memory_bound    kernels under the roofline ridge (roofline bound 'memory'):
+                  their time above the HBM floor (bytes / bandwidth), capped at
+                  the time they occupy the device.
+  attention       attention computed as matmul → softmax → matmul (shapes
+                  checked: the first matmul's output is the softmax's input,
+                  which the second matmul takes), by hand or by SDPA's math
+                  fallback; recoverable = the kernels of that chain that are
+                  not matmuls (scale, mask, softmax, dropout, softmax
+                  backward): what a fused kernel folds in. A lower bound.
+  fp32_matmul     matmul-class ops with fp32 inputs on fp32 (non-TF32) kernels,
+                  on a device with a faster TF32 (else bf16) tensor peak, when
+                  the analysis precision is not TF32 already; recoverable =
+                  their time × (1 - fp32 peak / TF32 peak): the same fraction
+                  of a faster peak.
+  communication   the partition's communication_exposed.
+  recompute       the recompute overlay (time with a recompute kernel running):
+                  all of it is given back without checkpointing, most of it
+                  with selective checkpointing.
+  input_pipeline  idle gaps with reason input_pipeline (a DataLoader op over
+                  the gap).
+  sync            idle gaps with reason sync (a synchronizing runtime call over
+                  the gap).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+import polars as pl
+
+from traceflops.core import hardware as hw
+from traceflops.stages import timeline as tl
+from traceflops.stages.link import nearest
+from traceflops.core.vocab import OVERLAYS, PARTITION
+
+if TYPE_CHECKING:
+    from traceflops.pipeline import Analysis
+
+MIN_SHARE = 0.01
+SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch and ramp-up
+TOP = 5
+
+SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax"})
+SOFTMAX_BWD_OPS = frozenset({"aten::_softmax_backward_data"})
+ATTN_MATMULS = frozenset({"aten::bmm", "aten::matmul", "aten::baddbmm"})
+SDPA_MATH = frozenset({"aten::_scaled_dot_product_attention_math", "aten::_scaled_dot_product_attention_math_for_mps"})
+FUSED_ATTENTION_RE = r"flash_attention|efficient_attention|cudnn_attention|fused_attention_overrideable"
+
+# Collective dtypes as the profiler names them -> bytes per element.
+_COLL_ITEMSIZE = {
+    "float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8,
+    "int": 4, "int32": 4, "long": 8, "int64": 8, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1,
+}
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _us(x: float) -> str:
+    x = float(x)
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.2f} s"
+    if abs(x) >= 1e3:
+        return f"{x / 1e3:.2f} ms"
+    return f"{x:.1f} µs"
+
+
+def _pct(f: float) -> str:
+    return f"{100 * f:.1f}%"
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _short(name: str | None, n: int = 70) -> str:
+    s = "?" if name is None else str(name)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _tf(x: float | None) -> str:
+    return "?" if x is None else f"{x / 1e12:.0f} TFLOP/s"
+
+
+# ---------------------------------------------------------------- context
+
+
+@dataclass
+class _Ctx:
+    a: Analysis
+    steps: pl.DataFrame  # the steps counted (positive window, not excluded)
+    ids: list[int]
+    window: float  # µs, summed windows
+    device: Any  # the device the partition's time terms are of (None: no device)
+    kernels: pl.DataFrame  # kernels of those steps on that device, roofline columns attached
+    gaps: pl.DataFrame | None  # idle gaps of those steps on that device
+    time: dict[str, float]  # partition and overlays, µs
+    mfu: float | None
+
+    def share(self, us: float) -> float:
+        return float(us) / self.window if self.window else 0.0
+
+
+def _primary_device(part: pl.DataFrame | None, ids: list[int]):
+    if part is None or part.height == 0:
+        return None
+    use = part.filter(pl.col("step").is_in(ids))
+    busy = use.group_by("device").agg((pl.col("window") - pl.col("idle")).sum().alias("_b")).sort("_b", descending=True, nulls_last=True)
+    return busy["device"][0] if busy.height else None
+
+
+def _on(frame: pl.DataFrame, device) -> pl.DataFrame:
+    if "device" not in frame.columns:
+        return frame
+    return frame.filter(pl.col("device").is_null() if device is None else pl.col("device") == device)
+
+
+def _context(a: Analysis, exclude_steps) -> _Ctx | None:
+    steps = a.steps.filter(
+        ~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0)
+    )
+    window = float(steps["window"].sum()) if steps.height else 0.0
+    if window <= 0:
+        return None
+    ids = steps["step"].to_list()
+    device = _primary_device(a.partition, ids)
+    k = a.kernels
+    if a.roofline is not None and a.roofline.height == k.height:
+        k = k.with_columns(a.roofline.select("bound", "recoverable_us", "achieved_bw_frac", "roof_bytes"))
+    k = _on(k.filter(pl.col("step").is_in(ids)), device) if k.height else k
+    gaps = _on(a.idle_gaps.filter(pl.col("step").is_in(ids)), device) if a.idle_gaps is not None else None
+    time = {c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
+            for c in (*PARTITION, *OVERLAYS)}
+    peak = (a.hardware or {}).get("peak_flops")
+    mfu = None
+    if peak and steps["model_flops"].null_count() == 0:
+        mfu = float(steps["model_flops"].sum()) / (window * 1e-6 * peak)
+    return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu)
+
+
+def _item(ctx: _Ctx, kind: str, title: str, recoverable_us: float, evidence: list[str], remedies: list[str],
+          data: dict[str, Any] | None = None) -> dict[str, Any]:
+    rec = ctx.share(recoverable_us)
+    after = ctx.mfu / (1.0 - rec) if ctx.mfu is not None and rec < 1.0 else None
+    return {
+        "kind": kind,
+        "title": title,
+        "recoverable": rec,
+        "recoverable_us": float(recoverable_us),
+        "mfu_after": after,
+        "evidence": evidence,
+        "remedies": remedies,
+        "data": data or {},
+    }
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _host_bound(ctx: _Ctx) -> dict | None:
+    if ctx.gaps is None:
+        return None
+    g = ctx.gaps.filter(pl.col("reason").is_in(["host_bound", "launch_gap"]))
+    if g.height == 0:
+        return None
+    hb = g.filter(pl.col("reason") == "host_bound")
+    lg = g.filter(pl.col("reason") == "launch_gap")
+    total = float(g["dur"].sum())
+    ev = []
+    if hb.height:
+        worst = hb.sort("dur", descending=True).row(0, named=True)
+        ev.append(
+            f"{hb.height} idle gaps where the device waited for the host to launch the next kernel: "
+            f"{_us(hb['dur'].sum())} ({_pct(ctx.share(hb['dur'].sum()))} of step time), longest {_us(worst['dur'])} "
+            f"before {_short(worst['next_kernel'])}"
+        )
+    if lg.height:
+        ev.append(
+            f"{lg.height} bubbles between kernels already queued: {_us(lg['dur'].sum())} "
+            f"({_pct(ctx.share(lg['dur'].sum()))}), median {_us(lg['dur'].median())}"
+        )
+    data = {"host_bound_us": float(hb["dur"].sum()), "launch_gap_us": float(lg["dur"].sum()),
+            "host_bound_gaps": hb.height, "launch_gaps": lg.height}
+    many_short = False
+    if "launch_kernels" in ctx.steps.columns and ctx.steps["launch_kernels"].null_count() < ctx.steps.height:
+        per_step = float(ctx.steps["launch_kernels"].mean())
+        med = ctx.steps["launch_median_kernel_us"].median()
+        delay = ctx.steps["launch_median_delay_us"].median()
+        many_short = med is not None and med < SHORT_KERNEL_US
+        line = f"{per_step:.0f} kernels per step"
+        if med is not None:
+            line += f", median kernel {_us(med)}"
+        if delay is not None:
+            line += f", median launch-to-start delay {_us(delay)}"
+        if many_short:
+            line += ": many short kernels, each paying a launch"
+        ev.append(line)
+        data.update(kernels_per_step=per_step, median_kernel_us=med, median_launch_delay_us=delay)
+    remedies = [
+        ("Capture the step's steady part in a CUDA/HIP graph (torch.compile(mode=\"reduce-overhead\"), or "
+        "torch.cuda.graph): one launch replaces one per kernel"),
+        "torch.compile the model: it fuses small kernels, so fewer launches and less host work per step",
+        "A larger batch per step: the same launches, each doing more work",
+    ]
+    if not many_short:
+        remedies = [remedies[1], remedies[0], remedies[2]]
+    return _item(ctx, "host_bound", "The device waits for kernel launches (host-bound)", total, ev, remedies, data)
+
+
+def _memory_bound(ctx: _Ctx) -> dict | None:
+    k = ctx.kernels
+    if "bound" not in k.columns or k.height == 0:
+        return None
+    mb = k.filter((pl.col("bound") == "memory") & pl.col("recoverable_us").is_not_null())
+    if mb.height == 0:
+        return None
+    rec = float(mb["recoverable_us"].sum())
+    part = tl.partition(mb, ctx.steps.select("step", "name", "ts", "dur", "start", "window"))
+    busy = float((_on(part, ctx.device)["window"] - _on(part, ctx.device)["idle"]).sum())
+    rec = min(rec, busy)
+    dur = float(mb["dur"].sum())
+    short = mb.filter(pl.col("dur") < SHORT_KERNEL_US)
+    ev = [
+        (f"{mb.height} memory-bound kernels (below the roofline ridge) ran {_us(dur)}; "
+        f"{_us(rec)} ({_pct(ctx.share(rec))} of step time) of it is above their HBM floor (bytes / bandwidth)"),
+        (f"{short.height} of them are shorter than {SHORT_KERNEL_US:.0f} µs ({_us(short['dur'].sum())}, "
+        f"{_us(short['recoverable_us'].sum())} above the floor)"),
+    ]
+    top = (
+        mb.group_by("name")
+        .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"), pl.col("dur").median().alias("med"),
+             pl.col("recoverable_us").sum().alias("r"), pl.col("achieved_bw_frac").median().alias("bw"),
+             pl.col("cls").first())
+        .sort(["r", "name"], descending=[True, False])
+        .head(TOP)
+    )
+    for r in top.iter_rows(named=True):
+        bw = f", median {_pct(r['bw'])} of HBM bandwidth" if r["bw"] is not None else ""
+        ev.append(f"{_short(r['name'])} ({r['cls']}): {r['n']}×, {_us(r['t'])}, median {_us(r['med'])}{bw}, "
+                  f"{_us(r['r'])} above the floor")
+    remedies = [
+        ("Fuse chains of elementwise and normalization ops (torch.compile, or fused kernels such as fused "
+        "LayerNorm/RMSNorm and fused activations): the intermediates never go through HBM"),
+        "A larger batch (or sequence) per kernel: small kernels cannot reach memory bandwidth",
+    ]
+    opt = float(mb.filter(pl.col("phase") == "optimizer")["recoverable_us"].sum())
+    if opt >= 0.2 * rec and opt > 0:
+        remedies.insert(1, f"The optimizer's kernels are {_pct(opt / rec)} of it: use a fused or foreach optimizer "
+                           "(e.g. torch.optim.AdamW(..., fused=True))")
+    data = {"kernels": mb.height, "time_us": dur, "above_floor_us": float(mb["recoverable_us"].sum()),
+            "busy_us": busy, "short_kernels": short.height, "optimizer_us": opt}
+    return _item(ctx, "memory_bound", "Memory-bound kernels run below bandwidth: fuse them", rec, ev, remedies, data)
+
+
+def _dims(text) -> list | None:
+    if text is None:
+        return None
+    try:
+        d = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return d if isinstance(d, list) else None
+
+
+def _shape(d) -> tuple[int, ...] | None:
+    if not isinstance(d, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in d):
+        return None
+    return tuple(d)
+
+
+def _mm_out_last2(name: str, dims: list | None) -> tuple[int, int] | None:
+    """The last two output dims of a bmm / matmul / baddbmm (both operands ≥ 2-D)."""
+    if dims is None:
+        return None
+    ia, ib = (1, 2) if name == "aten::baddbmm" else (0, 1)
+    if len(dims) <= ib:
+        return None
+    a, b = _shape(dims[ia]), _shape(dims[ib])
+    if a is None or b is None or len(a) < 2 or len(b) < 2:
+        return None
+    return a[-2], b[-1]
+
+
+def _mm_in_last2(name: str, dims: list | None) -> tuple[int, int] | None:
+    if dims is None:
+        return None
+    ia = 1 if name == "aten::baddbmm" else 0
+    a = _shape(dims[ia]) if len(dims) > ia else None
+    return (a[-2], a[-1]) if a is not None and len(a) >= 2 else None
+
+
+def _attention(ctx: _Ctx) -> dict | None:
+    ops = ctx.a.ops
+    if ops.height == 0 or "dims" not in ops.columns:
+        return None
+    device = ctx.a.kernels.height > 0
+    names = ops["name"]
+    parent = ops["parent"].to_numpy()
+    use = ops["ran"].to_numpy() & ops["step"].is_in(ctx.ids).to_numpy()
+    is_soft = names.is_in(list(SOFTMAX_OPS)).to_numpy()
+    top_soft = is_soft & ~np.where(parent >= 0, is_soft[np.maximum(parent, 0)], False) & use
+    if not top_soft.any():
+        return None
+    is_mm = names.is_in(list(ATTN_MATMULS)).to_numpy()
+    top_mm = is_mm & ~np.where(parent >= 0, is_mm[np.maximum(parent, 0)], False)
+    math_anc = nearest(parent, names.is_in(list(SDPA_MATH)).to_numpy())
+    tid = ops["tid"].to_numpy()
+    ts = ops["ts"].cast(pl.Float64).to_numpy()
+    end = ts + ops["dur"].cast(pl.Float64).fill_null(0.0).to_numpy()
+    dims = ops["dims"].to_list()
+    name_l = names.to_list()
+
+    mm_by_tid: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for t in np.unique(tid[top_soft]):
+        rows = np.flatnonzero(top_mm & (tid == t))
+        by_end = rows[np.argsort(end[rows], kind="stable")]
+        by_start = rows[np.argsort(ts[rows], kind="stable")]
+        mm_by_tid[t] = (by_end, by_start, ts[by_start])
+
+    blocks = []  # (softmax row, first matmul row, second matmul row, score shape)
+    for s in np.flatnonzero(top_soft):
+        d = _dims(dims[s])
+        score = _shape(d[0]) if d else None
+        if score is None or len(score) < 3:
+            continue
+        by_end, by_start, starts = mm_by_tid[tid[s]]
+        i = np.searchsorted(end[by_end], ts[s], side="right") - 1
+        j = np.searchsorted(starts, end[s], side="left")
+        if i < 0 or j >= len(by_start):
+            continue
+        p, q = by_end[i], by_start[j]
+        if _mm_out_last2(name_l[p], _dims(dims[p])) != score[-2:] or _mm_in_last2(name_l[q], _dims(dims[q])) != score[-2:]:
+            continue
+        blocks.append((s, p, q, score))
+    if not blocks:
+        return None
+
+    # Every op on the block's thread between the first matmul's start and the second's end.
+    by_tid = {}
+    for t in {tid[b[0]] for b in blocks}:
+        rows_t = np.flatnonzero(tid == t)
+        rows_t = rows_t[np.argsort(ts[rows_t], kind="stable")]
+        by_tid[t] = (rows_t, ts[rows_t])
+    region_rows = []
+    for s, p, q, _ in blocks:
+        rows_t, ts_t = by_tid[tid[s]]
+        region_rows.append(rows_t[np.searchsorted(ts_t, ts[p], side="left"):np.searchsorted(ts_t, end[q], side="right")])
+    rows = np.unique(np.concatenate(region_rows))
+    shapes = {b[3] for b in blocks}
+    bwd = np.flatnonzero(names.is_in(list(SOFTMAX_BWD_OPS)).to_numpy() & use)
+    bwd = np.array([r for r in bwd if (d := _dims(dims[r])) and _shape(d[0]) in shapes], dtype=np.int64)
+    top_names = None
+    if device:
+        # what ran on the device: the chain's kernels that are not matmuls
+        k = ctx.kernels.filter(pl.col("op_row").is_in(rows.tolist()))
+        kb = ctx.kernels.filter(pl.col("op_row").is_in(bwd.tolist()))
+        over = k.filter(pl.col("cls") != "matmul")
+        mm_us = float(k.filter(pl.col("cls") == "matmul")["dur"].sum())
+        over_us = float(over["dur"].sum())
+        bwd_us = float(kb.filter(pl.col("cls") != "matmul")["dur"].sum())
+        top_names = over.group_by("name").agg(pl.col("dur").sum().alias("t"), pl.len().alias("n"))
+    else:
+        # a CPU trace: the outermost ops between the two matmuls (the partition's other compute)
+        is_op = (ops["cat"] == "cpu_op").fill_null(False).to_numpy()
+        outer = is_op & ~np.where(parent >= 0, is_op[np.maximum(parent, 0)], False)
+        dur = ops["dur"].cast(pl.Float64).fill_null(0.0).to_numpy()
+        between = np.zeros(ops.height, bool)
+        for s, p, q, _ in blocks:
+            rows_t, ts_t = by_tid[tid[s]]
+            mid = rows_t[np.searchsorted(ts_t, end[p], side="left"):np.searchsorted(ts_t, ts[q], side="left")]
+            between[mid] = True
+        sel = between & outer & ~top_mm
+        mm_us = float(sum(dur[p] + dur[q] for _, p, q, _ in blocks))
+        over_us = float(dur[sel].sum())
+        bwd_us = float(dur[bwd].sum()) if len(bwd) else 0.0
+        top_names = pl.DataFrame({"name": names.filter(pl.Series(sel)), "t": dur[sel]}).group_by("name").agg(
+            pl.col("t").sum(), pl.len().alias("n"))
+    rec = over_us + bwd_us
+    if rec <= 0:
+        return None
+
+    n_math = sum(1 for s, *_ in blocks if math_anc[s] >= 0)
+    fused = int(ops.filter(pl.col("name").str.contains(FUSED_ATTENTION_RE) & pl.col("ran") & pl.col("step").is_in(ctx.ids)).height)
+    common = max(shapes, key=lambda sh: sum(1 for b in blocks if b[3] == sh))
+    ev = [
+        f"{len(blocks)} attention blocks ran unfused as matmul → softmax → matmul, scores of shape {list(common)}"
+        + (f" (and {len(shapes) - 1} other shapes)" if len(shapes) > 1 else ""),
+        f"their scale / mask / softmax / dropout {'kernels' if device else 'ops'} took {_us(over_us)}"
+        + (f" and softmax backward {_us(bwd_us)}" if bwd_us else "")
+        + f" ({_pct(ctx.share(rec))} of step time); the score matmuls {_us(mm_us)}",
+    ]
+    for r in top_names.sort("t", descending=True).head(3).iter_rows(named=True):
+        ev.append(f"{_short(r['name'])}: {r['n']}×, {_us(r['t'])}")
+    if n_math:
+        ev.append(f"{n_math} of them are SDPA's math fallback ({min(SDPA_MATH)})")
+    ev.append(f"fused SDPA ops (flash / memory-efficient / cuDNN) also ran {fused} times" if fused
+              else "no fused SDPA op (flash / memory-efficient / cuDNN) ran")
+    remedies = []
+    if n_math:
+        remedies.append(
+            "SDPA fell back to its math path: the fused kernels need fp16/bf16 inputs (flash), a supported head dim, "
+            "and is_causal=True rather than a dense attn_mask where the mask is causal; check "
+            "torch.nn.attention.sdpa_kernel settings")
+    if n_math < len(blocks):
+        remedies += [
+            ("Call torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...) instead of "
+            "matmul + softmax + matmul: the flash / memory-efficient / cuDNN kernels never write the score matrix"),
+            "Hugging Face models: load with attn_implementation=\"sdpa\" (or \"flash_attention_2\")",
+        ]
+    data = {"blocks": len(blocks), "math_fallback": n_math, "fused_sdpa_ops": fused, "non_matmul_us": over_us,
+            "softmax_backward_us": bwd_us, "matmul_us": mm_us, "score_shapes": [list(s) for s in sorted(shapes)]}
+    return _item(ctx, "attention", "Attention is not on a fused kernel: use SDPA", rec, ev, remedies, data)
+
+
+def _fp32_matmul(ctx: _Ctx) -> dict | None:
+    h_info = ctx.a.hardware
+    if not h_info or h_info.get("precision") == "tf32" or ctx.kernels.height == 0:
+        return None
+    h = hw.lookup(h_info.get("name") or "")
+    if h is None:
+        return None
+    fp32, tf32, bf16 = h.peak("fp32"), h.peak("tf32"), h.peak("bf16")
+    target, target_name = (tf32, "TF32") if tf32 and fp32 and tf32 > fp32 else (bf16, "bf16")
+    if not fp32 or not target or target <= fp32:
+        return None
+    from traceflops.pipeline import _TF32_RE
+
+    op_dtype = ctx.a.ops.select(pl.col("row").alias("matmul_row"), pl.col("dtype").alias("_dtype"), pl.col("name").alias("_op"))
+    mm = ctx.kernels.filter(pl.col("cls") == "matmul").join(op_dtype, on="matmul_row", how="left")
+    f32 = mm.filter((pl.col("_dtype") == "fp32") & ~pl.col("name").str.contains(_TF32_RE.pattern))
+    if f32.height == 0:
+        return None
+    t = float(f32["dur"].sum())
+    t = min(t, ctx.time.get("matmul", t))
+    rec = t * (1.0 - fp32 / target)
+    flops = float(f32["flops"].fill_null(0).sum())
+    achieved = flops / (float(f32["dur"].sum()) * 1e-6) if flops else None
+    calls = f32["matmul_row"].n_unique()
+    op_names = f32.group_by("_op").agg(pl.col("dur").sum().alias("t"), pl.col("matmul_row").n_unique().alias("n")).sort("t", descending=True)
+    ev = [
+        f"{calls} matmul-class calls with fp32 inputs ran {_us(t)} ({_pct(ctx.share(t))} of step time) on fp32 "
+        f"(non-tensor-core) kernels" + (f" at {achieved / 1e12:.1f} TFLOP/s" if achieved else ""),
+        (f"{h.name}: fp32 peak {_tf(fp32)}, TF32 {_tf(tf32)}, bf16 {_tf(bf16)}; at the same fraction of the {target_name} "
+        f"peak they would take {_pct(fp32 / target)} of that time"),
+    ]
+    for r in op_names.head(3).iter_rows(named=True):
+        ev.append(f"{r['_op']}: {r['n']} calls, {_us(r['t'])}")
+    remedies = []
+    if tf32 and tf32 > fp32:
+        conv = any("conv" in (n or "") for n in op_names["_op"].to_list())
+        remedies.append(
+            "torch.set_float32_matmul_precision(\"high\") (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 "
+            "matmuls run on TF32 tensor cores, no model change"
+            + ("; convolutions follow torch.backends.cudnn.allow_tf32" if conv else ""))
+    if bf16 and bf16 > fp32:
+        remedies.append(
+            "Mixed precision: torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16) around the forward and loss "
+            f"(bf16 peak {_tf(bf16)})")
+    data = {"calls": calls, "time_us": t, "flops": flops, "target": target_name, "peak_fp32": fp32, "peak_target": target}
+    return _item(ctx, "fp32_matmul", f"fp32 matmuls where {target_name} would do", rec, ev, remedies, data)
+
+
+def _coll_bytes(n, dtype) -> float | None:
+    size = _COLL_ITEMSIZE.get(str(dtype).lower().replace("c10::", "")) if dtype is not None else None
+    return None if size is None or n is None else float(n) * size
+
+
+def _communication(ctx: _Ctx) -> dict | None:
+    exposed = ctx.time.get("communication_exposed", 0.0)
+    if exposed <= 0:
+        return None
+    overlapped = ctx.time.get("communication_overlapped", 0.0)
+    total = ctx.time.get("communication_total", 0.0)
+    ev = [
+        (f"{_us(exposed)} ({_pct(ctx.share(exposed))} of step time) of communication ran with no compute beside it; "
+        f"{_us(overlapped)} of {_us(total)} ({_pct(overlapped / total) if total else '0%'}) overlapped compute"),
+    ]
+    k = ctx.kernels.filter(pl.col("cls") == "communication")
+    kinds = set()
+    if k.height:
+        coll = pl.coalesce(pl.col("collective"), pl.col("name")) if "collective" in k.columns else pl.col("name")
+        per = (
+            k.with_columns(_c=coll)
+            .group_by("_c", "phase")
+            .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"),
+                 (pl.col("in_nelems").mean() if "in_nelems" in k.columns else pl.lit(None)).alias("elems"),
+                 (pl.col("coll_dtype").first() if "coll_dtype" in k.columns else pl.lit(None)).alias("dtype"),
+                 (pl.col("group_size").first() if "group_size" in k.columns else pl.lit(None)).alias("g"))
+            .sort("t", descending=True)
+        )
+        for r in per.head(TOP).iter_rows(named=True):
+            kinds.add(str(r["_c"]).lower())
+            size = _coll_bytes(r["elems"], r["dtype"])
+            extra = (f", {_bytes(size)} per call" if size else "") + (f", group of {r['g']}" if r["g"] else "")
+            ev.append(f"{_short(r['_c'])} ({r['phase']}): {r['n']}×, {_us(r['t'])}{extra}")
+    joined = " ".join(kinds)
+    remedies = []
+    if "allreduce" in joined or "all_reduce" in joined:
+        remedies.append(
+            "Bucketing (DDP): tune bucket_cap_mb so the first buckets' all-reduce starts early in backward and runs "
+            "under the remaining backward compute; with gradient accumulation, skip the all-reduce on all but the "
+            "last micro-batch (no_sync())")
+    if any(x in joined for x in ("allgather", "all_gather", "reducescatter", "reduce_scatter", "_allgather_base")):
+        remedies.append(
+            "Prefetch (FSDP): forward_prefetch=True and backward_prefetch=BACKWARD_PRE (FSDP2: "
+            "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch), so the next all-gather runs "
+            "under the current layer's compute")
+    remedies.append(
+        "Overlap: issue collectives asynchronously (async_op=True, or on a side stream) and wait only where the result "
+        "is needed; nothing should synchronize right after a collective")
+    data = {"exposed_us": exposed, "overlapped_us": overlapped, "total_us": total}
+    return _item(ctx, "communication", "Communication is exposed: overlap it with compute", exposed, ev, remedies, data)
+
+
+def _recompute(ctx: _Ctx) -> dict | None:
+    t = ctx.time.get("recompute", 0.0)
+    if t <= 0:
+        return None
+    flops = float(ctx.steps["flops_recompute"].fill_null(0).sum()) if "flops_recompute" in ctx.steps.columns else 0.0
+    executed = float(ctx.steps["flops_executed"].fill_null(0).sum()) if "flops_executed" in ctx.steps.columns else 0.0
+    ev = [f"recompute kernels ran {_us(t)} ({_pct(ctx.share(t))} of step time)"
+          + (f", redoing {flops / 1e9:.1f} GFLOP ({_pct(flops / executed)} of the executed matmul FLOPs)" if flops and executed else "")]
+    rk = ctx.kernels.filter(pl.col("phase") == "recompute")
+    if rk.height:
+        by = dict(rk.group_by("cls").agg(pl.col("dur").sum()).iter_rows())
+        ev.append(f"of the recompute kernels' time: matmul {_us(by.get('matmul', 0.0))}, other compute "
+                  f"{_us(by.get('other_compute', 0.0))}")
+    bm = ctx.a.by_module
+    if bm is not None and "time_recompute" in bm.columns:
+        top = bm.filter(pl.col("time_recompute") > 0).sort("time_recompute", descending=True).head(3)
+        for r in top.iter_rows(named=True):
+            ev.append(f"module {_short(r['module'])}: {_us(r['time_recompute'])} recomputed "
+                      f"({_pct(r['recompute_share'] or 0.0)} of its kernel time, all steps)")
+    remedies = [
+        ("Selective activation checkpointing: save the outputs of the expensive ops (matmuls, convolutions, attention) "
+        "and recompute only the cheap ones (torch.utils.checkpoint with create_selective_checkpoint_contexts, or "
+        "your framework's checkpoint policy)"),
+        "Checkpoint fewer blocks (e.g. every other layer) where memory allows: the blocks left out cost no recompute",
+    ]
+    data = {"time_us": t, "flops": flops, "executed_flops": executed}
+    return _item(ctx, "recompute", "Recompute costs time: checkpoint selectively", t, ev, remedies, data)
+
+
+def _gap_item(ctx: _Ctx, reason: str) -> tuple[pl.DataFrame, list[str]] | None:
+    if ctx.gaps is None:
+        return None
+    g = ctx.gaps.filter(pl.col("reason") == reason)
+    if g.height == 0:
+        return None
+    worst = float(g["dur"].max())
+    return g, [(f"{g.height} idle gaps, {_us(g['dur'].sum())} ({_pct(ctx.share(g['dur'].sum()))} of step time), "
+               f"longest {_us(worst)}")]
+
+
+def _overlapping(frame: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    """Rows of `frame` (ts, dur) that share time with any gap."""
+    if frame.height == 0 or gaps.height == 0:
+        return frame.head(0)
+    gs = gaps["start"].to_numpy()
+    ge = gs + gaps["dur"].to_numpy()
+    o = np.argsort(gs)
+    gs, ge = gs[o], np.maximum.accumulate(ge[o])
+    s = frame["ts"].cast(pl.Float64).to_numpy()
+    e = s + frame["dur"].cast(pl.Float64).fill_null(0.0).to_numpy()
+    j = np.searchsorted(gs, e, side="left") - 1
+    hit = (j >= 0) & (ge[np.maximum(j, 0)] > s)
+    return frame.filter(pl.Series(hit))
+
+
+def _input_pipeline(ctx: _Ctx) -> dict | None:
+    got = _gap_item(ctx, "input_pipeline")
+    if got is None:
+        return None
+    g, ev = got
+    loaders = _overlapping(ctx.a.ops.filter(tl.is_dataloader(pl.col("name"))), g)
+    single = False
+    if loaders.height:
+        per = loaders.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
+        for r in per.head(3).iter_rows(named=True):
+            ev.append(f"{_short(r['name'])}: {r['n']}× over the gaps, {_us(r['t'])} on the host")
+        single = loaders["name"].str.contains("SingleProcess").any()
+    if single:
+        ev.append("the loader runs in the training process (num_workers=0)")
+    remedies = [
+        ("DataLoader(num_workers=N > 0, persistent_workers=True, prefetch_factor=2 or more): batches are prepared "
+        "while the device computes"),
+        "pin_memory=True with .to(device, non_blocking=True): the copy does not block the host",
+        "Move decoding and augmentation to the device, or pre-process the data set offline",
+    ]
+    if not single:
+        remedies[0] = "More DataLoader workers or a larger prefetch_factor: the workers do not keep up with the device"
+    return _item(ctx, "input_pipeline", "The device waits for the data loader", float(g["dur"].sum()), ev, remedies,
+                 {"gaps": g.height, "time_us": float(g["dur"].sum()), "single_process": bool(single)})
+
+
+def _enclosing(ops: pl.DataFrame, calls: pl.DataFrame) -> list[str]:
+    """Name of the innermost cpu op on the caller's thread that encloses each call (none: left out).
+
+    The last op on the thread to start at or before the call, then up its
+    parents to the first that is still running.
+    """
+    found: list[int] = []
+    if calls.height == 0 or ops.height == 0:
+        return []
+    ops = ops.sort("row")
+    tid = ops["tid"].to_numpy()
+    ts = ops["ts"].cast(pl.Float64).to_numpy()
+    end = ts + ops["dur"].cast(pl.Float64).fill_null(0.0).to_numpy()
+    parent = ops["parent"].to_numpy()
+    is_op = (ops["cat"] == "cpu_op").fill_null(False).to_numpy() if "cat" in ops.columns else np.ones(ops.height, bool)
+    per_tid: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+    for t, at in calls.select("tid", pl.col("ts").cast(pl.Float64)).iter_rows():
+        if t not in per_tid:
+            rows_t = np.flatnonzero(tid == t)
+            rows_t = rows_t[np.argsort(ts[rows_t], kind="stable")]
+            per_tid[t] = (rows_t, ts[rows_t])
+        rows_t, ts_t = per_tid[t]
+        i = np.searchsorted(ts_t, at, side="right") - 1
+        r = rows_t[i] if i >= 0 else -1
+        while r >= 0 and (end[r] < at or not is_op[r]):  # running, and an op (not a step marker)
+            r = parent[r]
+        if r >= 0:
+            found.append(int(r))
+    return ops["name"].gather(found).to_list()  # a few names, not a Python string per op
+
+
+def _sync(ctx: _Ctx) -> dict | None:
+    got = _gap_item(ctx, "sync")
+    if got is None:
+        return None
+    g, ev = got
+    launches = ctx.a.trace.launches
+    calls = _overlapping(launches.filter(tl.is_sync_call(pl.col("name"))), g) if launches is not None else None
+    callers: list[str] = []
+    if calls is not None and calls.height:
+        per = calls.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
+        ev.append("synchronizing calls over the gaps: " + ", ".join(f"{r['name']} {r['n']}× ({_us(r['t'])})" for r in per.head(3).iter_rows(named=True)))
+        callers = _enclosing(ctx.a.ops, calls)
+        if callers:
+            top = pl.Series(callers).value_counts(sort=True).head(3)
+            ev.append("made by: " + ", ".join(f"{n} ({c}×)" for n, c in top.iter_rows()))
+    text = " ".join(callers + (calls["name"].to_list() if calls is not None and calls.height else []))
+    remedies = []
+    if re.search(r"item|_local_scalar_dense|is_nonzero|tolist", text) or not text:
+        remedies.append("Drop .item() / .cpu() / .tolist() / print(tensor) inside the step: log every N steps, or "
+                        "accumulate the metric on the device")
+    if re.search(r"nonzero|masked_select|index|unique", text):
+        remedies.append("Data-dependent shapes (nonzero, boolean-mask indexing, unique) wait for the device: use "
+                        "fixed-shape ops (torch.where, masked arithmetic)")
+    if re.search(r"Memcpy|copy_|aten::to\b|_to_copy", text):
+        remedies.append("Blocking copies: copy from pinned memory with non_blocking=True, and read results back "
+                        "once per step at most")
+    if re.search(r"DeviceSynchronize|StreamSynchronize|EventSynchronize", text):
+        remedies.append("Remove explicit torch.cuda.synchronize() / event.synchronize() from the training loop "
+                        "(keep them for timing runs only)")
+    if not remedies:
+        remedies.append("Find the host call that waits for the device (the callers above) and move it out of the step")
+    return _item(ctx, "sync", "Host-device synchronisations stall the device", float(g["dur"].sum()), ev, remedies,
+                 {"gaps": g.height, "time_us": float(g["dur"].sum()), "callers": callers[:20]})
+
+
+RULES = (_host_bound, _memory_bound, _attention, _fp32_matmul, _communication, _recompute, _input_pipeline, _sync)
+
+
+def advise(a: Analysis, exclude_steps=(), min_share: float = MIN_SHARE) -> list[dict[str, Any]]:
+    """Items of advice the trace supports, largest recoverable share of step time first.
+
+    `exclude_steps`: steps left out (pass the analysis' ModelOptions.exclude_steps);
+    `min_share`: the smallest recoverable share that raises an item.
+    """
+    ctx = _context(a, exclude_steps)
+    if ctx is None:
+        return []
+    items = [it for rule in RULES if (it := rule(ctx)) is not None and it["recoverable"] >= min_share]
+    return sorted(items, key=lambda it: (-it["recoverable"], it["kind"]))

@@ -1,0 +1,466 @@
+"""Across ranks: per-rank summaries that merge into one job view.
+
+A `RankSummary` holds the small tables the job view needs (steps with their
+partition and FLOPs, collectives, idle reasons), so ranks can be summarised
+anywhere and merged later with the same result as analysing them together.
+Ranks' clocks differ: they are aligned on the ends of matched collectives
+(a collective completes on all ranks of its group together), never compared raw.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceflops.metrics import utilization as metrics
+from traceflops.pipeline import Analysis
+from traceflops.stages.link import nearest
+from traceflops.core.vocab import PHASES
+from traceflops.core.vocab import PARTITION
+
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8,
+    "int": 4, "int32": 4, "long": 8, "int64": 8, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+}
+# Bus-bandwidth factors (NCCL tests' convention): bytes each rank moves over its links per byte of payload.
+_BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "all_reduce": lambda n: 2 * (n - 1) / n,
+        "allgather": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "_allgather_base": lambda n: (n - 1) / n,
+        "reduce_scatter": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n, "_reduce_scatter_base": lambda n: (n - 1) / n,
+        "all_to_all": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "all_to_allv": lambda n: (n - 1) / n,
+        "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send": lambda n: 1.0, "recv": lambda n: 1.0}
+_P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)"
+_RANK_RE = re.compile(r"rank[_\-]?(\d+)", re.I)
+_KIND_RE = [
+    ("allreduce", r"(?i)all_?reduce"),
+    ("allgather", r"(?i)all_?gather"),
+    ("reduce_scatter", r"(?i)reduce_?scatter"),
+    ("all_to_all", r"(?i)all_?to_?all"),
+    ("broadcast", r"(?i)broadcast"),
+    ("sendrecv", _P2P_RE),
+]
+
+
+@dataclass
+class RankSummary:
+    rank: int | None
+    world_size: int | None
+    path: str
+    hardware: dict[str, Any] | None
+    model: dict[str, Any] | None
+    steps: pl.DataFrame  # per step: window, FLOPs, partition, model FLOPs
+    collectives: pl.DataFrame  # per collective kernel: pg, seq, kind, ts, end, bytes, group_size, step
+    idle: pl.DataFrame  # per step and reason: idle µs
+    totals: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+STEP_COLUMNS = ["step", "name", "start", "window", "model_flops", "flops_executed", "mfu", "hfu",
+                *[f"flops_{p}" for p in PHASES], *[f"time_{c}" for c in PARTITION], "time_communication_overlapped"]
+
+
+def rank_from_path(path: str) -> int | None:
+    m = _RANK_RE.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def collectives(a: Analysis) -> pl.DataFrame:
+    """Communication kernels with their group, kind, payload and order within the group.
+
+    Parameters come from the kernel's own args, else from the nearest enclosing
+    op that records them (`record_param_comms`, `nccl:*`).
+    """
+    k = a.kernels.filter(pl.col("cls") == "communication")
+    cols = ["collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size"]
+    if k.height and a.ops.height:
+        parent = a.ops["parent"].to_numpy()
+        carrier = nearest(parent, a.ops["collective"].is_not_null().to_numpy())
+        rows = k["op_row"].fill_null(-1).to_numpy()
+        src = np.where(rows >= 0, carrier[np.maximum(rows, 0)], -1)
+        from_op = a.ops.select(cols)[np.maximum(src, 0)].with_columns(
+            [pl.when(pl.Series(src >= 0)).then(pl.col(c)).alias(c) for c in cols]
+        )
+        k = k.with_columns([pl.coalesce(k[c], from_op[c]).alias(c) for c in cols])
+    kind = pl.lit(None, pl.Utf8)
+    for name, pat in reversed(_KIND_RE):
+        kind = pl.when(pl.coalesce("collective", "name").str.contains(pat)).then(pl.lit(name)).otherwise(kind)
+    k = k.with_columns(
+        kind=kind,
+        pg=pl.col("pg_name").fill_null("?"),
+        end=pl.col("ts") + pl.col("dur"),
+        elem_bytes=pl.col("coll_dtype").str.to_lowercase().replace_strict(DTYPE_BYTES, default=None),
+    ).with_columns(
+        bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("elem_bytes"),
+    ).sort("ts")
+    k = k.with_columns(seq=pl.int_range(pl.len()).over("pg"))
+    return k.select("pg", "seq", "kind", "name", "ts", "end", "dur", "bytes", "group_size", "step")
+
+
+def summarize(a: Analysis) -> RankSummary:
+    steps = a.steps.select([c for c in STEP_COLUMNS if c in a.steps.columns])
+    if a.idle_gaps is not None and a.idle_gaps.height:
+        idle = a.idle_gaps.group_by("step", "reason").agg(pl.col("dur").sum())
+    else:
+        idle = pl.DataFrame(schema={"step": pl.Int64, "reason": pl.Utf8, "dur": pl.Float64})
+    rank = a.meta.get("rank")
+    if rank is None:
+        rank = rank_from_path(a.meta.get("path") or "")
+    return RankSummary(
+        rank=rank,
+        world_size=a.meta.get("world_size"),
+        path=str(a.meta.get("path")),
+        hardware=a.hardware,
+        model=a.model,
+        steps=steps,
+        collectives=collectives(a),
+        idle=idle,
+        totals=a.totals,
+        warnings=list(a.warnings),
+    )
+
+
+# --- clocks -----------------------------------------------------------------
+
+
+def matched(summaries: list[RankSummary]) -> pl.DataFrame:
+    """Collectives present on more than one rank, keyed by (group, order within the group)."""
+    frames = [s.collectives.with_columns(rank=pl.lit(s.rank, pl.Int64)) for s in summaries if s.collectives.height]
+    if not frames:
+        return pl.DataFrame(schema={"pg": pl.Utf8, "seq": pl.Int64, "rank": pl.Int64})
+    allc = pl.concat(frames, how="diagonal_relaxed")
+    n = allc.group_by("pg", "seq").agg(pl.col("rank").n_unique().alias("n_ranks"))
+    return allc.join(n.filter(pl.col("n_ranks") > 1), on=["pg", "seq"])
+
+
+def clock_offsets(m: pl.DataFrame, ranks: list[int]) -> tuple[dict[int, float], float | None]:
+    """Offset to add to each rank's clock so matched collectives end together; and the residual skew.
+
+    The reference is the lowest rank. Each rank's offset is the median, over
+    collectives it shares with the reference, of the difference in end times;
+    the residual is the median spread of aligned ends (what alignment could not remove).
+    """
+    if m.height == 0 or not ranks:
+        return {r: 0.0 for r in ranks}, None
+    ref = min(ranks)
+    ref_end = m.filter(pl.col("rank") == ref).select("pg", "seq", pl.col("end").alias("ref_end"))
+    off = (
+        m.join(ref_end, on=["pg", "seq"]).group_by("rank").agg((pl.col("ref_end") - pl.col("end")).median().alias("offset"))
+    )
+    offsets = {r: 0.0 for r in ranks}
+    offsets.update(dict(off.iter_rows()))
+    aligned = m.with_columns(aend=pl.col("end") + pl.col("rank").replace_strict(offsets, default=0.0))
+    spread = aligned.group_by("pg", "seq").agg((pl.col("aend").max() - pl.col("aend").min()).alias("spread"))
+    return offsets, float(spread["spread"].median()) if spread.height else None
+
+
+def collective_table(m: pl.DataFrame, offsets: dict[int, float], link_bw: float | None) -> pl.DataFrame:
+    """Per matched collective: arrival skew (waiting for the last rank) apart from transfer time, and bandwidth."""
+    if m.height == 0:
+        return pl.DataFrame()
+    a = m.with_columns(
+        astart=pl.col("ts") + pl.col("rank").replace_strict(offsets, default=0.0),
+        aend=pl.col("end") + pl.col("rank").replace_strict(offsets, default=0.0),
+    )
+    per = a.group_by("pg", "seq").agg(
+        pl.col("kind").first(),
+        pl.col("step").min(),
+        pl.col("bytes").max(),
+        pl.col("group_size").max(),
+        pl.col("rank").n_unique().alias("ranks"),
+        (pl.col("astart").max() - pl.col("astart").min()).alias("arrival_skew_us"),
+        pl.col("rank").sort_by("astart").last().alias("last_rank"),
+        (pl.col("aend").median() - pl.col("astart").max()).clip(lower_bound=0).alias("transfer_us"),
+    )
+    n = pl.coalesce("group_size", "ranks").cast(pl.Float64)
+    # One factor per (kind, group size): a handful of distinct pairs, not one per event.
+    pairs = per.select("kind", n.alias("n")).unique()
+    factor = {(k, x): (_BUS[k](x) if k in _BUS and x else None) for k, x in pairs.iter_rows()}
+    factors = [factor[(k, x)] for k, x in per.select("kind", n.alias("n")).iter_rows()]
+    per = per.with_columns(bus_factor=pl.Series(factors, dtype=pl.Float64)).with_columns(
+        algbw_gbps=pl.col("bytes") / pl.col("transfer_us") * 1e-3,
+    ).with_columns(busbw_gbps=pl.col("algbw_gbps") * pl.col("bus_factor"))
+    if link_bw:
+        # against intra-node NVLink: a collective that crosses nodes is bounded by the network instead
+        per = per.with_columns(busbw_of_nvlink=pl.col("busbw_gbps") * 1e9 / link_bw)
+    return per.sort("pg", "seq")
+
+
+# --- the job ----------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    ranks: pl.DataFrame  # per rank: wall, device MFU, HFU, partition totals
+    steps: pl.DataFrame  # per step: slowest rank's window, job MFU/HFU
+    collectives: pl.DataFrame
+    stragglers: pl.DataFrame
+    pipeline: pl.DataFrame | None
+    clock: dict[str, Any]
+    totals: dict[str, Any]
+    warnings: list[str]
+    summaries: list[RankSummary]
+
+
+def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[RankSummary]:
+    used = {s.rank for s in summaries if s.rank is not None}
+    nxt = 0
+    for s in summaries:
+        if s.rank is None:
+            while nxt in used:
+                nxt += 1
+            s.rank = nxt
+            used.add(nxt)
+            warnings.append(f"{s.path}: no rank in the trace or its name; assumed rank {nxt}")
+    seen: dict[int, str] = {}
+    for s in summaries:
+        if s.rank in seen:
+            warnings.append(f"{s.path}: rank {s.rank} also given by {seen[s.rank]}; both kept")
+        seen[s.rank] = s.path
+    return sorted(summaries, key=lambda s: s.rank)
+
+
+def per_rank_table(summaries: list[RankSummary]) -> pl.DataFrame:
+    rows = []
+    for s in summaries:
+        t = s.totals
+        row = {"rank": s.rank, "path": s.path, "wall_us": t.get("wall_us"), "device_mfu": t.get("mfu"), "hfu": t.get("hfu"),
+               "executed_flops": t["flops"]["executed"], "recompute_flops": t["flops"]["recompute"]}
+        row.update({f"time_{c}": (t.get("time_us") or {}).get(c) for c in PARTITION})
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def job_steps(summaries: list[RankSummary], world: int, peak: float | None, global_model: dict[int, float] | None) -> pl.DataFrame:
+    """Per step: the slowest rank's window is the job's step time."""
+    frames = [s.steps.with_columns(rank=pl.lit(s.rank, pl.Int64)) for s in summaries]
+    allst = pl.concat(frames, how="diagonal_relaxed")
+    per = allst.group_by("step").agg(
+        pl.col("window").max().alias("step_us"),
+        pl.col("rank").sort_by("window").last().alias("slowest_rank"),
+        pl.col("rank").n_unique().alias("ranks"),
+        pl.col("model_flops").sum().alias("model_flops_sum"),
+        pl.col("model_flops").null_count().alias("model_unknown"),
+        pl.col("flops_executed").sum().alias("executed_flops"),
+    ).sort("step")
+    model = pl.when(pl.col("model_unknown") == 0).then(pl.col("model_flops_sum"))
+    if global_model is not None:
+        model = pl.col("step").replace_strict(global_model, default=None, return_dtype=pl.Float64)
+    secs = pl.col("step_us") * 1e-6
+    pk = pl.lit(peak, pl.Float64)
+    return per.with_columns(model_flops=model).with_columns(
+        mfu=pl.col("model_flops") / (secs * pk * world),
+        hfu=pl.col("executed_flops") / (secs * pk * world),
+    ).drop("model_flops_sum", "model_unknown")
+
+
+def stragglers(coll: pl.DataFrame, summaries: list[RankSummary]) -> pl.DataFrame:
+    """Per step, the rank the others waited for, and what it was doing instead.
+
+    The straggler arrives last at the step's collectives (weighted by how long
+    the others waited). Its reason compares its own compute, idle and input
+    pipeline time in the step with the median rank's.
+    """
+    if coll.height == 0:
+        return pl.DataFrame()
+    s = coll.filter(pl.col("step") >= 0).group_by("step", "last_rank").agg(pl.col("arrival_skew_us").sum().alias("wait_us"))
+    top = s.sort("wait_us", descending=True).group_by("step", maintain_order=True).first().sort("step")
+    steps = pl.concat([x.steps.with_columns(rank=pl.lit(x.rank, pl.Int64)) for x in summaries], how="diagonal_relaxed")
+    idle = pl.concat([x.idle.with_columns(rank=pl.lit(x.rank, pl.Int64)) for x in summaries if x.idle.height], how="diagonal_relaxed") if any(x.idle.height for x in summaries) else None
+    steps = steps.with_columns(compute_us=pl.col("time_matmul") + pl.col("time_other_compute"))
+    if idle is not None:
+        inp = idle.filter(pl.col("reason") == "input_pipeline").group_by("step", "rank").agg(pl.col("dur").sum().alias("input_us"))
+        steps = steps.join(inp, on=["step", "rank"], how="left")
+    else:
+        steps = steps.with_columns(input_us=pl.lit(None, pl.Float64))
+    steps = steps.with_columns(pl.col("input_us").fill_null(0.0))
+    med = steps.group_by("step").agg(
+        pl.col("compute_us").median().alias("med_compute"), pl.col("time_idle").median().alias("med_idle"), pl.col("input_us").median().alias("med_input")
+    )
+    j = top.rename({"last_rank": "rank"}).join(steps.select("step", "rank", "compute_us", "time_idle", "input_us"), on=["step", "rank"], how="left").join(med, on="step", how="left")
+    excess = {
+        "input_pipeline": pl.col("input_us") - pl.col("med_input"),
+        "compute": pl.col("compute_us") - pl.col("med_compute"),
+        "idle": pl.col("time_idle") - pl.col("med_idle"),
+    }
+    j = j.with_columns([e.alias(f"excess_{k}_us") for k, e in excess.items()])
+    reason = pl.lit("unclear")
+    cols = [f"excess_{k}_us" for k in excess]
+    best = pl.concat_list(cols).list.arg_max()
+    reason = pl.when(pl.max_horizontal(cols) > 0).then(
+        pl.lit(list(excess), dtype=pl.List(pl.Utf8)).list.get(best)
+    ).otherwise(pl.lit("unclear"))
+    return j.with_columns(reason=reason).sort("step")
+
+
+def pipeline_bubbles(summaries: list[RankSummary], stages: int | None, microbatches: int | None) -> pl.DataFrame | None:
+    """Time in P2P send/recv per rank and step, against the ideal (p−1)/(m+p−1) bubble."""
+    rows = []
+    for s in summaries:
+        c = s.collectives.filter(pl.col("kind") == "sendrecv")
+        if c.height == 0:
+            continue
+        per = c.group_by("step").agg(pl.col("dur").sum().alias("p2p_us"))
+        per = per.join(s.steps.select("step", "window"), on="step", how="inner").with_columns(rank=pl.lit(s.rank, pl.Int64))
+        rows.append(per)
+    if not rows:
+        return None
+    out = pl.concat(rows).with_columns(bubble=pl.col("p2p_us") / pl.col("window"))
+    ideal = (stages - 1) / (microbatches + stages - 1) if stages and microbatches else None
+    return out.with_columns(ideal_bubble=pl.lit(ideal, pl.Float64)).sort("rank", "step")
+
+
+def nvlink_per_direction(summaries: list[RankSummary]) -> float | None:
+    """The device's NVLink bandwidth per direction (datasheets quote both directions together)."""
+    from traceflops.core import hardware as hw
+
+    name = next(((s.hardware or {}).get("name") for s in summaries if s.hardware), None)
+    h = hw.lookup(name) if name else None
+    bw = (h.links or {}).get("nvlink") if h else None
+    return bw / 2 if bw else None
+
+
+def job_view(
+    summaries: list[RankSummary],
+    *,
+    world_size: int | None = None,
+    tokens_model_flops: dict[int, float] | None = None,
+    pipeline_stages: int | None = None,
+    microbatches: int | None = None,
+    exclude_steps: tuple[int, ...] = (),
+) -> Job:
+    warnings: list[str] = []
+    summaries = assign_ranks(summaries, warnings)
+    ranks = [s.rank for s in summaries]
+    world = world_size or next((s.world_size for s in summaries if s.world_size), None) or len(summaries)
+    missing = sorted(set(range(world)) - set(ranks))
+    if missing:
+        warnings.append(f"ranks missing from the inputs: {missing[:20]}{' ...' if len(missing) > 20 else ''} (world size {world})")
+    peaks = {(s.hardware or {}).get("peak_flops") for s in summaries}
+    peak = next(iter(peaks)) if len(peaks) == 1 else None
+    if len(peaks) > 1:
+        warnings.append("ranks report different peaks; job MFU is not computed")
+    m = matched(summaries)
+    offsets, residual = clock_offsets(m, ranks)
+    coll = collective_table(m, offsets, nvlink_per_direction(summaries))
+    steps = job_steps(summaries, world, peak, tokens_model_flops)
+    use = steps.filter(~pl.col("step").is_in(list(exclude_steps)))
+    wall = float(use["step_us"].sum())
+    model_total = None if use["model_flops"].null_count() else float(use["model_flops"].sum())
+    executed = float(use["executed_flops"].sum())
+    secs = wall * 1e-6
+    totals = {
+        "wall_us": wall,
+        "world_size": world,
+        "mfu": metrics.utilization(model_total, secs, peak, world),
+        "hfu": metrics.utilization(executed, secs, peak, world),
+        "collectives_matched": int(coll.height),
+        "arrival_skew_us": float(coll["arrival_skew_us"].sum()) if coll.height else 0.0,
+        "transfer_us": float(coll["transfer_us"].sum()) if coll.height else 0.0,
+    }
+    warnings += metrics.suspect(totals["mfu"], totals["hfu"])
+    clock = {"reference_rank": min(ranks) if ranks else None, "offsets_us": {str(r): o for r, o in offsets.items()}, "residual_skew_us": residual}
+    if coll.height and coll["bytes"].null_count():
+        warnings.append(
+            f"{coll['bytes'].null_count()} matched collectives record no message size: their bandwidth is null "
+            "(record_param_comms args appear with newer PyTorch)"
+        )
+    model = next((s.model for s in summaries if s.model), None) or {}
+    totals["model_source"] = model.get("source")
+    if m.height == 0 and len(summaries) > 1:
+        warnings.append("no collective matched across ranks: clocks not aligned, arrival skew unknown")
+    for s in summaries:
+        warnings += [f"rank {s.rank}: {w}" for w in s.warnings]
+    return Job(per_rank_table(summaries), steps, coll, stragglers(coll, summaries), pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals, warnings, summaries)
+
+
+def _summarize_one(args: tuple) -> RankSummary:
+    from traceflops.pipeline import analyze
+
+    path, opts, cache_dir = args
+    if "://" in path:
+        return _summarize_url(path, opts)
+    return summarize(analyze(path, opts, cache_dir))
+
+
+def _summarize_url(url: str, opts) -> RankSummary:
+    """A trace the worker reads through fsspec (object store, HTTP): copied to local disk, then parsed."""
+    import tempfile
+
+    import fsspec
+
+    name = url.rsplit("/", 1)[-1] or "trace.json"
+    with tempfile.TemporaryDirectory() as d:
+        local = f"{d}/{name}"
+        with fsspec.open(url, "rb") as src, open(local, "wb") as dst:
+            while chunk := src.read(16 << 20):
+                dst.write(chunk)
+        from traceflops.pipeline import analyze
+
+        s = summarize(analyze(local, opts))
+        s.path = url
+        return s
+
+
+def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None) -> list[RankSummary]:
+    """Summaries of many ranks: in this process, a process pool (jobs > 1), or Ray tasks."""
+    work = [(p, opts, cache_dir) for p in paths]
+    if executor == "ray":
+        return _on_ray(work, ray_address)
+    if jobs <= 1 or len(paths) <= 1:
+        return [_summarize_one(w) for w in work]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_core_per_rank) as pool:
+        return list(pool.map(_summarize_one, work))
+
+
+def _one_core_per_rank() -> None:
+    """Ranks already run side by side: a rank's parse takes no second core (no decode helper)."""
+    import os
+
+    from traceflops.parsers.helper import ENV
+
+    os.environ.setdefault(ENV, "0")
+
+
+def _summarize_on_worker(args: tuple) -> RankSummary:
+    _one_core_per_rank()
+    return _summarize_one(args)
+
+
+def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
+    """The same summarize tasks on a Ray cluster; inputs must be paths or URLs the workers can read."""
+    try:
+        import ray
+    except ImportError:
+        from traceflops.core.errors import InputError
+
+        raise InputError(None, "--executor ray needs Ray", "pip install 'traceflops[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    try:
+        task = ray.remote(_summarize_on_worker)
+        return ray.get([task.remote(w) for w in work])
+    finally:
+        if started and address is None:
+            ray.shutdown()
+
+
+def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:
+    """With a model description, the job's model FLOPs per step are global (not a sum of rank shares)."""
+    for s in summaries:
+        m = s.model or {}
+        if m.get("source") in ("flags", "config") and m.get("flops_per_step") is not None:
+            steps = set()
+            for x in summaries:
+                steps |= set(x.steps["step"].to_list())
+            return {st: float(m["flops_per_step"]) for st in steps}
+    return None

@@ -1,0 +1,355 @@
+"""Roll-ups of device time and FLOPs: per kernel name, and per model module.
+
+Pure functions of the `Analysis` frames (`kernels`: name, cls, dur, flops,
+phase, op_row; `ops`: row, parent, name, cat, seq, phase). Times are summed
+kernel durations in µs (kernels on concurrent streams each count in full).
+
+A kernel's module (`module_of`), first rule that applies:
+
+1. 'annotation': the nearest enclosing op (of the launching op, itself
+   included) that names a module: `nn.Module: X` (profile(with_modules=True))
+   or a user annotation (`record_function`), except the step and optimizer
+   markers (`ProfilerStep#N`, `Optimizer.*`). A recomputed forward re-runs its
+   annotations, so recompute kernels find their module this way.
+2. 'forward_seq': a backward op with no such annotation (the autograd thread
+   runs outside the forward's nesting) takes the module of the forward (or
+   recomputed) op whose sequence number its autograd node carries.
+3. 'top_op': the outermost op below the step and optimizer markers
+   (e.g. `aten::linear`, `autograd::engine::evaluate_function: MmBackward0`).
+
+A kernel with no launching op has module null.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceflops.stages.link import nearest
+from traceflops.core.vocab import PHASES
+from traceflops.stages.phases import node_names
+
+MARKER_RE = r"^ProfilerStep#\d+$|^Optimizer\."
+MODULE_PREFIX = "nn.Module: "
+
+
+def by_kernel(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Per kernel name: class, count, total/mean/median µs, share of kernel time, FLOPs, TFLOP/s, phases.
+
+    `tflops` is the FLOPs over the time of the kernels whose FLOPs are known
+    (`flops_known_us`); both null for a name with no known FLOPs.
+    """
+    total = kernels["dur"].sum() if kernels.height else 0.0
+    known = pl.col("flops").is_not_null()
+    out = (
+        kernels.group_by("name")
+        .agg(
+            pl.col("cls").sort_by("dur", descending=True).first().alias("cls"),  # class of its longest kernel
+            pl.len().alias("count"),
+            pl.col("dur").sum().alias("total_us"),
+            pl.col("dur").mean().alias("mean_us"),
+            pl.col("dur").median().alias("median_us"),
+            pl.when(known.any()).then(pl.col("flops").sum()).alias("flops"),
+            pl.when(known.any()).then(pl.col("dur").filter(known).sum()).alias("flops_known_us"),
+            pl.col("phase").drop_nulls().unique().sort().alias("phases"),
+        )
+        .with_columns(
+            share=(pl.col("total_us") / total) if total else pl.lit(None, pl.Float64),
+            tflops=pl.when(pl.col("flops_known_us") > 0).then(pl.col("flops") / (pl.col("flops_known_us") * 1e-6) / 1e12),
+        )
+        .select("name", "cls", "count", "total_us", "mean_us", "median_us", "share", "flops", "flops_known_us", "tflops", "phases")
+        .sort(["total_us", "name"], descending=[True, False])
+    )
+    return out
+
+
+def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame:
+    """Per op row (all, or `rows`): `module` (name) and `module_source` ('annotation' | 'forward_seq' | 'top_op')."""
+    n = ops.height
+    if n == 0:
+        return pl.DataFrame(schema={"row": pl.Int64, "module": pl.Utf8, "module_source": pl.Utf8})
+    order = ops["row"].to_numpy()
+    if not np.array_equal(order, np.arange(n)):
+        ops = ops.sort("row")
+        if not np.array_equal(ops["row"].to_numpy(), np.arange(n)):
+            raise ValueError("ops rows must be 0..n-1 (the `row` index of link())")
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    parent = ops["parent"].to_numpy()
+    names = ops["name"].fill_null("")
+    cat = ops["cat"].fill_null("")
+    marker = ((cat == "user_annotation") & names.str.contains(MARKER_RE)).to_numpy()
+    is_module = (names.str.starts_with(MODULE_PREFIX) | (cat == "user_annotation")).to_numpy() & ~marker
+    top = ~marker & ((parent < 0) | marker[np.maximum(parent, 0)])
+    seq = ops["seq"] if "seq" in ops.columns else pl.Series("seq", [None] * n, dtype=pl.Int64)
+    phase = ops["phase"] if "phase" in ops.columns else pl.Series("phase", ["forward"] * n)
+    is_node = ops["is_node"] if "is_node" in ops.columns else node_names(ops["name"]) != ""
+
+    def named(at: np.ndarray) -> pl.Series:
+        s = names.gather(np.maximum(at, 0))
+        return pl.select(pl.when(pl.Series(at >= 0)).then(s)).to_series()
+
+    mod = nearest(parent, is_module)  # rule 1
+    node = nearest(parent, (is_node & seq.is_not_null()).to_numpy())  # rule 2
+    # the op that created the autograd node: a forward op, or a recomputed one (reentrant checkpoint)
+    creators = np.flatnonzero((phase.is_in(["forward", "recompute"]) & seq.is_not_null()).to_numpy() & (mod >= 0))
+    fwd = (
+        pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": named(mod[creators])})
+        .unique("_node_seq", keep="first", maintain_order=True)
+    )
+    at_node = node[rows]
+    frame = pl.DataFrame(
+        {
+            "row": pl.Series(rows, dtype=pl.Int64),
+            "_ann": named(mod[rows]),
+            "_top": named(nearest(parent, top)[rows]),  # rule 3
+            "_node_seq": pl.select(pl.when(pl.Series(at_node >= 0)).then(seq.gather(np.maximum(at_node, 0)))).to_series(),
+        }
+    )
+    frame = frame.join(fwd, on="_node_seq", how="left", maintain_order="left")
+    return frame.select(
+        "row",
+        module=pl.coalesce("_ann", "_fwd", "_top"),
+        module_source=pl.when(pl.col("_ann").is_not_null()).then(pl.lit("annotation"))
+        .when(pl.col("_fwd").is_not_null()).then(pl.lit("forward_seq"))
+        .when(pl.col("_top").is_not_null()).then(pl.lit("top_op")),
+    )
+
+
+def by_module(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """Per module: kernel time and FLOPs by phase, recompute share of its time.
+
+    Columns: module, sources (how its kernels were attributed), kernels, time_us,
+    share (of all kernel time), matmul_us, time_<phase> and flops_<phase> for each
+    phase in PHASES, flops (executed, all phases), recompute_share
+    (time_recompute / time_us). FLOPs are the kernels' `flops` (null-free sums:
+    kernels with unknown FLOPs add nothing).
+    """
+    k = kernels.select("dur", "phase", "cls", pl.col("flops").cast(pl.Float64), pl.col("op_row").cast(pl.Int64))
+    used = k["op_row"].drop_nulls().unique().sort()
+    used = used.filter(used >= 0).to_numpy()
+    mods = module_of(ops, used)  # only the ops that launched kernels
+    k = k.join(mods, left_on="op_row", right_on="row", how="left", maintain_order="left")
+    total = k["dur"].sum() if k.height else 0.0
+    per_phase = []
+    for p in PHASES:
+        here = pl.col("phase") == p
+        per_phase.append(pl.col("dur").filter(here).sum().alias(f"time_{p}"))
+        per_phase.append(pl.col("flops").filter(here).sum().alias(f"flops_{p}"))
+    out = (
+        k.group_by("module")
+        .agg(
+            pl.col("module_source").drop_nulls().unique().sort().alias("sources"),
+            pl.len().alias("kernels"),
+            pl.col("dur").sum().alias("time_us"),
+            pl.col("dur").filter(pl.col("cls") == "matmul").sum().alias("matmul_us"),
+            pl.col("flops").sum().alias("flops"),
+            *per_phase,
+        )
+        .with_columns(
+            share=(pl.col("time_us") / total) if total else pl.lit(None, pl.Float64),
+            recompute_share=pl.when(pl.col("time_us") > 0).then(pl.col("time_recompute") / pl.col("time_us")),
+        )
+    )
+    cols = ["module", "sources", "kernels", "time_us", "share", "matmul_us"]
+    cols += [f"time_{p}" for p in PHASES] + ["flops"] + [f"flops_{p}" for p in PHASES] + ["recompute_share"]
+    return out.select(cols).sort(["time_us", "module"], descending=[True, False], nulls_last=True)
+
+
+# ---------------------------------------------------------------- GEMM shapes
+
+import math
+
+import orjson
+
+GEMM_TILE = 128  # output tile edge assumed by the wave-quantization hint (128×128)
+GEMM_TIME_MATTERS = 0.01  # share of all matmul kernel time from which a GEMM's hint is raised
+_GEMM_OPS = frozenset(f"aten::{n}" for n in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear"))
+
+
+def _shape(d) -> tuple[int, ...] | None:
+    if not isinstance(d, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d):
+        return None
+    return tuple(d)
+
+
+def gemm_dims(name: str, dims) -> tuple[int, int, int, int] | None:
+    """(M, N, K, batch) of a matmul-family op from its `Input Dims`; None when they do not fit.
+
+    mm(a[M,K], b[K,N]); addmm(bias, a, b); bmm(a[B,M,K], b[B,K,N]); baddbmm(bias, a, b);
+    linear(x[..., K], w[N, K]) folds the leading dims of x into M; matmul follows
+    torch.matmul: a 2-D right operand folds the left one's leading dims into M
+    (one GEMM), otherwise the broadcast batch dims are the batch, and a 1-D
+    operand is a vector (M or N = 1).
+    """
+    if not isinstance(dims, list):
+        return None
+    base = name[len("aten::"):] if isinstance(name, str) and name.startswith("aten::") else name
+    ia, ib = (1, 2) if base in ("addmm", "baddbmm") else (0, 1)
+    if len(dims) <= ib:
+        return None
+    a, b = _shape(dims[ia]), _shape(dims[ib])
+    if a is None or b is None:
+        return None
+    if base in ("mm", "addmm"):
+        if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
+            return None
+        return a[0], b[1], a[1], 1
+    if base in ("bmm", "baddbmm"):
+        if len(a) != 3 or len(b) != 3 or a[0] != b[0] or a[2] != b[1]:
+            return None
+        return a[1], b[2], a[2], a[0]
+    if base == "linear":
+        if not a or len(b) not in (1, 2) or a[-1] != b[-1]:
+            return None
+        return math.prod(a[:-1]), (b[0] if len(b) == 2 else 1), a[-1], 1
+    if base == "matmul":
+        if not a or not b:
+            return None
+        if len(b) == 1:
+            return (math.prod(a[:-1]), 1, a[-1], 1) if a[-1] == b[0] else None
+        if len(a) == 1:
+            return (1, b[-1], a[0], math.prod(b[:-2])) if a[0] == b[-2] else None
+        if a[-1] != b[-2]:
+            return None
+        if len(b) == 2:
+            return math.prod(a[:-1]), b[1], a[-1], 1
+        batch = []
+        for i in range(1, max(len(a), len(b)) - 1):
+            x = a[-2 - i] if len(a) >= 2 + i else 1
+            y = b[-2 - i] if len(b) >= 2 + i else 1
+            if x != y and 1 not in (x, y):
+                return None
+            batch.append(max(x, y) if 1 in (x, y) else x)
+        return a[-2], b[-1], a[-1], math.prod(batch)
+    return None
+
+
+def _units(hardware) -> int | None:
+    """SMs / CUs of a Hardware row, an `Analysis.hardware` dict, or a name."""
+    from traceflops.core import hardware as hw
+
+    if hardware is None:
+        return None
+    if isinstance(hardware, hw.Hardware):
+        return hardware.compute_units
+    name = hardware.get("name") if isinstance(hardware, dict) else hardware
+    h = hw.lookup(name) if isinstance(name, str) else None
+    return h.compute_units if h is not None else None
+
+
+def wave_quantization(m: int, n: int, batch: int, units: int | None, tile: int = GEMM_TILE) -> dict:
+    """Tiles of a GEMM's output and how they fill the SMs in waves.
+
+    tiles = ceil(M/tile)·ceil(N/tile)·batch; waves = tiles / units;
+    efficiency = tiles / (ceil(waves)·units); last_wave_fill = the share of
+    the SMs the last wave occupies. Waves are null when `units` is unknown.
+    """
+    tiles = math.ceil(m / tile) * math.ceil(n / tile) * batch
+    if not units or tiles == 0:
+        return {"tiles": tiles, "waves": None, "wave_efficiency": None, "last_wave_fill": None}
+    full = math.ceil(tiles / units)
+    return {
+        "tiles": tiles,
+        "waves": tiles / units,
+        "wave_efficiency": tiles / (full * units),
+        "last_wave_fill": (tiles - (full - 1) * units) / units,
+    }
+
+
+def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware) -> pl.DataFrame:
+    """Per GEMM shape (M, N, K, batch, dtype) of the executed leaf matmul ops.
+
+    Ops: aten::mm, addmm, bmm, baddbmm, matmul, linear that are leaf matmuls
+    (`matmul`) and ran (`ran`), with dims read from `Input Dims` (see
+    `gemm_dims`). Columns: M, N, K, batch, dtype, ops (the op names), count
+    (op calls), kernels (their matmul-class kernels), time_us (those kernels'
+    summed duration), share (of the time of all matmul-class kernels), flops
+    (the ops' FLOPs), tflops (flops over time_us of the calls whose FLOPs are
+    known), then the wave-quantization columns of `wave_quantization` with a
+    128×128 output tile and the device's SMs (`hardware`: a Hardware row, the
+    `Analysis.hardware` dict, a name, or None), and `wave_hint`: the last wave
+    is under half full and the shape takes at least 1% of matmul time, with
+    `hint` saying why. Sorted by time, longest first.
+    """
+    schema = {
+        "M": pl.Int64, "N": pl.Int64, "K": pl.Int64, "batch": pl.Int64, "dtype": pl.Utf8,
+        "ops": pl.List(pl.Utf8), "count": pl.Int64, "kernels": pl.Int64, "time_us": pl.Float64,
+        "share": pl.Float64, "flops": pl.Float64, "tflops": pl.Float64, "tiles": pl.Int64,
+        "waves": pl.Float64, "wave_efficiency": pl.Float64, "last_wave_fill": pl.Float64,
+        "wave_hint": pl.Boolean, "hint": pl.Utf8,
+    }
+    need = {"row", "name", "dims", "matmul", "ran"}
+    if ops.height == 0 or not need <= set(ops.columns):
+        return pl.DataFrame(schema=schema)
+    leaf = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("name").is_in(list(_GEMM_OPS)) & pl.col("dims").is_not_null())
+    leaf = leaf.select(
+        pl.col("row").cast(pl.Int64), "name", "dims",
+        (pl.col("dtype") if "dtype" in ops.columns else pl.lit(None, pl.Utf8)).alias("dtype"),
+        (pl.col("flops").cast(pl.Float64) if "flops" in ops.columns else pl.lit(None, pl.Float64)).alias("flops"),
+    )
+    parsed = {"name": [], "dims": [], "M": [], "N": [], "K": [], "batch": []}
+    for name, dims in leaf.select("name", "dims").unique().iter_rows():
+        try:
+            got = gemm_dims(name, orjson.loads(dims))
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            got = None
+        if got is None:
+            continue
+        for k, v in zip(("name", "dims", "M", "N", "K", "batch"), (name, dims, *got)):
+            parsed[k].append(v)
+    shapes = pl.DataFrame(parsed, schema={"name": pl.Utf8, "dims": pl.Utf8, "M": pl.Int64, "N": pl.Int64, "K": pl.Int64, "batch": pl.Int64})
+    leaf = leaf.join(shapes, on=["name", "dims"], how="inner")
+    if leaf.height == 0:
+        return pl.DataFrame(schema=schema)
+    mm = kernels.filter(pl.col("cls") == "matmul") if kernels.height and "cls" in kernels.columns else None
+    if mm is not None and mm.height:
+        per_op = mm.group_by(pl.col("matmul_row").cast(pl.Int64).alias("row")).agg(
+            pl.len().cast(pl.Int64).alias("_k"), pl.col("dur").cast(pl.Float64).sum().alias("_t"))
+        total_mm = float(mm["dur"].sum())
+    else:
+        per_op = pl.DataFrame(schema={"row": pl.Int64, "_k": pl.Int64, "_t": pl.Float64})
+        total_mm = 0.0
+    leaf = leaf.join(per_op, on="row", how="left").with_columns(pl.col("_k").fill_null(0), pl.col("_t").fill_null(0.0))
+    known = pl.col("flops").is_not_null()
+    out = (
+        leaf.group_by("M", "N", "K", "batch", "dtype")
+        .agg(
+            pl.col("name").unique().sort().alias("ops"),
+            pl.len().cast(pl.Int64).alias("count"),
+            pl.col("_k").sum().cast(pl.Int64).alias("kernels"),
+            pl.col("_t").sum().alias("time_us"),
+            pl.when(known.any()).then(pl.col("flops").sum()).alias("flops"),
+            pl.col("_t").filter(known).sum().alias("_known_us"),
+        )
+        .with_columns(
+            share=(pl.col("time_us") / total_mm) if total_mm else pl.lit(None, pl.Float64),
+            tflops=pl.when(pl.col("_known_us") > 0).then(pl.col("flops") / (pl.col("_known_us") * 1e-6) / 1e12),
+        )
+    )
+    units = _units(hardware)
+    waves = [wave_quantization(m, n, b, units) for m, n, b in out.select("M", "N", "batch").iter_rows()]
+    out = out.with_columns(
+        tiles=pl.Series([w["tiles"] for w in waves], dtype=pl.Int64),
+        waves=pl.Series([w["waves"] for w in waves], dtype=pl.Float64),
+        wave_efficiency=pl.Series([w["wave_efficiency"] for w in waves], dtype=pl.Float64),
+        last_wave_fill=pl.Series([w["last_wave_fill"] for w in waves], dtype=pl.Float64),
+    )
+    flag = (pl.col("last_wave_fill") < 0.5) & (pl.col("share") >= GEMM_TIME_MATTERS)
+    out = out.with_columns(wave_hint=flag.fill_null(False))
+    hints = []
+    for r in out.iter_rows(named=True):
+        if not r["wave_hint"]:
+            hints.append(None)
+        elif r["waves"] < 1:
+            hints.append(
+                f"{r['tiles']} output tiles of {GEMM_TILE}x{GEMM_TILE} for {units} compute units (SMs): only "
+                f"{r['wave_efficiency']:.0%} of them get work; a larger M/N/batch (or split-K) fills them"
+            )
+        else:
+            hints.append(
+                f"{r['tiles']} tiles = {r['waves']:.2f} waves on {units} compute units (SMs): the last wave is "
+                f"{r['last_wave_fill']:.0%} full ({r['wave_efficiency']:.0%} efficiency); a shape whose tile "
+                f"count is a multiple of {units} (or just under it) removes the tail"
+            )
+    out = out.with_columns(hint=pl.Series(hints, dtype=pl.Utf8))
+    return out.select(list(schema)).sort(["time_us", "M", "N", "K", "batch"], descending=[True, False, False, False, False], nulls_last=True)
