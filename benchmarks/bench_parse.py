@@ -71,7 +71,7 @@ def main() -> None:
     cache = tempfile.mkdtemp(prefix="traceflops_bench_cache_")
     contenders = {
         "orjson.loads": "import orjson; orjson.loads(open(P, 'rb').read())",
-        "traceflops parse": "from traceflops.parsers import load; load(P)",
+        "traceflops parse": "from traceflops.run.load import load; load(P)",
         "traceflops analyze --no-cache": cli("--no-cache"),
         "traceflops analyze, first (writes the cache)": cli("--cache-dir", cache),
         "traceflops analyze, again (cached)": cli("--cache-dir", cache),

@@ -9,7 +9,7 @@ from synth import Builder
 
 from traceflops.core import hardware as hw
 from traceflops.views.advice import advise
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 
 BF16 = "c10::BFloat16"
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"

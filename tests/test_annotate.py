@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from conftest import shared_fixtures
 from synth import Builder
 
-from traceflops.pipeline import ModelOptions, analyze
+from traceflops.run.load import analyze
+from traceflops.core.results import ModelOptions
 from traceflops.report.annotate import REDACTED, annotate, numbering, redact
 from traceflops.core.errors import FormatError
 
@@ -22,7 +23,7 @@ CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"
 BF16 = "c10::BFloat16"
 M, K, N = 48, 80, 24
 SECRET = "hf_verySecretToken0042"
-KEYS = ("traceflops.phase", "traceflops.class", "traceflops.flops.aten", "traceflops.achieved_tflops")
+KEYS = ("traceflops.phase", "traceflops.class", "traceflops.flops", "traceflops.achieved_tflops")
 
 
 def gpu_doc():
@@ -99,12 +100,12 @@ def test_every_kernel_gets_phase_class_flops_and_rate(gpu):
     for e in device:
         by_name.setdefault(e["name"], []).append(e["args"])
     fwd = by_name["sm90_gemm_fwd"][0]
-    assert (fwd["traceflops.phase"], fwd["traceflops.class"], fwd["traceflops.flops.aten"]) == ("forward", "matmul", 2 * M * K * N)
+    assert (fwd["traceflops.phase"], fwd["traceflops.class"], fwd["traceflops.flops"]) == ("forward", "matmul", 2 * M * K * N)
     assert fwd["traceflops.achieved_tflops"] == pytest.approx(2 * M * K * N / 30e-6 / 1e12)
     assert {x["traceflops.phase"] for x in by_name["sm90_gemm_bwd"]} == {"backward"}
     assert by_name["multi_tensor_apply_kernel"][0]["traceflops.phase"] == "optimizer"
     assert by_name["Memset (Device)"][0]["traceflops.class"] == "memset"
-    assert by_name["Memset (Device)"][0]["traceflops.flops.aten"] is None
+    assert by_name["Memset (Device)"][0]["traceflops.flops"] is None
     assert by_name["ncclDevKernel_AllReduce_Sum_bf16"][0]["traceflops.class"] == "communication"
     # events the parser skipped are untouched
     for e in events:
@@ -202,7 +203,7 @@ def test_cpu_trace_gets_op_args_and_phase_tracks(tmp_path):
     assert any(t.startswith("traceflops: recompute") for t in tracks)
     assert any(e["ph"] == "C" and e["name"] == "traceflops: achieved TFLOP/s" for e in new)
     mm = [e for e in got["traceEvents"][: s["events_in"]] if e.get("args", {}).get("traceflops.ran")]
-    assert sum(e["args"]["traceflops.flops.aten"] for e in mm) == a.ops.filter(a.ops["matmul"] & a.ops["ran"])["flops"].sum()
+    assert sum(e["args"]["traceflops.flops"] for e in mm) == a.ops.filter(a.ops["matmul"] & a.ops["ran"])["flops"].sum()
     b = analyze(str(out), ModelOptions(peak_tflops=1))
     assert b.totals["loss_budget"] == a.totals["loss_budget"]
 

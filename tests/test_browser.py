@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from synth import Builder
 
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 from traceflops.views.job import job_view, summarize
 from traceflops.report.html import render_html, render_job_html
 

@@ -102,7 +102,7 @@ def test_budget_of_a_real_trace_sums_to_one(shared):
     """MI300 checkpointed ResNet: per step and in total, the budget closes to 1e-9."""
     import polars as pl
 
-    from traceflops.pipeline import analyze
+    from traceflops.run.load import analyze
     from traceflops.stages.timeline import partition
 
     a = analyze(str(shared / "kineto" / "mi300_resnet_act_checkpoint_rank0.json.gz"))

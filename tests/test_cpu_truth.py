@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from traceflops.flops import model as mf
-from traceflops.pipeline import ModelOptions, analyze
+from traceflops.run.load import analyze
+from traceflops.core.results import ModelOptions
 
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"
 TRUTH = json.loads((CPU / "truth.json").read_text())

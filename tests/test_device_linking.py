@@ -2,7 +2,7 @@
 
 import polars as pl
 
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 from synth import Builder
 
 M, K, N = 48, 80, 24  # non-square on purpose
@@ -154,8 +154,7 @@ def test_thread_order_check_agrees_with_polars_sort_nulls_included():
     import numpy as np
     import polars as pl
 
-    from traceflops.stages.link import OP_ORDER, in_thread_order
-    from traceflops.parsers.kineto import _in_thread_order
+    from traceflops.core.trace import OP_ORDER, in_thread_order, thread_order
 
     rng = np.random.default_rng(3)
     for _ in range(300):
@@ -166,4 +165,4 @@ def test_thread_order_check_agrees_with_polars_sort_nulls_included():
         want = df.sort(OP_ORDER[0], descending=OP_ORDER[1])
         assert in_thread_order(want)
         assert in_thread_order(df) == want.equals(df)
-        assert _in_thread_order(df).equals(want)
+        assert thread_order(df).equals(want)

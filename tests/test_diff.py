@@ -12,8 +12,12 @@ from click.testing import CliRunner
 from rich.console import Console
 from synth import Builder
 
-from traceflops.pipeline import ModelOptions, analyze
-from traceflops.views.diff import diff, render_diff_html, render_json, render_terminal
+from traceflops.run.load import analyze
+from traceflops.core.results import ModelOptions
+from traceflops.views.diff import diff
+from traceflops.report.diff import render_diff_html
+from traceflops.report.diff import render_terminal
+from traceflops.report.diff import render_json
 
 CPU = Path(__file__).resolve().parents[1] / "fixtures" / "cpu"
 PEAK = ModelOptions(peak_tflops=1)
@@ -82,7 +86,7 @@ def test_renderers(tmp_path):
     a = analyze(gemm_trace(tmp_path, "before.json.gz", 40, 10))
     b = analyze(gemm_trace(tmp_path, "after.json.gz", 25, 12))
     d = diff(a, b)
-    assert json.loads(render_json(d))["schema"] == "traceflops.views.diff/1"
+    assert json.loads(render_json(d))["schema"] == "traceflops.diff/1"
     html = render_diff_html(d)
     assert html.startswith("<!DOCTYPE html>") and "<script" not in html and "sm90_gemm" in html
     buf = io.StringIO()

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from traceflops.flops.aten import MATMUL_OPS, WRAPPER_OPS, OpFlops, dtype_of, op_flops, tensor_bytes
+from traceflops.flops.aten import MATMUL_OPS, WRAPPER_OPS, OpFlops, op_flops, tensor_bytes
+from traceflops.core.dtypes import dtype_of
 
 aten = torch.ops.aten
 

@@ -44,7 +44,8 @@ import pytest
 from fuzz_corpus import GZ_OUTPUT, JSON_BYTES, PB_BYTES, SHARED, shared_available, shared_bytes
 from synth import Builder
 
-from traceflops.pipeline import ModelOptions, analyze
+from traceflops.run.load import analyze
+from traceflops.core.results import ModelOptions
 from traceflops.core.errors import FormatError, InternalError, TraceflopsError
 from traceflops.core.vocab import PHASES
 

@@ -9,7 +9,7 @@ import pytest
 from synth import Builder
 
 from traceflops.core import hardware as hw
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 from traceflops.views.rollup import by_gemm_shape, gemm_dims, wave_quantization
 
 BF16 = "c10::BFloat16"

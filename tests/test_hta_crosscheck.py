@@ -54,7 +54,7 @@ pytest.importorskip("hta", reason="HolisticTraceAnalysis (module hta) is not ins
 from hta.trace_analysis import TraceAnalysis
 
 from traceflops.stages import timeline as tl
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 from traceflops.core.vocab import BUSY_CLASSES
 
 TOL = 0.5  # percentage points

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from synth import Builder
 
-from traceflops.pipeline import ModelOptions, analyze
+from traceflops.run.load import analyze
+from traceflops.core.results import ModelOptions
 from traceflops.views.job import job_view, summarize
 from traceflops.report.html import render_html, render_job_html
 

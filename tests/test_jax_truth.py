@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 
 JAX = Path(__file__).resolve().parents[1] / "fixtures" / "jax"
 TRUTH = json.loads((JAX / "truth.json").read_text())
@@ -81,7 +81,8 @@ def test_te_fused_attention_gets_sdpa_flops(shared):
     assert not [w for w in a.warnings if "fused attention" in w]
 
     from traceflops.parsers import xplane as X
-    from traceflops.parsers.xplane_proto import decode_hlo_proto, decode_xspace
+    from traceflops.parsers.xplane_proto import decode_hlo_proto
+    from traceflops.parsers.xspace import decode_xspace
     from traceflops.core.trace import Warnings
 
     p = shared / "xplane" / "gfx950_jax_te_fused_attn_train.xplane.pb"
@@ -92,7 +93,8 @@ def test_te_fused_attention_gets_sdpa_flops(shared):
         for c in mf.module.computations:
             for ins in c.instructions:
                 if ins.opcode == "custom-call" and ins.custom_call_target.startswith("te_fused_attn_"):
-                    fl, rec, mask = mf.te_attention(ins)
+                    got = mf.te_attention(ins)
+                    fl, rec, mask = got.flops, got.recompute, got.mask
                     bwd = "backward" in ins.custom_call_target
                     assert (fl, rec, mask) == ((5 * fwd // 2, fwd // 2, "causal") if bwd else (fwd, 0, "causal"))
                     seen += 1

@@ -3,7 +3,7 @@
 import pytest
 
 from synth import Builder
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 from traceflops.views.job import job_view, summarize
 
 WORLD = 4

@@ -70,7 +70,7 @@ def test_the_helper_protocol_round_trip():
     """Framed arrays in, Arrow tables inside msgpack out, an empty frame to stop."""
     text = b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"correlation": 5}}]'
     frame = len(text).to_bytes(8, "little") + text + (0).to_bytes(8, "little")
-    out = subprocess.run([sys.executable, "-m", "traceflops.parsers.helper"], input=frame, capture_output=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "traceflops.parsers.decode_worker"], input=frame, capture_output=True, check=True).stdout
     stream = io.BytesIO(out)
     msg = msgspec.msgpack.decode(helper._read_frame(stream))
     kernels = pl.read_ipc(io.BytesIO(msg["tables"]["kernels"]))
@@ -80,14 +80,14 @@ def test_the_helper_protocol_round_trip():
 
 def test_ranks_in_a_pool_or_on_ray_take_one_core_each(monkeypatch):
     """A rank run beside others does not start a decode helper of its own."""
-    from traceflops.views import job
+    from traceflops.run import ranks
 
     monkeypatch.setenv(helper.ENV, "unset below")  # recorded, so teardown restores the caller's environment
     monkeypatch.delenv(helper.ENV)
-    job._one_core_per_rank()
+    ranks.one_core_per_rank()
     import os
 
     assert os.environ[helper.ENV] == "0"
     monkeypatch.setenv(helper.ENV, "1")
-    job._one_core_per_rank()  # a user's own setting wins
+    ranks.one_core_per_rank()  # a user's own setting wins
     assert os.environ[helper.ENV] == "1"

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from synth import Builder
 
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 from traceflops.core.vocab import PHASES
 from traceflops.views.rollup import by_kernel, by_module, module_of
 

@@ -7,7 +7,7 @@ import pytest
 from synth import Builder
 
 from traceflops.core import hardware as hw
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 from traceflops.stages.roofline import COLUMNS, memory_bound_overlay, op_estimate, roofline, top_recoverable
 
 H100 = hw.HARDWARE["h100-sxm"]

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from traceflops.metrics import budget as bd
+from traceflops.metrics import checks
 from traceflops.stages import clean as sanity
 from traceflops.stages import timeline as tl
 from traceflops.core.errors import EXIT_FORMAT, EXIT_INTERNAL, EmptyTraceError, FormatError, InternalError
@@ -217,11 +218,11 @@ def test_clean_leaves_a_clean_trace_alone():
 
 
 def test_check_classes_accepts_the_five_classes_only():
-    k = kernels([("a", 0, "7", 0.0, 1.0)] * 5).with_columns(cls=pl.Series(list(sanity.CLASSES)))
-    sanity.check_classes(k, "t.json")
+    k = kernels([("a", 0, "7", 0.0, 1.0)] * 5).with_columns(cls=pl.Series(list(checks.CLASSES)))
+    checks.check_classes(k, "t.json")
     for bad in (None, "forward"):
         with pytest.raises(InternalError) as e:
-            sanity.check_classes(k.with_columns(cls=pl.lit(bad, pl.Utf8)), "t.json")
+            checks.check_classes(k.with_columns(cls=pl.lit(bad, pl.Utf8)), "t.json")
         assert e.value.exit_code == EXIT_INTERNAL and "t.json" in e.value.line() and "5 device activities" in e.value.line()
 
 
@@ -232,22 +233,25 @@ def _partition_row(**parts):
 
 
 def test_check_partition_passes_a_partition_that_sums_and_raises_internal_otherwise():
-    sanity.check_partition(_partition_row(matmul=4.0, matmul_known=4.0, idle=6.0), "t.json")
+    checks.check_partition(_partition_row(matmul=4.0, matmul_known=4.0, idle=6.0), "t.json")
     with pytest.raises(InternalError) as e:
-        sanity.check_partition(_partition_row(matmul=4.0, matmul_known=4.0, idle=5.0), "t.json")
+        checks.check_partition(_partition_row(matmul=4.0, matmul_known=4.0, idle=5.0), "t.json")
     assert e.value.exit_code == EXIT_INTERNAL and "partition" in e.value.line()
 
 
 def test_check_budgets_raises_only_for_a_fully_known_budget_off_one():
     good = {k: 0.0 for k in bd.TERMS} | {"idle": 1.0}
     partial = good | {"mfu": None, "idle": 0.3}
-    sanity.check_budgets([good, partial, None])
+    checks.check_budgets([good, partial, None])
     with pytest.raises(InternalError) as e:
-        sanity.check_budgets([good | {"idle": 0.9}], "t.json")
+        checks.check_budgets([good | {"idle": 0.9}], "t.json")
     assert "loss budget" in e.value.line() and e.value.exit_code == EXIT_INTERNAL
 
 
-def test_checked_turns_an_in_pipeline_check_into_an_internal_error():
+def test_a_check_that_fires_inside_the_pipeline_is_an_internal_error(monkeypatch):
+    from traceflops import pipeline
+    from traceflops.core.results import ModelOptions
+
     def broken(trace, opt):
         tl.check_partition(_partition_row(idle=3.0))
 
@@ -255,17 +259,21 @@ def test_checked_turns_an_in_pipeline_check_into_an_internal_error():
         raise ValueError("not a conservation check")
 
     t = trace(ops([("a", "1", 0.0, 1.0, 1)]))
+    monkeypatch.setattr(pipeline, "_analyze", broken)
     with pytest.raises(InternalError) as e:
-        sanity.checked(broken)(t, None)
-    assert "time partition" in e.value.line() and "t.json" in e.value.line()
-    with pytest.raises(ValueError):
-        sanity.checked(other)(t, None)
+        pipeline.analyze_trace(t, ModelOptions())
+    assert "time partition conservation check failed" in e.value.line() and "t.json" in e.value.line()
+    assert e.value.exit_code == EXIT_INTERNAL
+    monkeypatch.setattr(pipeline, "_analyze", other)
+    with pytest.raises(ValueError, match="not a conservation check"):
+        pipeline.analyze_trace(t, ModelOptions())
 
 
 def test_analysis_of_a_real_trace_passes_every_check():
     from pathlib import Path
 
-    from traceflops.pipeline import ModelOptions, analyze
+    from traceflops.run.load import analyze
+    from traceflops.core.results import ModelOptions
 
     a = analyze(str(Path(__file__).resolve().parents[1] / "fixtures" / "cpu" / "ns_eager_sdpa.json.gz"), ModelOptions(peak_tflops=1))
-    sanity.check_analysis(a)
+    checks.check_analysis(a)

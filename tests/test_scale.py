@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from test_job import SLOW, WORLD, rank_trace
-from traceflops.storage import cache
+from traceflops.storage import trace_cache as cache
 from traceflops.cli.main import main
-from traceflops.parsers import load
+from traceflops.run.load import load
 
 
 def cli(*args):

@@ -7,7 +7,7 @@ import orjson
 import polars as pl
 import pytest
 
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 
 
 def kineto_files(shared):

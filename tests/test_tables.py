@@ -8,7 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceflops.pipeline import ModelOptions, analyze
+from traceflops.run.load import analyze
+from traceflops.core.results import ModelOptions
 from traceflops.views.job import job_view, summarize
 from traceflops.report.tables import flat, frames, job_frames, write_job_tables, write_tables
 

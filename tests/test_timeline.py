@@ -397,7 +397,7 @@ def test_mi300_partition_matches_tracelens(shared):
     """
     import csv
 
-    from traceflops.pipeline import analyze
+    from traceflops.run.load import analyze
 
     a = analyze(str(shared / "kineto" / "mi300_resnet_act_checkpoint_rank0.json.gz"))
     ref: dict[tuple[str, bool], float] = {}

@@ -1,7 +1,7 @@
 """A trace cut mid-write: complete steps keep the numbers the whole trace gives them."""
 
 from synth import Builder
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 
 M, K, N = 48, 80, 24
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from traceflops.pipeline import analyze
+from traceflops.run.load import analyze
 
 
 def per_step(a, key):

@@ -61,7 +61,7 @@ def _diff(a, b, where: str, out: list[str]) -> None:
         if not (a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= REL * max(abs(a), abs(b))):
             out.append(f"{where}: {a!r} vs {b!r}")
     elif a != b:
-        out.append(f"{where}: {a!r} vs {b!r}")
+        out.append(f"{where}: {repr(a)[:200]} vs {repr(b)[:200]}")
 
 
 def compare(before: Path, after: Path) -> int:

@@ -1,6 +1,6 @@
 """traceflops: MFU, HFU, recompute and where the time went, from profiler traces."""
 
-__version__ = "0.1.0"
+from traceflops.core.version import VERSION as __version__  # noqa: F401 - the package's public version
 
 
 def __getattr__(name):

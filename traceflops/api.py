@@ -13,49 +13,14 @@ The keyword arguments are the command line's options (`traceflops analyze
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from traceflops.pipeline import Analysis, ModelOptions
-from traceflops.pipeline import analyze as _analyze
-
-
-def model_spec(*, params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None):
-    """A model description from numbers (all five) or a Hugging Face config (path or dict); None if nothing given."""
-    from traceflops.flops import model as mf
-
-    if model_config is not None:
-        cfg = model_config
-        if isinstance(cfg, (str, os.PathLike)):
-            cfg = json.loads(Path(cfg).read_text())
-        if not isinstance(cfg, dict):
-            raise TypeError("model_config must be a path to a config.json or a dict")
-        return mf.spec_from_config(cfg, seq_len=seq_len)
-    given = [params, layers, heads, head_dim, seq_len]
-    if all(v is None for v in given):
-        return None
-    if any(v is None for v in given):
-        raise ValueError("a model description needs all of params, layers, heads, head_dim and seq_len (or model_config)")
-    return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
-
-
-def options(*, params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None, tokens_per_step=None,
-            hardware=None, precision=None, peak_tflops=None, world_size=None, mode=None, exclude_steps=()) -> ModelOptions:
-    """The `ModelOptions` the command line would build from the same flags."""
-    if mode not in (None, "training", "inference"):
-        raise ValueError(f"mode must be 'training' or 'inference', got {mode!r}")
-    return ModelOptions(
-        spec=model_spec(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len, model_config=model_config),
-        tokens_per_step=tokens_per_step,
-        world_size=world_size,
-        mode=mode,
-        hardware=hardware,
-        precision=precision,
-        peak_tflops=peak_tflops,
-        exclude_steps=tuple(exclude_steps),
-    )
+from traceflops.core.results import Analysis
+from traceflops.run.load import analyze as _analyze
+from traceflops.run.options import model_options as options
+from traceflops.run.options import model_spec  # noqa: F401 - part of the notebook API
 
 
 def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int | None = None, heads: int | None = None,
@@ -73,7 +38,8 @@ def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int
 def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, microbatches: int | None = None, **model: Any):
     """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does."""
     from traceflops.run.inputs import expand
-    from traceflops.views.job import global_model_flops, job_view, summarize_all
+    from traceflops.views.job import global_model_flops, job_view
+    from traceflops.run.ranks import summarize_all
 
     opts = options(**model)
     files = expand([str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)])
@@ -91,24 +57,24 @@ def to_dict(a: Analysis) -> dict[str, Any]:
 
 def to_html(a) -> str:
     """The self-contained HTML report of an `Analysis` (or a `Job`)."""
-    from traceflops.views.job import Job
+    from traceflops.core.results import Job
     from traceflops.report.html import render_html, render_job_html
 
     return render_job_html(a) if isinstance(a, Job) else render_html(a)
 
 
 def save_html(a, path: str | os.PathLike) -> str:
-    from traceflops.report.tables import _atomic
+    from traceflops.core.files import write_atomic
 
     p = Path(path)
     text = to_html(a)
-    _atomic(p, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_atomic(p, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return str(p)
 
 
 def to_polars(a) -> dict:
     """Every table of the analysis (or job) as polars frames, by name."""
-    from traceflops.views.job import Job
+    from traceflops.core.results import Job
     from traceflops.report.tables import frames, job_frames
 
     return job_frames(a) if isinstance(a, Job) else frames(a)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from traceflops.core.errors import EXIT_INTERNAL, OptionsError, TraceflopsError
+from traceflops.core.errors import EXIT_INTERNAL, TraceflopsError
 
 
-def _run(debug: bool, fn):
+def run_command(debug: bool, fn):
+    """`fn()`, with any error as one line on stderr and its exit code (a traceback only with --debug)."""
     try:
         return fn()
     except TraceflopsError as e:
@@ -29,30 +29,6 @@ def _run(debug: bool, fn):
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
-
-
-def _model_spec(params, layers, heads, head_dim, seq_len, model_config):
-    from traceflops.flops import model as mf
-
-    if model_config:
-        try:
-            cfg = json.loads(Path(model_config).read_text())
-        except (OSError, ValueError) as e:
-            raise OptionsError(model_config, f"cannot read a JSON config ({e})", "pass a Hugging Face style config.json")
-        try:
-            return mf.spec_from_config(cfg, seq_len=seq_len)
-        except ValueError as e:
-            raise OptionsError(model_config, str(e), "describe the model with --params/--layers/--heads/--head-dim/--seq-len instead")
-    given = [params, layers, heads, head_dim, seq_len]
-    if all(v is None for v in given):
-        return None
-    if any(v is None for v in given):
-        raise OptionsError(
-            None,
-            "a model description needs all of --params, --layers, --heads, --head-dim and --seq-len",
-            "give the missing ones, or --model-config",
-        )
-    return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
 
 
 def model_options(fn):
@@ -81,7 +57,7 @@ def model_options(fn):
     return fn
 
 
-class _Progress:
+class Progress:
     """A progress bar on stderr while a big file is read; silent when not a terminal or --quiet."""
 
     def __init__(self, quiet: bool):
@@ -103,25 +79,17 @@ class _Progress:
             self.bar.stop()
 
 
-def _options(kw) -> tuple:
+def options_from(kw) -> tuple:
     """ModelOptions and cache dir from the shared options (removed from kw)."""
-    from traceflops.pipeline import ModelOptions
+    from traceflops.run.options import model_options as build
 
-    spec = _model_spec(*(kw.pop(k) for k in ("params", "layers", "heads", "head_dim", "seq_len", "model_config")))
-    opts = ModelOptions(
-        spec=spec,
-        tokens_per_step=kw.pop("tokens_per_step"),
-        world_size=kw.pop("world_size"),
-        mode=kw.pop("mode"),
-        hardware=kw.pop("hardware"),
-        precision=kw.pop("precision"),
-        peak_tflops=kw.pop("peak_tflops"),
-        exclude_steps=tuple(kw.pop("exclude_steps")),
-    )
+    names = ("params", "layers", "heads", "head_dim", "seq_len", "model_config", "tokens_per_step", "world_size", "mode",
+             "hardware", "precision", "peak_tflops", "exclude_steps")
+    opts = build(**{k: kw.pop(k) for k in names})
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
     kw.pop("quiet", None)
     if no_cache:
         return opts, None
-    from traceflops.storage.cache import default_dir
+    from traceflops.storage.trace_cache import default_dir
 
     return opts, Path(cache_dir) if cache_dir else default_dir()

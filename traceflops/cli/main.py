@@ -10,7 +10,7 @@ from traceflops.core.memory import prefer_prompt_release
 
 prefer_prompt_release()  # before anything loads polars
 
-from traceflops.cli.common import _options, _run, _Progress, model_options
+from traceflops.cli.common import options_from, run_command, Progress, model_options
 
 
 @click.group()
@@ -37,16 +37,16 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     give the job view across ranks.
     """
     debug = kw.pop("debug")
-    progress = _Progress(kw.get("quiet", False))
+    progress = Progress(kw.get("quiet", False))
 
     def go():
-        from traceflops.pipeline import analyze as run_analysis
+        from traceflops.run.load import analyze as run_analysis
         from traceflops.run.inputs import expand
 
-        opts, cache_dir = _options(kw)
+        opts, cache_dir = options_from(kw)
         paths = expand(list(traces))
         if len(paths) > 1:
-            from traceflops.views.job import summarize_all
+            from traceflops.run.ranks import summarize_all
 
             summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir)
             return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir)
@@ -64,7 +64,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             render(a)
         write_extras(a, html_out, tables_dir)
 
-    _run(debug, go)
+    run_command(debug, go)
 
 
 def _cached_report(path, opts, cache_dir):
@@ -73,9 +73,9 @@ def _cached_report(path, opts, cache_dir):
 
     if cache_dir is None or not os.path.isfile(path):
         return None
-    from traceflops.storage import cache
+    from traceflops.storage import report_cache
 
-    return cache.load_report(path, opts, cache_dir)
+    return report_cache.load_report(path, opts, cache_dir)
 
 
 def _store_report(path, opts, cache_dir, a):
@@ -83,10 +83,10 @@ def _store_report(path, opts, cache_dir, a):
 
     if cache_dir is None or not os.path.isfile(path):
         return
-    from traceflops.storage import cache
+    from traceflops.storage import report_cache
 
     try:
-        cache.store_report(path, opts, a, cache_dir)
+        report_cache.store_report(path, opts, a, cache_dir)
     except OSError:
         pass  # the parsed-tables cache already says why a cache cannot be written, in warnings
 
@@ -122,15 +122,15 @@ def summarize(trace, output, **kw):
     debug = kw.pop("debug")
 
     def go():
-        from traceflops.pipeline import analyze as run_analysis
+        from traceflops.run.load import analyze as run_analysis
         from traceflops.views.job import summarize as make_summary
 
-        opts, cache_dir = _options(kw)
+        opts, cache_dir = options_from(kw)
         from traceflops.storage.summary import write_summary
 
         write_summary(make_summary(run_analysis(trace, opts, cache_dir)), output)
 
-    _run(debug, go)
+    run_command(debug, go)
 
 
 @main.command()
@@ -143,7 +143,7 @@ def summarize(trace, output, **kw):
 @click.option("--debug", is_flag=True)
 def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatches, debug):
     """Merge per-rank summaries into the job report (the same as analysing all ranks at once)."""
-    from traceflops.pipeline import ModelOptions
+    from traceflops.core.results import ModelOptions
 
     def go():
         from traceflops.run.inputs import expand
@@ -153,7 +153,7 @@ def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatch
         opts = ModelOptions(world_size=world_size, exclude_steps=tuple(exclude_steps))
         _job([read_summary(p) for p in paths], opts, fmt, pipeline_stages, microbatches)
 
-    _run(debug, go)
+    run_command(debug, go)
 
 
 @main.command()

@@ -7,7 +7,7 @@ Registered by `cli.py`:
     main.add_command(diff_cmd)
 
 and `analyze` calls `write_extras(result, html, tables)` for one trace or a job. Errors are one line with the
-README's exit codes (`cli._run`).
+README's exit codes (`cli.run_command`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import os
 
 import click
 
-from traceflops.cli.common import _options, _run, model_options
+from traceflops.cli.common import options_from, run_command, model_options
 from traceflops.core.errors import InputError
 
 
 def _opts(kw: dict):
-    """(ModelOptions, cache dir, debug) from the shared options, parsed inside `_run`."""
+    """(ModelOptions, cache dir, debug) from the shared options, parsed inside `run_command`."""
     debug = kw.pop("debug")
     kw.pop("quiet", None)
     return kw, debug
@@ -30,10 +30,10 @@ def _opts(kw: dict):
 def _write_text(path: str, text: str) -> None:
     from pathlib import Path
 
-    from traceflops.report.tables import _atomic
+    from traceflops.core.files import write_atomic
 
     try:
-        _atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as e:
         raise InputError(path, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
 
@@ -56,7 +56,7 @@ def write_extras(result, html: str | None = None, tables: str | None = None) -> 
         _write_text(html, to_html(result))
         click.echo(f"wrote {html}", err=True)
     if tables:
-        from traceflops.views.job import Job
+        from traceflops.core.results import Job
         from traceflops.report.tables import write_job_tables, write_tables
 
         done = _write_tables(write_job_tables if isinstance(result, Job) else write_tables, result, tables)
@@ -79,18 +79,19 @@ def annotate_cmd(trace, output, **kw):
     kw, debug = _opts(kw)
 
     def go():
-        from traceflops.pipeline import analyze
         from traceflops.report.annotate import annotate
+        from traceflops.run.load import analyze
+        from traceflops.views.rollup import module_of
 
-        opts, cache_dir = _options(kw)
+        opts, cache_dir = options_from(kw)
         if os.path.abspath(trace) == os.path.abspath(output):
             raise InputError(output, "is the input trace", "write the annotated trace to another file")
         a = analyze(trace, opts, cache_dir)
-        s = annotate(trace, a, output)
+        s = annotate(trace, a, output, module_of(a.ops) if a.kernels.height else None)
         click.echo(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
                    f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted", err=True)
 
-    _run(debug, go)
+    run_command(debug, go)
 
 
 @click.command("diff")
@@ -107,10 +108,13 @@ def diff_cmd(before, after, fmt, output, **kw):
     kw, debug = _opts(kw)
 
     def go():
-        from traceflops.pipeline import analyze
-        from traceflops.views.diff import diff, render_diff_html, render_json, render_terminal
+        from traceflops.run.load import analyze
+        from traceflops.views.diff import diff
+        from traceflops.report.diff import render_diff_html
+        from traceflops.report.diff import render_terminal
+        from traceflops.report.diff import render_json
 
-        opts, cache_dir = _options(kw)
+        opts, cache_dir = options_from(kw)
         d = diff(analyze(before, opts, cache_dir), analyze(after, opts, cache_dir))
         if fmt == "terminal":
             if output:
@@ -131,4 +135,4 @@ def diff_cmd(before, after, fmt, output, **kw):
         else:
             click.echo(text)
 
-    _run(debug, go)
+    run_command(debug, go)

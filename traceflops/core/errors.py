@@ -41,10 +41,18 @@ class EmptyTraceError(FormatError):
     """The file parses, but holds no host op or device activity to analyse (exit 3)."""
 
 
-class OptionsError(TraceflopsError):
-    """The command line is inconsistent (e.g. --params without --layers): exit 2, as click's usage errors.
+class OptionsError(TraceflopsError, ValueError):
+    """The options are inconsistent (e.g. --params without --layers): exit 2, as click's usage errors; a ValueError in Python.
 
     Raised with path=None, so the line reads `error: WHAT; TODO`.
     """
 
     exit_code = EXIT_INPUT
+
+
+class ConservationError(ValueError):
+    """An invariant of the numbers broke (a time partition or a loss budget does not add up): a bug, never the input's fault."""
+
+    def __init__(self, what: str, message: str):
+        self.what = what  # which check: 'time partition' | 'loss budget'
+        super().__init__(message)

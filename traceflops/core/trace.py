@@ -142,3 +142,32 @@ class Trace:
     steps: pl.DataFrame  # host step spans (ProfilerStep#N or fallbacks)
     meta: dict[str, Any]
     warnings: Warnings
+
+
+# How ops are stored: by host thread, then start, outer before inner (longer first), then number.
+OP_ORDER = (["pid", "tid", "ts", "dur", "op_id"], [False, False, False, True, False])
+
+
+def in_thread_order(ops: pl.DataFrame) -> bool:
+    """Each op sorts at or before the next by OP_ORDER (nulls first): one pass over neighbours, no sort."""
+    if ops.height < 2:
+        return True
+    cols, desc = OP_ORDER
+    after = None  # "this row is not after the next one", built from the last key to the first
+    for c, d in reversed(list(zip(cols, desc))):
+        a, b = pl.col(c), pl.col(c).shift(-1)
+        before = (a.is_null() & b.is_not_null()) | (a.is_not_null() & b.is_not_null() & ((a > b) if d else (a < b)))
+        same = a.eq_missing(b)
+        after = before if after is None else before | (same & after)
+    ok = ops.select(after.fill_null(True).head(ops.height - 1).all()).item()  # the last row has no next
+    return bool(ok)
+
+
+def thread_order(ops: pl.DataFrame) -> pl.DataFrame:
+    """Ops by host thread, then start, outer before inner (longer first); a no-op when already so."""
+    if in_thread_order(ops):
+        return ops  # the Kineto parser stores this order: no copy of the table
+    # Threads ranked first: faster than sorting by two text columns; checked, else a plain sort.
+    thread = pl.struct("pid", "tid").rank("dense")
+    out = ops[ops.select(pl.arg_sort_by([thread, "ts", "dur", "op_id"], descending=[False, False, True, False])).to_series()]
+    return out if in_thread_order(out) else out.sort(OP_ORDER[0], descending=OP_ORDER[1])

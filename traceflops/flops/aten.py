@@ -35,13 +35,13 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
+from traceflops.core.dtypes import dtype_of, itemsize
 
 __all__ = [
     "OpFlops",
     "op_flops",
     "MATMUL_OPS",
     "WRAPPER_OPS",
-    "dtype_of",
     "tensor_bytes",
 ]
 
@@ -61,44 +61,6 @@ class OpFlops:
 # dtypes
 # --------------------------------------------------------------------------------------
 
-# profiler type string -> (normalized name, bytes per element)
-_TYPE_INFO: dict[str, tuple[str, int]] = {
-    "float": ("fp32", 4),
-    "double": ("fp64", 8),
-    "c10::Half": ("fp16", 2),
-    "c10::BFloat16": ("bf16", 2),
-    "c10::Float8_e4m3fn": ("fp8", 1),
-    "c10::Float8_e5m2": ("fp8", 1),
-    "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1),
-    "c10::Float8_e8m0fnu": ("fp8", 1),
-    "c10::Float4_e2m1fn_x2": ("fp4", 1),  # two fp4 values packed per element
-    "signed char": ("int8", 1),
-    "unsigned char": ("uint8", 1),
-    "short int": ("int16", 2),
-    "short": ("int16", 2),
-    "int": ("int32", 4),
-    "long int": ("int64", 8),
-    "long long int": ("int64", 8),
-    "long long": ("int64", 8),
-    "__int64": ("int64", 8),
-    "int64_t": ("int64", 8),
-    "short unsigned int": ("uint16", 2),
-    "unsigned short": ("uint16", 2),
-    "unsigned int": ("uint32", 4),
-    "long unsigned int": ("uint64", 8),
-    "unsigned long long": ("uint64", 8),
-    "unsigned __int64": ("uint64", 8),
-    "bool": ("bool", 1),
-    "c10::complex<float>": ("complex64", 8),
-    "c10::complex<double>": ("complex128", 16),
-    "c10::complex<c10::Half>": ("complex32", 4),
-    "c10::qint8": ("int8", 1),
-    "c10::quint8": ("uint8", 1),
-    "c10::qint32": ("int32", 4),
-    "c10::quint4x2": ("uint4", 1),
-    "c10::quint2x4": ("uint2", 1),
-}
 
 # c10::ScalarType enum value (how Concrete Inputs records a dtype argument) -> profiler type string
 _SCALAR_TYPE_NUM: dict[int, str] = {
@@ -113,28 +75,6 @@ _SCALAR_TYPE_NUM: dict[int, str] = {
 }
 
 
-def _type_key(type_str: Any) -> str | None:
-    if not isinstance(type_str, str):
-        return None
-    s = type_str.strip()
-    for prefix in ("struct ", "class "):  # MSVC spelling
-        if s.startswith(prefix):
-            s = s[len(prefix):].strip()
-    s = s.replace("class c10::", "c10::").replace("struct c10::", "c10::")
-    return s
-
-
-def dtype_of(type_str: str) -> str | None:
-    """Normalized dtype name of a profiler 'Input type' string; None for non-tensors/unknown."""
-    info = _TYPE_INFO.get(_type_key(type_str) or "")
-    return info[0] if info else None
-
-
-def _itemsize(type_str: Any) -> int | None:
-    info = _TYPE_INFO.get(_type_key(type_str) or "")
-    return info[1] if info else None
-
-
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -145,7 +85,7 @@ def _valid_shape(dims: Any) -> bool:
 
 def tensor_bytes(dims, type_str) -> int | None:
     """Bytes of a dense tensor with these dims and this profiler type string; None if unknown."""
-    size = _itemsize(type_str)
+    size = itemsize(type_str)
     if size is None or not _valid_shape(dims):
         return None
     return math.prod(dims) * size
@@ -922,7 +862,10 @@ _REGISTRY: dict[str, _Entry] = {}
 
 
 def _reg(names, fn: _Formula, primary: int = 0, attention: bool = False) -> None:
+    """Register a formula; a second formula for one op is refused (a silent override would change its count)."""
     for n in ([names] if isinstance(names, str) else names):
+        if "aten::" + n in _REGISTRY:
+            raise ValueError(f"aten::{n} already has a FLOP formula")
         _REGISTRY["aten::" + n] = _Entry(fn, primary, attention)
 
 

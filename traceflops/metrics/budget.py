@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+from traceflops.core.errors import ConservationError
 
 TIME_KEYS = ("matmul_known", "matmul_unknown", "other_compute", "memcpy", "communication_exposed", "idle")
 TERMS = (
@@ -154,7 +155,7 @@ def check_budget(budget: Mapping[str, float | None], tol: float = SUM_TOLERANCE)
         return
     total = sum(vals)
     if abs(total - 1.0) > tol:
-        raise ValueError(f"loss budget sums to {total!r}, not 1 (|error| > {tol}): {dict(budget)}")
+        raise ConservationError("loss budget", f"loss budget sums to {total!r}, not 1 (|error| > {tol}): {dict(budget)}")
 
 
 def inputs_from_row(step: Mapping[str, Any], time: Mapping[str, Any], peak_flops: float | None) -> BudgetInputs:

@@ -1,11 +1,16 @@
-"""MFU, HFU and per-phase sums: pure functions of the tagged, counted frames."""
+"""MFU, HFU, per-phase FLOP sums and the totals section: pure functions of the tagged, counted step frames."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 
-from traceflops.core.vocab import PHASES
+from typing import Any
+
+from traceflops.core.results import ModelOptions
+from traceflops.core.trace import Trace
+from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
+from traceflops.metrics import budget as bd
 
 HFU_SUSPECT = 0.85
 
@@ -55,14 +60,121 @@ def suspect(mfu: float | None, hfu: float | None) -> list[str]:
     return out
 
 
-def dominant_dtype(ops: pl.DataFrame) -> str | None:
-    work = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("flops").is_not_null() & pl.col("dtype").is_not_null())
-    if work.height == 0:
-        return None
-    by = work.group_by("dtype").agg(pl.col("flops").sum()).sort(["flops", "dtype"], descending=[True, False])
-    return by["dtype"][0]
-
-
 def coverage(times: np.ndarray, known: np.ndarray) -> float | None:
     total = float(times.sum())
     return None if total <= 0 else float(times[known].sum()) / total
+
+
+def with_phase_flops(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Each step with its FLOPs and matmul counts by phase (0 where a step ran none)."""
+    per_step = phase_flops(ops)
+    return steps.join(per_step, on="step", how="left").with_columns(
+        [pl.col(c).fill_null(0) for c in per_step.columns if c != "step"]
+    )
+
+
+def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None) -> pl.DataFrame:
+    executed = sum(pl.col(f"flops_{p}") for p in PHASES)
+    secs = pl.col("window") * 1e-6
+    peak_e = pl.lit(peak, pl.Float64)
+    cols = [
+        executed.alias("flops_executed"),
+        model_flops.alias("model_flops"),
+        (model_flops / (secs * peak_e)).alias("mfu"),
+        (executed / (secs * peak_e)).alias("hfu"),
+    ]
+    if model_no_attn is not None:
+        cols.append((model_no_attn / (secs * peak_e)).alias("mfu_no_attention"))
+    else:
+        cols.append(pl.lit(None, pl.Float64).alias("mfu_no_attention"))
+    return steps.with_columns(cols)
+
+
+def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame) -> dict[str, Any] | None:
+    out = kernels.filter(pl.col("step") == OUTSIDE)
+    if out.height == 0:
+        return None
+    return {
+        "device_us": float(out["dur"].sum()),
+        "kernels": out.height,
+        "flops": {p: int(out.filter(pl.col("phase") == p)["flops"].sum() or 0) for p in PHASES},
+    }
+
+
+def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
+    sel = ops.filter(pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+    return sel["flops"].null_count()
+
+
+def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
+    use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
+    flops["executed"] = sum(flops.values())
+    counts = {p: int(use[f"count_{p}"].sum()) for p in PHASES}
+    wall = float(use["window"].sum())
+    model_total = use["model_flops"].sum() if use["model_flops"].null_count() < use.height else None
+    no_attn = use["mfu_no_attention"]
+    secs = wall * 1e-6
+    nothing_known = flops["executed"] == 0 and int(in_steps_unknown(ops, opt)) > 0
+    mfu = None if nothing_known and not opt.spec else utilization(model_total, secs, peak)
+    hfu = None if nothing_known else utilization(flops["executed"], secs, peak)
+    mfu_na = None
+    if no_attn.null_count() < use.height:
+        mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
+    # Coverage: share of matmul time whose FLOPs are known.
+    in_steps = ops.filter(pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0))
+    if kernels.height:
+        mk = kernels.filter((pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+        cov = coverage(mk["dur"].to_numpy(), mk["flops"].is_not_null().to_numpy())
+    else:
+        cov = coverage(in_steps["dur"].to_numpy(), in_steps["flops"].is_not_null().to_numpy())
+    time_us = {c: float(use[f"time_{c}"].sum()) for c in PARTITION}
+    overlay_us = {c: float(use[f"time_{c}"].sum()) for c in OVERLAYS}
+    inputs = [
+        bd.inputs_from_row(r, {"window": r["window"], **{c: r[f"time_{c}"] or 0.0 for c in (*PARTITION, *OVERLAYS)}}, peak)
+        for r in use.iter_rows(named=True)
+    ]
+    total_inputs = bd.sum_inputs(inputs)
+    return {
+        "wall_us": wall,
+        "time_us": time_us,
+        "overlay_us": overlay_us,
+        "loss_budget": bd.loss_budget(total_inputs) if total_inputs else None,
+        "matmul_count": counts,
+        "flops": flops,
+        "flops_coverage": cov,
+        "matmul_flops_unknown_count": int(in_steps["flops"].null_count()),
+        "mfu": mfu,
+        "mfu_no_attention": mfu_na,
+        "hfu": hfu,
+    }
+
+
+def unknown_flops_warnings(ops: pl.DataFrame, totals: dict[str, Any]) -> list[str]:
+    n = totals["matmul_flops_unknown_count"]
+    if not n:
+        return []
+    if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
+        return [f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"]
+    return [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]
+
+
+def rank_row(trace: Trace, totals: dict) -> dict[str, Any]:
+    return {
+        "rank": trace.meta.get("rank"),
+        "wall_us": totals["wall_us"],
+        "device_mfu": totals.get("mfu"),
+        "hfu": totals.get("hfu"),
+    }
+
+
+def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[str, Any] | None) -> list[str]:
+    """What the report's windows leave open: a last step with nothing to bound it, work launched outside every step."""
+    out = []
+    if steps.filter(pl.col("last")).height and kernels.height:
+        out.append("the last step ends at its last device activity (no next step to bound it)")
+    if outside:
+        out.append(
+            f"{outside['kernels']} device activities ({outside['device_us']:.1f} us) were launched outside every step; reported under outside_steps"
+        )
+    return out

@@ -1,4 +1,4 @@
-"""Format detection: every parser ends at the `Trace` model."""
+"""File → `Trace`: the format detected, then its parser. Every parser ends at the `Trace` model; nothing here caches or analyses."""
 
 from __future__ import annotations
 
@@ -21,33 +21,15 @@ def detect_format(path: str) -> str:
     raise FormatError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
 
 
-def load(path: str, cache_dir=None, progress=None) -> Trace:
-    """Parse a trace; with a cache directory, reuse (or store) its parsed tables."""
-    if cache_dir is not None and Path(path).is_file():
-        from traceflops.storage import cache
-
-        hit = cache.load(str(path), cache_dir)
-        if hit is not None:
-            return hit
-        trace = _parse(path, progress)
-        try:
-            cache.store(str(path), trace, cache_dir)
-        except OSError as e:
-            trace.warnings.add(f"cache not written ({e.strerror})")
-        return trace
-    return _parse(path, progress)
-
-
-def _parse(path: str, progress=None) -> Trace:
+def parse(path: str, progress=None) -> Trace:
+    """The file's `Trace`, by its detected format; `progress(done_bytes, total_bytes)` while a large file is read."""
     fmt = detect_format(str(path))
     if fmt == "kineto":
         from traceflops.parsers.kineto import parse_kineto
 
         return parse_kineto(str(path), progress=progress)
-    # --- xplane (XLA profiler XSpace) ---
     if fmt == "xplane":
         from traceflops.parsers.xplane import parse_xplane
 
         return parse_xplane(str(path))
-    # --- end xplane ---
     raise FormatError(str(path), f"unsupported trace format '{fmt}'", "pass a PyTorch profiler or XLA profile file")

@@ -1,7 +1,7 @@
 """A second core for a large trace's decode: one helper process, results in file order.
 
 The typed decode of a chunk is pure CPU in Python objects, so threads cannot
-share it. A helper (`python -m traceflops.parsers.helper`, never a re-run of
+share it. A helper (`python -m traceflops.parsers.decode_worker`, never a re-run of
 the caller's script, unlike multiprocessing's spawn) takes chunks over a pipe
 whenever it has fewer than two in hand, and this process decodes the rest.
 Only the small per-chunk tables come back, as Arrow IPC inside msgpack: no
@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 import polars as pl
+
+from traceflops.parsers.jsonstream import REFUSED, Claimed
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
 MIN_BYTES = 64 << 20
@@ -55,15 +57,16 @@ def wanted(path: str) -> bool:
 Decoded = tuple[dict[str, pl.DataFrame], Counter]
 
 
-def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool) -> Iterator[Decoded]:
+def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool,
+                    decode_strict: Callable[[bytes], Decoded | None], decode_counted: Callable[[bytes], Decoded]) -> Iterator[Decoded]:
     """The tables and warning counts of each JSON array of trace entries, in order.
 
     `make_arrays(claim)` streams the arrays (see `jsonstream.stream_events`).
     An array decoded here is decoded as it is cut, its strict decode serving as
     the proof of the cut; only arrays for the helper are skimmed first.
+    `decode_strict` returns None for an array that does not decode whole;
+    `decode_counted` (the helper runs the same) counts what it skips.
     """
-    from traceflops.parsers.jsonstream import REFUSED, Claimed
-    from traceflops.parsers.kineto import decode_counted, decode_strict
 
     def here(text):
         got = decode_strict(text)
@@ -126,7 +129,7 @@ def _start() -> subprocess.Popen | None:
     env = dict(os.environ, **{ENV: "0", "POLARS_MAX_THREADS": "1"})  # one core is its share
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "traceflops.parsers.helper"],
+            [sys.executable, "-m", "traceflops.parsers.decode_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
         )
     except OSError:
@@ -183,20 +186,11 @@ def _ipc(df: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def serve(inp, out) -> None:
+def serve(inp, out, decode_counted: Callable[[bytes], Decoded]) -> None:
     """The helper's loop: arrays in, tables out, until an empty frame or the end of input."""
-    from traceflops.parsers.kineto import decode_counted
-
     while (text := _read_frame(inp)) is not None:
         tables, counts = decode_counted(text)
         blob = msgspec.msgpack.encode({"counts": dict(counts), "tables": {k: _ipc(v) for k, v in tables.items()}})
         out.write(len(blob).to_bytes(_LEN, "little"))
         out.write(blob)
         out.flush()
-
-
-if __name__ == "__main__":
-    # Replies own the real stdout; anything else printed goes to stderr.
-    reply = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    serve(sys.stdin.buffer, reply)

@@ -22,13 +22,15 @@ import orjson
 import polars as pl
 
 from traceflops.parsers.values import as_int as _int
-from traceflops.core.trace import KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, STEPS_SCHEMA, Trace, Warnings, compact, null_column, with_null_hints
+from traceflops.core.trace import (
+    KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, STEPS_SCHEMA, Trace, Warnings, compact, null_column, thread_order, with_null_hints,
+)
 from traceflops.parsers.io import max_bytes_default
 from traceflops.core.memory import return_freed_memory
-from traceflops.stages.link import OP_ORDER, in_thread_order
 from traceflops.parsers import helper
 from traceflops.parsers.helper import decode_in_order
 from traceflops.parsers.jsonstream import split_events, stream_events
+from traceflops.core.vocab import PROFILER_STEP_RE
 
 
 class _Args(msgspec.Struct, omit_defaults=True, gc=False):
@@ -249,7 +251,7 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> 
             yield from texts
 
     frames = []
-    for tables, counts in decode_in_order(arrays, helper.wanted(path)):
+    for tables, counts in decode_in_order(arrays, helper.wanted(path), decode_strict, decode_counted):
         frames.append(tables)
         warnings.counts.update(counts)
     res = state[0]
@@ -310,8 +312,6 @@ def _json_col(values: tuple | list) -> pl.Series:
         if v is not None:
             out[i] = _dumps(v)
     return _str_col(out)
-
-
 
 
 def _text_col(values: tuple | list) -> pl.Series:
@@ -445,13 +445,6 @@ def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
     return out
 
 
-def _in_thread_order(ops: pl.DataFrame) -> pl.DataFrame:
-    """Sorted by OP_ORDER; threads ranked first, which is faster than sorting by two text columns."""
-    thread = pl.struct("pid", "tid").rank("dense")
-    out = ops[ops.select(pl.arg_sort_by([thread, "ts", "dur", "op_id"], descending=[False, False, True, False])).to_series()]
-    return out if in_thread_order(out) else out.sort(OP_ORDER[0], descending=OP_ORDER[1])
-
-
 def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
     """The chunks' tables joined in file order, numbered, with the head's metadata."""
     empty = split_tables([], Warnings())
@@ -464,7 +457,7 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
             cat=pl.when(pl.col("cat") == "user_annotation").then(pl.lit("user_annotation")).otherwise(pl.lit("cpu_op")),
         )
     )
-    ops_df = _in_thread_order(ops_df)  # numbered in file order, stored in thread order: linking then copies nothing
+    ops_df = thread_order(ops_df)  # numbered in file order, stored in thread order: linking then copies nothing
     kernels_df = (
         tables["kernels"]
         .with_row_index("kernel_id")
@@ -502,7 +495,7 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
 def profiler_steps(ops: pl.DataFrame) -> pl.DataFrame:
     """Host step spans from `ProfilerStep#N` annotations."""
     steps = (
-        ops.filter(pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
+        ops.filter(pl.col("name").str.contains(PROFILER_STEP_RE))
         .with_columns(step=pl.col("name").str.extract(r"#(\d+)$").cast(pl.Int64))
         .select(list(STEPS_SCHEMA))
         .sort("ts")

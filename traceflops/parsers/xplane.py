@@ -50,7 +50,9 @@ from traceflops.parsers.values import as_int as _int
 from traceflops.core.errors import FormatError
 from traceflops.core.trace import KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, OPS_SCHEMA, STEPS_SCHEMA, Trace, Warnings
 from traceflops.parsers.io import max_bytes_default, read_bytes
-from traceflops.parsers.xplane_proto import HloInstruction, HloModule, Shape, XPlane, XSpace, decode_hlo_proto, decode_xspace
+from traceflops.parsers.xplane_proto import HloInstruction, HloModule, Shape, XPlane, XSpace, decode_hlo_proto
+from traceflops.parsers.xspace import decode_xspace
+from traceflops.flops import hlo
 
 _U64 = (1 << 64) - 1
 _EPOCH_NS = 10**17  # line timestamps above this are wall-clock ns since 1970
@@ -104,15 +106,10 @@ class OpFacts:
     dims: str | None = None
     types: str | None = None
     flops: int | None = None
+    recompute_flops: int | None = None  # of `flops`, recomputed inside the kernel (a fused attention backward)
+    mask: str | None = None  # attention mask of a fused attention op
     matmul: bool = False
     flops_reason: str | None = None  # why flops is None for a matmul op
-
-
-def _prod(xs) -> int:
-    p = 1
-    for x in xs:
-        p *= x
-    return p
 
 
 def _array(shape: Shape | None) -> Shape | None:
@@ -204,15 +201,19 @@ class ModuleFacts:
         f = OpFacts(opcode=ins.opcode)
         if mms:
             f.matmul = True
-            total = 0
-            reasons = []
+            total, recompute, masks, reasons = 0, 0, set(), []
             for m in mms:
-                fl, why = self.matmul_flops(m)
-                if fl is None:
+                got, why = self.matmul_flops(m)
+                if got is None:
                     reasons.append(why)
-                else:
-                    total += fl
+                    continue
+                total += got.flops
+                recompute += got.recompute
+                if got.mask is not None:
+                    masks.add(got.mask)
             f.flops = None if reasons else total
+            f.recompute_flops = None if reasons else recompute
+            f.mask = masks.pop() if len(masks) == 1 else ("unknown" if masks else None)
             f.flops_reason = "; ".join(sorted(set(reasons))) or None
             first = mms[0]
             f.scope = first.op_name or ins.op_name or None
@@ -227,7 +228,8 @@ class ModuleFacts:
             f.types = orjson.dumps([_ktype(s) for s in shapes]).decode()
         return f
 
-    def matmul_flops(self, m: HloInstruction) -> tuple[int | None, str]:
+    def matmul_flops(self, m: HloInstruction) -> tuple[hlo.HloFlops | None, str]:
+        """The instruction's FLOPs (`flops.hlo`) from its HLO shapes, or None and why not."""
         out = _array(m.shape)
         if m.opcode == "dot" or (m.opcode == "custom-call" and _GEMM_TARGET.search(m.custom_call_target)):
             lhs = self.operand_shape(m, 0)
@@ -237,70 +239,30 @@ class ModuleFacts:
             if out is None or lhs is None or dnums is None:
                 return None, "dot without operand shapes or dimension numbers"
             try:
-                k = _prod(lhs.dims[c] for c in dnums.lhs_contracting)
+                return hlo.HloFlops(hlo.dot(out.dims, lhs.dims, dnums.lhs_contracting)), ""
             except IndexError:
                 return None, "dot dimension numbers do not fit the operand"
-            return 2 * _prod(out.dims) * k, ""
         if m.opcode == "convolution" or (m.opcode == "custom-call" and _CONV_TARGET.search(m.custom_call_target)):
-            return self._conv_flops(m, out)
+            d = m.conv
+            a, b = self.operand_shape(m, 0), self.operand_shape(m, 1)
+            if d is None or out is None or a is None or b is None:
+                return None, "convolution without shapes or dimension numbers"
+            try:
+                return hlo.HloFlops(hlo.convolution(m.custom_call_target, out.dims, a.dims, b.dims,
+                                                    d.kernel_input_feature, d.kernel_spatial)), ""
+            except IndexError:
+                return None, "convolution dimension numbers do not fit the kernel"
         if m.opcode == "custom-call" and _TE_ATTN_TARGET.search(m.custom_call_target):
             te = self.te_attention(m)
             if te is not None:
-                return te[0], ""
+                return te, ""
         return None, f"fused attention / custom call '{m.custom_call_target or m.opcode}': FLOPs not derived"
 
-    def te_attention(self, m: HloInstruction) -> tuple[int, int, str] | None:
-        """(FLOPs, in-kernel recompute FLOPs, mask) of a Transformer Engine fused-attention call.
-
-        As FlopCounterMode counts SDPA, dense (the mask does not reduce the count; it is
-        reported): forward 2·B·H·Sq·Sk·(Dqk + Dv) (= 4·B·H·Sq·Sk·D), backward
-        2·B·H·Sq·Sk·(3·Dqk + 2·Dv) (2.5× forward), of which the Q·Kᵀ recompute
-        2·B·H·Sq·Sk·Dqk. H is the query heads (GQA on the expanded heads). Sizes from the
-        call's backend config (``input_batch``, ``attn_heads``, ``q_max_seqlen``,
-        ``kv_max_seqlen``, ``qk_head_dim``, ``v_head_dim``), checked against the attention
-        output's shape [B, Sq, H, Dv] (the forward's first result, the backward's operand 6).
-        The ops table has no recompute / mask column for hints: the whole count goes to
-        ``flops_hint``.
-        """
-        cfg = _te_config(m.backend_config)
-        try:
-            b, h = int(cfg["input_batch"]), int(cfg["attn_heads"])
-            sq, sk = int(cfg["q_max_seqlen"]), int(cfg["kv_max_seqlen"])
-            dq, dv = int(cfg["qk_head_dim"]), int(cfg["v_head_dim"])
-        except (KeyError, ValueError):
-            return None
-        bwd = "backward" in m.custom_call_target
-        out = self.operand_shape(m, 6) if bwd else _array(m.shape)
-        if out is None or list(out.dims) != [b, sq, h, dv]:
-            return None
-        mt = cfg.get("mask_type", "0")
-        # NVTE_Mask_Type: 0 none, 1 padding, 2 causal, 3 padding+causal, 4/5 causal bottom-right (+padding)
-        mask = {"2": "causal", "3": "causal", "4": "causal", "5": "causal"}.get(mt, "none")
-        pairs = b * h * sq * sk
-        if bwd:
-            return pairs * 2 * (3 * dq + 2 * dv), pairs * 2 * dq, mask
-        return pairs * 2 * (dq + dv), 0, mask
-
-    def _conv_flops(self, m: HloInstruction, out: Shape | None) -> tuple[int | None, str]:
-        """2 · (forward output elements) · (kernel input features per group × window)."""
-        d = m.conv
-        a, b = self.operand_shape(m, 0), self.operand_shape(m, 1)
-        if d is None or out is None or a is None or b is None:
-            return None, "convolution without shapes or dimension numbers"
-        target = m.custom_call_target
-        # cuDNN rewrites keep the forward convolution's dimension numbers:
-        # BackwardInput(d_out, kernel) -> d_in; BackwardFilter(input, d_out) -> d_kernel.
-        if "BackwardInput" in target:
-            fwd_out, kernel = a, b
-        elif "BackwardFilter" in target:
-            fwd_out, kernel = b, out
-        else:
-            fwd_out, kernel = out, b
-        try:
-            window = kernel.dims[d.kernel_input_feature] * _prod(kernel.dims[s] for s in d.kernel_spatial)
-        except IndexError:
-            return None, "convolution dimension numbers do not fit the kernel"
-        return 2 * _prod(fwd_out.dims) * window, ""
+    def te_attention(self, m: HloInstruction) -> hlo.HloFlops | None:
+        """A Transformer Engine fused-attention call (`flops.hlo.te_attention`) from its backend config and output shape."""
+        backward = "backward" in m.custom_call_target
+        out = self.operand_shape(m, 6) if backward else _array(m.shape)
+        return hlo.te_attention(_te_config(m.backend_config), backward, None if out is None else out.dims)
 
 
 def _is_matmul_instr(ins: HloInstruction) -> bool:

@@ -15,7 +15,6 @@ dict with `ref_value`s already resolved to the referenced string.
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -439,24 +438,6 @@ def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True) -> XPlane
         plane.lines = [_line(ctx, s, e) for s, e in line_spans]
     plane.unknown_stats = ctx.unknown
     return plane
-
-
-def decode_xspace(buf: bytes, path: str | None = None, *, backend: str | None = None) -> XSpace:
-    """Decode a serialized XSpace; raises FormatError on malformed input.
-
-    backend: 'protobuf' (the upb runtime, about twice as fast; see `xplane_pb`),
-    'python' (this module's reader), or None = protobuf when installed, else python.
-    The environment variable TRACEFLOPS_XPLANE_DECODER sets the default.
-    """
-    backend = backend or os.environ.get("TRACEFLOPS_XPLANE_DECODER") or "auto"
-    if backend in ("auto", "protobuf"):
-        from traceflops.parsers import xplane_pb
-
-        if xplane_pb.available():
-            return xplane_pb.decode_xspace(buf, path)
-        if backend == "protobuf":
-            raise ImportError("the protobuf runtime (upb) is not installed: pip install protobuf")
-    return decode_xspace_python(buf, path)
 
 
 def decode_xspace_python(buf: bytes, path: str | None = None) -> XSpace:

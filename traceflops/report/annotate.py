@@ -6,12 +6,12 @@
   (and ops) gain args:
   - device activity (kernel, memcpy, memset): `traceflops.phase`,
     `traceflops.class` (matmul | other_compute | communication | memcpy |
-    memset), `traceflops.flops.aten` (null when unknown or not a matmul),
+    memset), `traceflops.flops` (null when unknown or not a matmul),
     `traceflops.achieved_tflops` (its FLOPs over its duration), `traceflops.step`,
     and, where known, `traceflops.module`, `traceflops.bound`,
     `traceflops.intensity` (FLOP/byte), `traceflops.recoverable_us`;
   - op (cpu_op, user_annotation): `traceflops.phase`; matmul-class ops also
-    `traceflops.flops.aten` and `traceflops.ran`;
+    `traceflops.flops` and `traceflops.ran`;
 * new events, all on one new process "traceflops" (a pid no input event uses),
   category `traceflops`:
   - phase tracks: each device activity duplicated onto a thread named
@@ -55,11 +55,12 @@ import numpy as np
 import orjson
 import polars as pl
 
-from traceflops.pipeline import Analysis
+from traceflops.core.results import Analysis
 from traceflops.core.errors import FormatError, InputError
 from traceflops.core.vocab import PHASES
 from traceflops.parsers.io import read_bytes
 from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS
+from traceflops.core.files import write_atomic
 
 CAT = "traceflops"
 PROCESS = "traceflops"
@@ -205,18 +206,14 @@ def _meta(pid: int, tid: int, kind: str, value: Any, ts: float) -> dict:
     return {"ph": "M", "name": kind, "ts": ts, "pid": pid, "tid": tid, "args": {key: value}}
 
 
-def _kernel_args(a: Analysis) -> pl.DataFrame:
+def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
     """Per kernel_id: the values added to its args."""
-    from traceflops.report.tables import roofline_frame
-
     k = a.kernels.select("kernel_id", "phase", "cls", "flops", "dur", "step", "op_row")
-    try:
-        from traceflops.views.rollup import module_of
-
-        k = k.join(module_of(a.ops).select(pl.col("row").alias("op_row"), "module"), on="op_row", how="left")
-    except ImportError:  # hook: rollup.py absent
+    if modules is not None:
+        k = k.join(modules.select(pl.col("row").alias("op_row"), "module"), on="op_row", how="left")
+    else:
         k = k.with_columns(module=pl.lit(None, pl.Utf8))
-    roof = roofline_frame(a)
+    roof = a.roofline
     if roof is not None and roof.height:
         k = k.join(roof.select("kernel_id", "bound", "intensity", "recoverable_us"), on="kernel_id", how="left")
     else:
@@ -275,7 +272,7 @@ def added_events(a: Analysis, events: list, kern_idx: np.ndarray, op_idx: np.nda
             tid = track((phase, r["device"], r["stream"]), label, 1 + PHASES.index(phase) if phase in PHASES else 9)
             out.append({
                 "ph": "X", "cat": CAT, "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"], "dur": r["dur"],
-                "args": {"kernel_id": r["kernel_id"], "traceflops.class": r["cls"], "traceflops.flops.aten": _num(r["flops"]),
+                "args": {"kernel_id": r["kernel_id"], "traceflops.class": r["cls"], "traceflops.flops": _num(r["flops"]),
                          "device": r["device"], "stream": r["stream"]},
             })
             tf = _tflops(r["flops"], r["dur"])
@@ -291,7 +288,7 @@ def added_events(a: Analysis, events: list, kern_idx: np.ndarray, op_idx: np.nda
             tid = track((phase, r["tid"]), label, 1 + PHASES.index(phase) if phase in PHASES else 9)
             out.append({
                 "ph": "X", "cat": CAT, "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"], "dur": r["dur"],
-                "args": {"op_id": r["op_id"], "traceflops.flops.aten": _num(r["flops"])},
+                "args": {"op_id": r["op_id"], "traceflops.flops": _num(r["flops"])},
             })
             tf = _tflops(r["flops"], r["dur"])
             if tf is not None:
@@ -317,8 +314,11 @@ def added_events(a: Analysis, events: list, kern_idx: np.ndarray, op_idx: np.nda
 # --- the whole ----------------------------------------------------------------------
 
 
-def annotate(trace_path: str, analysis: Analysis, out_path: str) -> dict[str, Any]:
-    """Write the annotated trace to `out_path`; return what was done (counts)."""
+def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.DataFrame | None = None) -> dict[str, Any]:
+    """Write the annotated trace to `out_path`; return what was done (counts).
+
+    `modules` (per op `row`: `module`, as `views.rollup.module_of` gives) names each kernel's module.
+    """
     if analysis.meta.get("format") not in (None, "kineto"):
         raise FormatError(trace_path, f"annotating a {analysis.meta.get('format')} trace is not supported", "annotate a Kineto (PyTorch profiler) JSON trace")
     doc = load_document(trace_path)
@@ -329,14 +329,14 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str) -> dict[str, An
     n_in = len(events)
 
     # args additions on the input events (the events themselves stay where they are)
-    kargs = _kernel_args(analysis) if analysis.kernels.height else None
+    kargs = _kernel_args(analysis, modules) if analysis.kernels.height else None
     if kargs is not None:
         for r in kargs.iter_rows(named=True):
             e = events[kern_idx[r["kernel_id"]]]
             args = _args(e)
             args["traceflops.phase"] = r["phase"]
             args["traceflops.class"] = r["cls"]
-            args["traceflops.flops.aten"] = _num(r["flops"])
+            args["traceflops.flops"] = _num(r["flops"])
             args["traceflops.achieved_tflops"] = _tflops(r["flops"], r["dur"])
             args["traceflops.step"] = r["step"]
             for key in ("module", "bound", "intensity", "recoverable_us"):
@@ -347,7 +347,7 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str) -> dict[str, An
         args = _args(events[op_idx[op_id]])
         args["traceflops.phase"] = phase
         if matmul:
-            args["traceflops.flops.aten"] = _num(flops)
+            args["traceflops.flops"] = _num(flops)
             args["traceflops.ran"] = bool(ran)
 
     pid = _new_pid(events)
@@ -369,16 +369,14 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str) -> dict[str, An
     }
     doc["traceflops"] = {"annotated_from": Path(str(trace_path)).name, **summary,
                          "note": "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"}
-    write_atomic(out_path, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+    write_trace(out_path, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
     return {**summary, "path": str(out_path)}
 
 
-def write_atomic(path: str, data: bytes) -> None:
+def write_trace(path: str, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename over it; gzipped unless `path` ends in .json."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    try:
-        if p.name.endswith(".json"):
+    def write(tmp: Path) -> None:
+        if Path(path).name.endswith(".json"):
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
@@ -389,9 +387,8 @@ def write_atomic(path: str, data: bytes) -> None:
                 f.close()
                 raw.flush()
                 os.fsync(raw.fileno())
-        os.replace(tmp, p)
+
+    try:
+        write_atomic(path, write)
     except OSError as ex:
         raise InputError(str(path), f"cannot write ({ex.strerror or ex})", "check the directory exists and is writable") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()

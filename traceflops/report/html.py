@@ -29,9 +29,11 @@ from typing import Any
 
 import polars as pl
 
-from traceflops.pipeline import Analysis
+from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.core.vocab import PARTITION
+from traceflops.core.version import VERSION
+from traceflops.core import fmt
 
 MAX_POINTS = 1500  # roofline points drawn (the longest kernels)
 MAX_STEPS = 64
@@ -124,38 +126,6 @@ def e(v: Any) -> str:
     return escape("" if v is None else str(v), quote=True)
 
 
-def pct(v, digits: int = 1) -> str:
-    """A fraction as a percentage; tiny non-zero values keep two significant digits, never '-0.0%'."""
-    if v is None:
-        return "—"
-    x = float(v) * 100
-    if abs(x) < 1e-4:
-        x = 0.0
-    if x != 0 and abs(x) < 0.5 * 10**-digits:
-        return f"{x:.2g}%"
-    out = f"{x:.{digits}f}%"
-    return out[1:] if out.startswith("-") and float(out[:-1]) == 0 else out
-
-
-def ms(us) -> str:
-    return "—" if us is None else f"{us / 1e3:.3f} ms"
-
-
-def si(v, unit: str = "") -> str:
-    if v is None:
-        return "—"
-    v = float(v)
-    for u, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {u}{unit}"
-    return f"{v:.3g} {unit}".rstrip()
-
-
-def short(s: Any, n: int = 48) -> str:
-    s = "(none)" if s is None else str(s)
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
 def _f(v) -> float:
     return 0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
@@ -169,7 +139,7 @@ def _xy(v: float) -> str:
 
 def page(title: str, body: Iterable[str]) -> str:
     """The document shell: CSP forbids scripts and every remote load."""
-    pkg, version = "traceflops", _version()
+    pkg, version = "traceflops", VERSION
     return "".join(
         [
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -181,15 +151,6 @@ def page(title: str, body: Iterable[str]) -> str:
             "</body></html>\n",
         ]
     )
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("traceflops")
-    except Exception:  # noqa: BLE001 - not installed: no version shown
-        return ""
 
 
 def cards(items: list[tuple[str, str, str]]) -> str:
@@ -214,7 +175,7 @@ def table(headers: list[str], rows: list[list[Any]], left: Iterable[int] = (0,),
     head = "".join(f"<th{lcls if i in left or i in name_cols else ''}>{e(h)}</th>" for i, h in enumerate(headers))
     def cell(i: int, c: Any) -> str:
         if i in name_cols and c is not None and len(str(c)) > NAME_CHARS:
-            return f'<td class="name" title="{e(c)}">{e(short(c, NAME_CHARS))}</td>'
+            return f'<td class="name" title="{e(c)}">{e(fmt.short(c, NAME_CHARS))}</td>'
         return f"<td{cls(i)}>{e(c)}</td>"
 
     body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
@@ -265,12 +226,12 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
         xa, xb = sorted((sx(a), sx(b)))
         w = max(xb - xa, 0.75)
         color = TERM_COLORS.get(k, "#718096")
-        tip = f"{k}: {pct(v, 2)} of peak × step time — {TERM_HELP.get(k, '')}"
+        tip = f"{k}: {fmt.pct(v, 2)} of peak × step time — {TERM_HELP.get(k, '')}"
         out.append(
             f'<rect class="wf" data-term="{e(k)}" data-value="{v!r}" x="{_xy(xa)}" y="{y + 3}" width="{_xy(w)}" height="{row - 6}" fill="{color}">'
             f"<title>{e(tip)}</title></rect>"
         )
-        out.append(f'<text x="{_xy(xb + 6)}" y="{y + row * 0.68:.1f}">{pct(v, 2)}</text>')
+        out.append(f'<text x="{_xy(xb + 6)}" y="{y + row * 0.68:.1f}">{fmt.pct(v, 2)}</text>')
         if i + 1 < len(spans):
             out.append(f'<line x1="{_xy(sx(b))}" y1="{y + row - 3}" x2="{_xy(sx(b))}" y2="{y + row + 3}" stroke="#718096" stroke-dasharray="2,2"/>')
     y = top + len(spans) * row
@@ -278,9 +239,9 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
     out.append(f'<text x="{lab}" y="{y + row * 0.68:.1f}" text-anchor="end" font-weight="600">{total_label}</text>')
     out.append(
         f'<rect class="wf-total" data-value="{cum!r}" x="{_xy(sx(0))}" y="{y + 3}" width="{_xy(max(sx(cum) - sx(0), 0.75))}" height="{row - 6}" fill="#2d3748">'
-        f"<title>sum of the terms: {pct(cum, 3)}</title></rect>"
+        f"<title>sum of the terms: {fmt.pct(cum, 3)}</title></rect>"
     )
-    out.append(f'<text x="{_xy(sx(max(cum, 0)) + 6)}" y="{y + row * 0.68:.1f}" font-weight="600">{pct(cum, 2)}</text>')
+    out.append(f'<text x="{_xy(sx(max(cum, 0)) + 6)}" y="{y + row * 0.68:.1f}" font-weight="600">{fmt.pct(cum, 2)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -297,7 +258,7 @@ def stacked_rows_svg(rows: list[tuple[str, dict[str, float], str]], colors: dict
     out = [f'<svg class="{css_class}" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img">']
     for i, (label, parts, note) in enumerate(rows):
         y = 4 + i * row
-        out.append(f'<text x="{lab}" y="{y + row * 0.66:.1f}" text-anchor="end"><title>{e(label)}</title>{e(short(label, 28))}</text>')
+        out.append(f'<text x="{lab}" y="{y + row * 0.66:.1f}" text-anchor="end"><title>{e(label)}</title>{e(fmt.short(label, 28))}</text>')
         x = float(x0)
         whole = sum(_f(v) for v in parts.values())
         for k, c in colors.items():
@@ -305,8 +266,8 @@ def stacked_rows_svg(rows: list[tuple[str, dict[str, float], str]], colors: dict
             if v <= 0:
                 continue
             w = v / total * (x1 - x0)
-            amount = ms(v) if unit_us else f"{v:.4g}"
-            tip = f"{label}: {labels.get(k, k)} {amount} ({pct(v / whole if whole else None)})"
+            amount = fmt.ms(v) if unit_us else f"{v:.4g}"
+            tip = f"{label}: {labels.get(k, k)} {amount} ({fmt.pct(v / whole if whole else None)})"
             out.append(f'<rect data-part="{e(k)}" data-value="{v!r}" x="{_xy(x)}" y="{y + 3}" width="{_xy(max(w, 0.5))}" height="{row - 6}" fill="{c}"><title>{e(tip)}</title></rect>')
             x += w
         out.append(f'<text x="{_xy(x + 6)}" y="{y + row * 0.66:.1f}">{e(note)}</text>')
@@ -349,7 +310,7 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
             out.append(f'<line class="grid" x1="{_xy(lx(t))}" y1="{T}" x2="{_xy(lx(t))}" y2="{B}"/><text x="{_xy(lx(t))}" y="{B + 16}" text-anchor="middle">{t:g}</text>')
     for t in _log_ticks(ylo, yhi):
         if ylo <= t <= yhi:
-            out.append(f'<line class="grid" x1="{L}" y1="{_xy(ly(t))}" x2="{R}" y2="{_xy(ly(t))}"/><text x="{L - 6}" y="{_xy(ly(t) + 4)}" text-anchor="end">{e(si(t))}</text>')
+            out.append(f'<line class="grid" x1="{L}" y1="{_xy(ly(t))}" x2="{R}" y2="{_xy(ly(t))}"/><text x="{L - 6}" y="{_xy(ly(t) + 4)}" text-anchor="end">{e(fmt.si(t))}</text>')
     out.append(f'<line class="axis" x1="{L}" y1="{B}" x2="{R}" y2="{B}"/><line class="axis" x1="{L}" y1="{T}" x2="{L}" y2="{B}"/>')
     out.append(f'<text x="{(L + R) / 2}" y="{height - 8}" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
     out.append(f'<text transform="translate(14,{(T + B) / 2}) rotate(-90)" text-anchor="middle">achieved FLOP/s</text>')
@@ -360,11 +321,11 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
         path = " ".join(f"{_xy(lx(x))},{_xy(ly(y))}" for x, y in pts_line)
         color = CLS_COLORS.get(cls, "#4a5568")
         what = "tensor peak" if cls == "matmul" else "vector fp32 peak"
-        out.append(f'<polyline class="roof" points="{path}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="6,3"><title>{e(cls)} roof: {e(what)} {e(si(p, "FLOP/s"))}, HBM {e(si(b, "B/s"))}, ridge {ridge:.3g} FLOP/byte</title></polyline>')
-        out.append(f'<text x="{_xy(lx(max(ridge, xlo)) + 4)}" y="{_xy(ly(p) - 5)}" fill="{color}">{e(what)} {e(si(p, "FLOP/s"))}</text>')
+        out.append(f'<polyline class="roof" points="{path}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="6,3"><title>{e(cls)} roof: {e(what)} {e(fmt.si(p, "FLOP/s"))}, HBM {e(fmt.si(b, "B/s"))}, ridge {ridge:.3g} FLOP/byte</title></polyline>')
+        out.append(f'<text x="{_xy(lx(max(ridge, xlo)) + 4)}" y="{_xy(ly(p) - 5)}" fill="{color}">{e(what)} {e(fmt.si(p, "FLOP/s"))}</text>')
     for r in pts.iter_rows(named=True):
         color = CLS_COLORS.get(r["cls"], "#4a5568")
-        tip = f"{r['name']} — {r['cls']}, {r['dur']:.1f} µs, {r['intensity']:.3g} FLOP/B, {si(r['achieved'], 'FLOP/s')}, {r['bound'] or 'bound unknown'}"
+        tip = f"{r['name']} — {r['cls']}, {r['dur']:.1f} µs, {r['intensity']:.3g} FLOP/B, {fmt.si(r['achieved'], 'FLOP/s')}, {r['bound'] or 'bound unknown'}"
         out.append(f'<circle cx="{_xy(lx(r["intensity"]))}" cy="{_xy(ly(r["achieved"]))}" r="3" fill="{color}" fill-opacity="0.55"><title>{e(tip)}</title></circle>')
     out.append("</svg>")
     note = f"{pts.height} of {total} kernels with known FLOPs and bytes shown (the longest)." if total > pts.height else f"{total} kernels with known FLOPs and bytes."
@@ -380,16 +341,16 @@ def headline(a: Analysis) -> str:
     t, hw, m = a.totals, a.hardware or {}, a.model or {}
     peak = hw.get("peak_flops")
     items = [
-        ("MFU", pct(t.get("mfu")), f"no attention {pct(t.get('mfu_no_attention'))}"),
-        ("HFU", pct(t.get("hfu")), "executed FLOPs, recompute included"),
+        ("MFU", fmt.pct(t.get("mfu")), f"no attention {fmt.pct(t.get('mfu_no_attention'))}"),
+        ("HFU", fmt.pct(t.get("hfu")), "executed FLOPs, recompute included"),
         ("band", m.get("band") or "—", "dense training rule of thumb" if m.get("band") else "not applicable"),
-        ("peak", si(peak, "FLOP/s") if peak else "unknown", f"{hw.get('name') or 'hardware unknown'}, dense {hw.get('precision') or '?'}"),
-        ("model FLOPs", str(m.get("source") or "—"), f"{m.get('mode') or ''}; coverage {pct(t.get('flops_coverage'))}"),
-        ("wall", ms(t.get("wall_us")), f"{a.steps.height} step(s)"),
+        ("peak", fmt.si(peak, "FLOP/s") if peak else "unknown", f"{hw.get('name') or 'hardware unknown'}, dense {hw.get('precision') or '?'}"),
+        ("model FLOPs", str(m.get("source") or "—"), f"{m.get('mode') or ''}; coverage {fmt.pct(t.get('flops_coverage'))}"),
+        ("wall", fmt.ms(t.get("wall_us")), f"{a.steps.height} step(s)"),
     ]
     out = cards(items)
     if t.get("mfu_by_precision"):
-        out += '<p class="sub">MFU by peak: ' + e(", ".join(f"{p} {pct(v)}" for p, v in t["mfu_by_precision"].items())) + "</p>"
+        out += '<p class="sub">MFU by peak: ' + e(", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())) + "</p>"
     if m.get("note"):
         out += f'<p class="sub">{e(m["note"])}</p>'
     if hw.get("source"):
@@ -399,8 +360,8 @@ def headline(a: Analysis) -> str:
 
 def phase_flops_table(a: Analysis) -> str:
     t = a.totals
-    rows = [[p, t["matmul_count"][p], si(t["flops"][p], "FLOP")] for p in PHASES]
-    rows.append(["executed", sum(t["matmul_count"].values()), si(t["flops"]["executed"], "FLOP")])
+    rows = [[p, t["matmul_count"][p], fmt.si(t["flops"][p], "FLOP")] for p in PHASES]
+    rows.append(["executed", sum(t["matmul_count"].values()), fmt.si(t["flops"]["executed"], "FLOP")])
     return table(["phase", "matmul ops", "FLOPs"], rows)
 
 
@@ -408,7 +369,7 @@ def steps_svg(a: Analysis) -> str:
     rows = []
     for s in a.steps.head(MAX_STEPS).iter_rows(named=True):
         parts = {c: s.get(f"time_{c}") for c in PARTITION}
-        note = f"{ms(s['window'])} · MFU {pct(s.get('mfu'))}" + (" (last)" if s.get("last") else "")
+        note = f"{fmt.ms(s['window'])} · MFU {fmt.pct(s.get('mfu'))}" + (" (last)" if s.get("last") else "")
         rows.append((s["name"], parts, note))
     more = f'<p class="mute">First {MAX_STEPS} of {a.steps.height} steps.</p>' if a.steps.height > MAX_STEPS else ""
     return legend(PART_COLORS, PART_LABELS) + stacked_rows_svg(rows, PART_COLORS, PART_LABELS, css_class="steps") + more
@@ -417,14 +378,14 @@ def steps_svg(a: Analysis) -> str:
 def time_table(a: Analysis) -> str:
     t = a.totals
     wall = t.get("wall_us") or 0.0
-    rows = [[PART_LABELS[k], ms(v), pct(v / wall if wall else None)] for k, v in (t.get("time_us") or {}).items()]
+    rows = [[PART_LABELS[k], fmt.ms(v), fmt.pct(v / wall if wall else None)] for k, v in (t.get("time_us") or {}).items()]
     out = table(["time class", "time", "share of wall"], rows)
     ov = t.get("overlay_us") or {}
     if ov:
-        out += '<p class="sub">Overlays (cut across the partition): ' + e(", ".join(f"{k.replace('_', ' ')} {ms(v)}" for k, v in ov.items())) + "</p>"
+        out += '<p class="sub">Overlays (cut across the partition): ' + e(", ".join(f"{k.replace('_', ' ')} {fmt.ms(v)}" for k, v in ov.items())) + "</p>"
     ir = t.get("idle_us_by_reason")
     if ir and any(ir.values()):
-        out += table(["idle reason", "time"], [[k.replace("_", " "), ms(v)] for k, v in ir.items() if v])
+        out += table(["idle reason", "time"], [[k.replace("_", " "), fmt.ms(v)] for k, v in ir.items() if v])
     return out
 
 
@@ -436,11 +397,11 @@ def modules_svg(a: Analysis) -> str:
         return '<p class="mute">No device kernels in this trace: no per-module roll-up.</p>'
     top = bm.filter(pl.col("module").is_not_null()).sort("time_us", descending=True).head(20)
     rows = [
-        (r["module"], {p: r[f"time_{p}"] for p in PHASES}, f"{ms(r['time_us'])} · recompute {pct(r['recompute_share'])}")
+        (r["module"], {p: r[f"time_{p}"] for p in PHASES}, f"{fmt.ms(r['time_us'])} · recompute {fmt.pct(r['recompute_share'])}")
         for r in top.iter_rows(named=True)
     ]
     rec = bm["time_recompute"].sum()
-    note = f'<p class="sub">Recompute: {e(ms(rec))} of {e(ms(bm["time_us"].sum()))} kernel time. Top {len(rows)} of {bm.height} modules by kernel time.</p>'
+    note = f'<p class="sub">Recompute: {e(fmt.ms(rec))} of {e(fmt.ms(bm["time_us"].sum()))} kernel time. Top {len(rows)} of {bm.height} modules by kernel time.</p>'
     return legend(PHASE_COLORS) + stacked_rows_svg(rows, PHASE_COLORS, css_class="modules") + note
 
 
@@ -451,7 +412,7 @@ def kernels_tables(a: Analysis) -> str:
     if bk is None or bk.height == 0:
         return '<p class="mute">No device kernels in this trace.</p>'
     rows = [
-        [r["name"], r["cls"], r["count"], ms(r["total_us"]), pct(r["share"]), f"{r['mean_us']:.1f}",
+        [r["name"], r["cls"], r["count"], fmt.ms(r["total_us"]), fmt.pct(r["share"]), f"{r['mean_us']:.1f}",
          "—" if r["tflops"] is None else f"{r['tflops']:.1f}", ", ".join(r["phases"] or [])]
         for r in bk.head(MAX_ROWS).iter_rows(named=True)
     ]
@@ -459,9 +420,9 @@ def kernels_tables(a: Analysis) -> str:
     tk = top_kernels_frame(a)
     if tk is not None and tk.height and tk["recoverable_us"].sum():
         rows = [
-            [r["name"], r["cls"], r["bound"] or "—", r["count"], ms(r["dur_us"]), ms(r["recoverable_us"]),
+            [r["name"], r["cls"], r["bound"] or "—", r["count"], fmt.ms(r["dur_us"]), fmt.ms(r["recoverable_us"]),
              "—" if r["median_intensity"] is None else f"{r['median_intensity']:.3g}",
-             pct(r["median_flops_frac"]), pct(r["median_bw_frac"])]
+             fmt.pct(r["median_flops_frac"]), fmt.pct(r["median_bw_frac"])]
             for r in tk.head(MAX_ROWS).iter_rows(named=True)
         ]
         out += "<h3>Most recoverable time (roofline floor)</h3>"
@@ -513,7 +474,7 @@ def render_html(a: Analysis, title: str | None = None) -> str:
     ]
     if a.outside_steps:
         o = a.outside_steps
-        body.append(f'<p class="sub">Outside every step: {e(o["kernels"])} device activities, {e(ms(o["device_us"]))} (not in the totals).</p>')
+        body.append(f'<p class="sub">Outside every step: {e(o["kernels"])} device activities, {e(fmt.ms(o["device_us"]))} (not in the totals).</p>')
     return page(title, body)
 
 
@@ -528,11 +489,11 @@ def render_job_html(job, title: str | None = None) -> str:
     hw = (first.hardware if first else None) or {}
     ck = job.clock or {}
     items = [
-        ("job MFU", pct(t.get("mfu")), "step time = slowest rank's"),
-        ("job HFU", pct(t.get("hfu")), f"devices = world size {t.get('world_size')}"),
-        ("peak", si(hw.get("peak_flops"), "FLOP/s") if hw.get("peak_flops") else "unknown", f"{hw.get('name') or '?'}, dense {hw.get('precision') or '?'}"),
-        ("wall", ms(t.get("wall_us")), f"{job.steps.height if job.steps is not None else 0} step(s), {len(job.summaries)} traces"),
-        ("arrival skew", ms(t.get("arrival_skew_us")), f"transfer {ms(t.get('transfer_us'))}"),
+        ("job MFU", fmt.pct(t.get("mfu")), "step time = slowest rank's"),
+        ("job HFU", fmt.pct(t.get("hfu")), f"devices = world size {t.get('world_size')}"),
+        ("peak", fmt.si(hw.get("peak_flops"), "FLOP/s") if hw.get("peak_flops") else "unknown", f"{hw.get('name') or '?'}, dense {hw.get('precision') or '?'}"),
+        ("wall", fmt.ms(t.get("wall_us")), f"{job.steps.height if job.steps is not None else 0} step(s), {len(job.summaries)} traces"),
+        ("arrival skew", fmt.ms(t.get("arrival_skew_us")), f"transfer {fmt.ms(t.get('transfer_us'))}"),
         ("clock residual", "—" if ck.get("residual_skew_us") is None else f"{ck['residual_skew_us']:.2f} µs", f"{t.get('collectives_matched', 0)} matched collectives"),
     ]
     body = [f"<h1>{e(title)}</h1>", cards(items), f"<h2>Warnings ({len(job.warnings)})</h2>", warnings_list(job.warnings)]
@@ -540,35 +501,35 @@ def render_job_html(job, title: str | None = None) -> str:
     rows = []
     for r in job.ranks.iter_rows(named=True):
         parts = {c: r.get(f"time_{c}") for c in PARTITION}
-        rows.append((f"rank {r['rank']}", parts, f"{ms(r['wall_us'])} · device MFU {pct(r['device_mfu'])} · HFU {pct(r['hfu'])}"))
+        rows.append((f"rank {r['rank']}", parts, f"{fmt.ms(r['wall_us'])} · device MFU {fmt.pct(r['device_mfu'])} · HFU {fmt.pct(r['hfu'])}"))
     body.append(legend(PART_COLORS, PART_LABELS) + stacked_rows_svg(rows, PART_COLORS, PART_LABELS, css_class="ranks"))
     body.append(table(["rank", "trace", "wall", "device MFU", "HFU", "executed FLOPs", "recompute FLOPs"],
-                      [[r["rank"], r["path"], ms(r["wall_us"]), pct(r["device_mfu"]), pct(r["hfu"]), si(r["executed_flops"], "FLOP"),
-                        si(r["recompute_flops"], "FLOP")] for r in job.ranks.iter_rows(named=True)], left=(1,), name_cols=(1,)))
+                      [[r["rank"], r["path"], fmt.ms(r["wall_us"]), fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]), fmt.si(r["executed_flops"], "FLOP"),
+                        fmt.si(r["recompute_flops"], "FLOP")] for r in job.ranks.iter_rows(named=True)], left=(1,), name_cols=(1,)))
     budgets = [(s.rank, (s.totals or {}).get("loss_budget")) for s in job.summaries]
     if any(b for _, b in budgets):
         terms = next(list(b) for _, b in budgets if b)
         body.append("<h2>Loss budget per rank</h2>")
         body.append(table(["rank", *[k.replace("_", " ") for k in terms]],
-                          [[r, *[pct((b or {}).get(k)) for k in terms]] for r, b in budgets]))
+                          [[r, *[fmt.pct((b or {}).get(k)) for k in terms]] for r, b in budgets]))
     if job.steps is not None and job.steps.height:
         body.append("<h2>Job steps</h2>")
         body.append(table(["step", "step time (slowest rank)", "slowest rank", "ranks", "MFU", "HFU"],
-                          [[r["step"], ms(r["step_us"]), r["slowest_rank"], r["ranks"], pct(r["mfu"]), pct(r["hfu"])]
+                          [[r["step"], fmt.ms(r["step_us"]), r["slowest_rank"], r["ranks"], fmt.pct(r["mfu"]), fmt.pct(r["hfu"])]
                            for r in job.steps.iter_rows(named=True)]))
     if job.stragglers is not None and job.stragglers.height:
         body.append("<h2>Stragglers (the rank the others waited for)</h2>")
         body.append(table(["step", "rank", "others waited", "why"],
-                          [[r["step"], r["rank"], ms(r["wait_us"]), r["reason"]] for r in job.stragglers.iter_rows(named=True)]))
+                          [[r["step"], r["rank"], fmt.ms(r["wait_us"]), r["reason"]] for r in job.stragglers.iter_rows(named=True)]))
     if job.collectives is not None and job.collectives.height:
         c = job.collectives.sort("arrival_skew_us", descending=True).head(MAX_ROWS)
         body.append("<h2>Collectives with the most arrival skew</h2>")
         body.append(table(["group", "seq", "kind", "step", "bytes", "ranks", "arrival skew", "last rank", "transfer", "bus GB/s"],
-                          [[r["pg"], r["seq"], r["kind"], r["step"], si(r["bytes"], "B"), r["ranks"], ms(r["arrival_skew_us"]), r["last_rank"],
-                            ms(r["transfer_us"]), "—" if r.get("busbw_gbps") is None else f"{r['busbw_gbps']:.1f}"] for r in c.iter_rows(named=True)],
+                          [[r["pg"], r["seq"], r["kind"], r["step"], fmt.si(r["bytes"], "B"), r["ranks"], fmt.ms(r["arrival_skew_us"]), r["last_rank"],
+                            fmt.ms(r["transfer_us"]), "—" if r.get("busbw_gbps") is None else f"{r['busbw_gbps']:.1f}"] for r in c.iter_rows(named=True)],
                           left=(0, 2)))
     if job.pipeline is not None and job.pipeline.height:
         body.append("<h2>Pipeline bubbles (P2P time)</h2>")
         body.append(table(["rank", "step", "P2P", "share of step", "ideal bubble"],
-                          [[r["rank"], r["step"], ms(r["p2p_us"]), pct(r["bubble"]), pct(r["ideal_bubble"])] for r in job.pipeline.iter_rows(named=True)]))
+                          [[r["rank"], r["step"], fmt.ms(r["p2p_us"]), fmt.pct(r["bubble"]), fmt.pct(r["ideal_bubble"])] for r in job.pipeline.iter_rows(named=True)]))
     return page(title, body)

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from traceflops.views.job import Job
+from traceflops.core.results import Job
 from traceflops.report.jsonreport import SCHEMA
-from traceflops.report.terminal import _pct
+from traceflops.core import fmt
 
 
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
@@ -53,7 +53,7 @@ def render(job: Job, console: Console | None = None) -> None:
     c.print(f"[bold]job of {t['world_size']} ranks[/bold] ({len(job.summaries)} traces)")
     src = t.get("model_source")
     label = {"trace": "model FLOPs from the trace (forward + backward matmuls)", "flags": "model FLOPs from flags", "config": "model FLOPs from the config"}.get(src, "model FLOPs unknown")
-    c.print(f"[bold]MFU {_pct(t['mfu'])}   HFU {_pct(t['hfu'])}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
+    c.print(f"[bold]MFU {fmt.pct(t['mfu'])}   HFU {fmt.pct(t['hfu'])}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
     ck = job.clock
     if ck.get("residual_skew_us") is not None:
         c.print(f"clocks aligned on {t['collectives_matched']} matched collectives; residual skew {ck['residual_skew_us']:.2f} us")
@@ -62,7 +62,7 @@ def render(job: Job, console: Console | None = None) -> None:
     for col in ("rank", "wall (ms)", "device MFU", "HFU", "matmul", "other", "comm exposed", "idle"):
         rt.add_column(col, justify="right")
     for r in job.ranks.iter_rows(named=True):
-        rt.add_row(str(r["rank"]), f"{(r['wall_us'] or 0) / 1e3:.3f}", _pct(r["device_mfu"]), _pct(r["hfu"]),
+        rt.add_row(str(r["rank"]), f"{(r['wall_us'] or 0) / 1e3:.3f}", fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]),
                    *[f"{(r.get(f'time_{k}') or 0) / 1e3:.2f}" for k in ("matmul", "other_compute", "communication_exposed", "idle")])
     c.print(rt)
     if job.steps.height:
@@ -70,7 +70,7 @@ def render(job: Job, console: Console | None = None) -> None:
         for col in ("step", "step time (ms)", "slowest rank", "ranks", "MFU", "HFU"):
             jt.add_column(col, justify="right")
         for r in job.steps.iter_rows(named=True):
-            jt.add_row(str(r["step"]), f"{r['step_us'] / 1e3:.3f}", str(r["slowest_rank"]), str(r["ranks"]), _pct(r["mfu"]), _pct(r["hfu"]))
+            jt.add_row(str(r["step"]), f"{r['step_us'] / 1e3:.3f}", str(r["slowest_rank"]), str(r["ranks"]), fmt.pct(r["mfu"]), fmt.pct(r["hfu"]))
         c.print(jt)
     if job.collectives.height:
         ct = Table(title="Collectives (clock-aligned; longest arrival skew first)")
@@ -91,6 +91,6 @@ def render(job: Job, console: Console | None = None) -> None:
     if job.pipeline is not None and job.pipeline.height and job.pipeline["ideal_bubble"][0] is not None:
         p = job.pipeline
         ideal = p["ideal_bubble"][0]
-        c.print(f"pipeline: P2P time {_pct(p['bubble'].mean())} of step time (ideal bubble {_pct(ideal)})")
+        c.print(f"pipeline: P2P time {fmt.pct(p['bubble'].mean())} of step time (ideal bubble {fmt.pct(ideal)})")
     for w in job.warnings:
         c.print(f"[yellow]warning:[/yellow] {escape(w)}")

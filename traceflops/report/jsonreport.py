@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from traceflops.pipeline import Analysis
+from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.core.vocab import OVERLAYS
 from traceflops.core.vocab import PARTITION

@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceflops.pipeline import Analysis
+from traceflops.core.results import Analysis
+from traceflops.core.files import write_atomic
 
 # --- per-kernel frames (computed by the analysis; None on a CPU-only trace) ---
 
@@ -45,9 +46,7 @@ def collectives_frame(a: Analysis) -> pl.DataFrame | None:
     """Communication kernels with group, kind, payload (job.collectives); None on a CPU trace."""
     if a.kernels is None or a.kernels.height == 0:
         return None
-    from traceflops.views.job import collectives
-
-    return collectives(a)
+    return a.collectives
 
 
 # --- frames -----------------------------------------------------------------
@@ -112,16 +111,6 @@ def flat(df: pl.DataFrame, *, nested: bool) -> pl.DataFrame:
     return pl.DataFrame(cols) if cols else df
 
 
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_frames(named: dict[str, pl.DataFrame], directory: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """Write each frame as NAME.parquet and NAME.csv under `directory` (created if needed).
 
@@ -132,8 +121,8 @@ def write_frames(named: dict[str, pl.DataFrame], directory: str | os.PathLike) -
     written: dict[str, dict[str, Any]] = {}
     for name, df in named.items():
         pq, csv = d / f"{name}.parquet", d / f"{name}.csv"
-        _atomic(pq, lambda p, df=df: flat(df, nested=True).write_parquet(p))
-        _atomic(csv, lambda p, df=df: flat(df, nested=False).write_csv(p))
+        write_atomic(pq, lambda p, df=df: flat(df, nested=True).write_parquet(p))
+        write_atomic(csv, lambda p, df=df: flat(df, nested=False).write_csv(p))
         written[name] = {"rows": df.height, "parquet": str(pq), "csv": str(csv)}
     return written
 

@@ -6,25 +6,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from traceflops.pipeline import Analysis
+from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.report.jsonreport import step_rows
-
-
-def _pct(v) -> str:
-    if v is None:
-        return "—"
-    return f"{v:.3%}" if 0 < abs(v) < 0.001 else f"{v:.1%}"
-
-
-def _flops(v) -> str:
-    if v is None:
-        return "—"
-    v = float(v)
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g}{unit}"
-    return f"{v:.0f}"
+from traceflops.core import fmt
 
 
 def render(a: Analysis, console: Console | None = None) -> None:
@@ -33,29 +18,29 @@ def render(a: Analysis, console: Console | None = None) -> None:
     hw = a.hardware
     c.print(f"[bold]{escape(str(a.meta.get('path')))}[/bold]  ({a.meta.get('format')}, rank {a.meta.get('rank')})")
     if hw:
-        c.print(f"hardware: {escape(hw['name'])}, dense {hw['precision']} peak {_flops(hw['peak_flops'])}FLOP/s [dim](source in --format json)[/dim]")
+        c.print(f"hardware: {escape(hw['name'])}, dense {hw['precision']} peak {fmt.flops(hw['peak_flops'])}FLOP/s [dim](source in --format json)[/dim]")
     else:
         c.print("hardware: unknown (give --hardware or --peak-tflops)")
     m = a.model or {}
     src = m.get("source")
     c.print(
-        f"[bold]MFU {_pct(t.get('mfu'))}[/bold] (no attention {_pct(t.get('mfu_no_attention'))})   "
-        f"[bold]HFU {_pct(t.get('hfu'))}[/bold]   model FLOPs: {src}, {m.get('mode')}"
+        f"[bold]MFU {fmt.pct(t.get('mfu'))}[/bold] (no attention {fmt.pct(t.get('mfu_no_attention'))})   "
+        f"[bold]HFU {fmt.pct(t.get('hfu'))}[/bold]   model FLOPs: {src}, {m.get('mode')}"
     )
     if t.get("mfu_by_precision"):
-        c.print("MFU by peak: " + ", ".join(f"{p} {_pct(v)}" for p, v in t["mfu_by_precision"].items()))
+        c.print("MFU by peak: " + ", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items()))
     if m.get("band"):
         c.print(f"band: {m['band']}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
     cov = t.get("flops_coverage")
-    c.print(f"wall {t['wall_us'] / 1e3:.3f} ms over {a.steps.height} step(s); FLOPs known for {_pct(cov)} of matmul time")
+    c.print(f"wall {t['wall_us'] / 1e3:.3f} ms over {a.steps.height} step(s); FLOPs known for {fmt.pct(cov)} of matmul time")
 
     tab = Table(title="Matmul FLOPs by phase")
     tab.add_column("phase")
     tab.add_column("matmul ops", justify="right")
     tab.add_column("FLOPs", justify="right")
     for p in PHASES:
-        tab.add_row(p, str(t["matmul_count"][p]), _flops(t["flops"][p]))
-    tab.add_row("[bold]executed[/bold]", str(sum(t["matmul_count"].values())), _flops(t["flops"]["executed"]))
+        tab.add_row(p, str(t["matmul_count"][p]), fmt.flops(t["flops"][p]))
+    tab.add_row("[bold]executed[/bold]", str(sum(t["matmul_count"].values())), fmt.flops(t["flops"]["executed"]))
     c.print(tab)
 
     lb = t.get("loss_budget")
@@ -66,7 +51,7 @@ def render(a: Analysis, console: Console | None = None) -> None:
         bt.add_column("")
         for k, v in lb.items():
             bar = "" if v is None or v <= 0 else "█" * max(1, round(v * 40))
-            bt.add_row(k, _pct(v), bar)
+            bt.add_row(k, fmt.pct(v), bar)
         c.print(bt)
     tu = t.get("time_us")
     if tu:
@@ -83,10 +68,10 @@ def render(a: Analysis, console: Console | None = None) -> None:
             escape(s["name"]) + (" (last)" if s["last"] else ""),
             f"{s['start_us']:.1f}",
             f"{s['dur_us'] / 1e3:.3f}",
-            _flops(s["flops"]["executed"]),
-            _flops(s["flops"]["recompute"]),
-            _pct(s["mfu"]),
-            _pct(s["hfu"]),
+            fmt.flops(s["flops"]["executed"]),
+            fmt.flops(s["flops"]["recompute"]),
+            fmt.pct(s["mfu"]),
+            fmt.pct(s["hfu"]),
         )
     c.print(st)
     if a.top_kernels is not None and a.top_kernels.height:
@@ -103,7 +88,7 @@ def render(a: Analysis, console: Console | None = None) -> None:
         for col in ("time (ms)", "recompute share"):
             mt.add_column(col, justify="right", no_wrap=True)
         for r in a.by_module.sort("time_recompute", descending=True).head(8).iter_rows(named=True):
-            mt.add_row(escape(str(r["module"])[:60]), f"{r['time_us'] / 1e3:.3f}", _pct(r["recompute_share"]))
+            mt.add_row(escape(str(r["module"])[:60]), f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["recompute_share"]))
         c.print(mt)
     if a.outside_steps:
         o = a.outside_steps
@@ -111,13 +96,13 @@ def render(a: Analysis, console: Console | None = None) -> None:
     if a.advice:
         c.print("[bold]What to try, by the step time it would recover[/bold]")
         for i, item in enumerate(a.advice[:6], 1):
-            c.print(f" {i}. {escape(item['title'])}  [bold]{_pct(item['recoverable'])}[/bold]")
+            c.print(f" {i}. {escape(item['title'])}  [bold]{fmt.pct(item['recoverable'])}[/bold]")
             for ev in item["evidence"][:2]:
                 c.print(f"    [dim]{escape(ev)}[/dim]")
             c.print(f"    try: {escape('; '.join(item['remedies'][:3]))}")
     ss = a.step_stats or {}
     flagged = [o for o in ss.get("outliers") or []] + [w for w in ss.get("warmup") or []]
     if flagged:
-        c.print(f"steps: CV {_pct(ss.get('cv'))}; flagged: " + ", ".join(escape(str(x.get("name", x.get("step")))) for x in flagged))
+        c.print(f"steps: CV {fmt.pct(ss.get('cv'))}; flagged: " + ", ".join(escape(str(x.get("name", x.get("step")))) for x in flagged))
     for w in a.warnings:
         c.print(f"[yellow]warning:[/yellow] {escape(w)}")

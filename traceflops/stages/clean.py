@@ -1,6 +1,4 @@
-"""Sanity of a `Trace` before analysis, and conservation checks after it.
-
-Before: pure functions over the trace tables, each returning the cleaned frame
+"""Sanity of a `Trace` before analysis: pure functions over the trace tables, each returning the cleaned frame
 and what it counted, so `clean` can put every count in `trace.warnings`
 (nothing is dropped or changed silently):
 
@@ -33,30 +31,17 @@ and what it counted, so `clean` can put every count in `trace.warnings`
   warns: a rescale would be a guess, and a wrong one silently scales every
   rate by 1000.
 
-After: `check_analysis` raises `InternalError` (exit 4) instead of letting a
-broken invariant become a number: every device activity is in exactly one
-time class, each (device, step) time partition sums to its window
-(`timeline.check_partition`), and every fully known loss budget sums to 1
-(`budget.check_budget`). `checked` wraps `analysis.analyze_trace` with both,
-and turns the same two checks, when they fire inside the pipeline, into
-`InternalError` too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 import polars as pl
 
-from traceflops.metrics import budget as bd
-from traceflops.stages import timeline as tl
-from traceflops.core.errors import EmptyTraceError, InternalError
+from traceflops.core.errors import EmptyTraceError
 from traceflops.core.trace import Trace, Warnings
-from traceflops.core.vocab import BUSY_CLASSES
 
 MAX_TIME_US = 1e19
 # No profile spans a day: an event this far from the trace's median time has a corrupt timestamp,
@@ -67,14 +52,11 @@ NS_TS_US = 1e17
 NS_SPAN_US = 1e12
 NS_MEDIAN_DUR_US = 1e4
 NS_MIN_EVENTS = 20
-CLASSES = BUSY_CLASSES  # matmul, other_compute, memcpy, memset, communication
 
 OP_KEY = ("name", "cat", "pid", "tid", "ts", "dur", "ext_id", "seq")
 KERNEL_KEY = ("name", "kind", "device", "stream", "ts", "dur", "correlation")
 LAUNCH_KEY = ("name", "pid", "tid", "ts", "dur", "correlation")
 STEP_KEY = ("step", "name", "pid", "tid", "ts", "dur")
-
-_BUG = "this is a bug in traceflops: rerun with --debug and report it with the traceback"
 
 
 # ---------------------------------------------------------------- before
@@ -284,90 +266,3 @@ def clean(trace: Trace) -> Trace:
 # ---------------------------------------------------------------- after
 
 
-def check_classes(kernels: pl.DataFrame, path: str | None = None) -> None:
-    """Every device activity in exactly one time class (`cls` one of CLASSES, never null)."""
-    if kernels.height == 0:
-        return
-    if "cls" not in kernels.columns:
-        raise InternalError(path, "device activities were never classified", _BUG)
-    bad = kernels.filter(~pl.col("cls").is_in(list(CLASSES)).fill_null(False))
-    if bad.height:
-        seen = bad.select(pl.col("cls").cast(pl.Utf8).fill_null("null")).unique().to_series().to_list()[:5]
-        raise InternalError(path, f"{bad.height} device activities have no valid time class (cls: {', '.join(seen)})", _BUG)
-
-
-def check_partition(part: pl.DataFrame | None, path: str | None = None) -> None:
-    """timeline.check_partition, as an InternalError."""
-    if part is None or part.height == 0:
-        return
-    try:
-        tl.check_partition(part)
-    except ValueError as e:
-        raise InternalError(path, f"conservation check failed: {e}", _BUG) from e
-
-
-def check_budgets(budgets: list[dict[str, Any] | None], path: str | None = None) -> None:
-    """budget.check_budget on every fully known budget, as an InternalError."""
-    for b in budgets:
-        if b is None:
-            continue
-        try:
-            bd.check_budget(b)
-        except ValueError as e:
-            raise InternalError(path, f"conservation check failed: {e}", _BUG) from e
-
-
-def check_analysis(a: Any) -> None:
-    """The conservation checks on a finished `Analysis` (raise InternalError, exit 4)."""
-    path = a.trace.meta.get("path")
-    check_classes(a.kernels, path)
-    check_partition(a.partition, path)
-    budgets = list(a.steps["loss_budget"]) if "loss_budget" in a.steps.columns else []
-    check_budgets(budgets + [a.totals.get("loss_budget")], path)
-
-
-_CHECK_CODES = {tl.check_partition.__code__: "time partition", bd.check_budget.__code__: "loss budget"}
-
-
-def _raised_by_check(e: BaseException) -> str | None:
-    """Which conservation check raised `e` (its innermost frame), or None."""
-    tb = e.__traceback__
-    last = None
-    while tb is not None:
-        last = tb.tb_frame.f_code
-        tb = tb.tb_next
-    return _CHECK_CODES.get(last)
-
-
-def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap `analyze_trace(trace, opt)`: `clean` first, `check_analysis` last, checks as InternalError."""
-
-    @functools.wraps(fn)
-    def run(trace: Trace, *args, **kwargs):
-        trace = clean(trace)
-        try:
-            result = fn(trace, *args, **kwargs)
-        except ValueError as e:
-            which = _raised_by_check(e)
-            if which is None:
-                raise
-            raise InternalError(trace.meta.get("path"), f"{which} conservation check failed: {e}", _BUG) from e
-        check_analysis(result)
-        return result
-
-    return run
-
-
-__all__ = [
-    "KernelTimeCounts",
-    "check_analysis",
-    "check_budgets",
-    "check_classes",
-    "check_partition",
-    "checked",
-    "clean",
-    "clean_kernel_times",
-    "drop_duplicates",
-    "drop_implausible_times",
-    "time_unit_suspicion",
-]

@@ -15,6 +15,7 @@ import polars as pl
 
 from traceflops.flops import aten as registry
 from traceflops.stages.link import spread
+from traceflops.stages.link import by_row, nearest
 
 FLOP_COLS = {
     "flops": pl.Int64,
@@ -202,3 +203,33 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
 def _first_dtype(types: str) -> str | None:
     t = orjson.loads(types)
     return registry.dtype_of(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None
+
+
+def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Matmul-class kernels: compute kernels launched under an executed leaf matmul op.
+
+    The op's FLOPs are shared among its compute kernels in proportion to duration.
+    """
+    if kernels.height == 0:
+        return kernels.with_columns(
+            cls=pl.lit(None, pl.Utf8), matmul_row=pl.lit(None, pl.Int64), flops=pl.lit(None, pl.Float64)
+        )
+    parent = ops["parent"].to_numpy()
+    leaf = ops["matmul"].to_numpy()
+    near = nearest(parent, leaf)
+    op_row = kernels["op_row"].fill_null(-1).to_numpy()
+    mm_row = np.where(op_row >= 0, near[np.maximum(op_row, 0)], -1)
+    kernels = kernels.with_columns(matmul_row=pl.Series(mm_row, dtype=pl.Int64)).with_columns(
+        matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
+    )
+    is_mm = (pl.col("kind") == "compute") & pl.col("matmul_row").is_not_null()
+    kernels = kernels.with_columns(
+        cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
+    )
+    # Only the op's matmul kernels share its FLOPs (a memset it launched does none).
+    mm_dur = pl.when(pl.col("cls") == "matmul").then(pl.col("dur")).otherwise(0.0)
+    share = pl.col("dur") / mm_dur.sum().over("matmul_row")
+    op_flops = by_row(ops, kernels["matmul_row"], "flops").to_series()
+    return kernels.with_columns(
+        flops=pl.when(pl.col("cls") == "matmul").then(op_flops * share.fill_nan(1.0))
+    )

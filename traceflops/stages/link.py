@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.trace import Trace
+from traceflops.core.trace import thread_order
 
 # Slack for float-rounded ends: a child may end a few ns after its parent.
 _EPS_US = 1e-3
@@ -106,32 +107,6 @@ class Linked:
     ops: pl.DataFrame  # + parent (row index into ops, -1 none), depth
     kernels: pl.DataFrame  # + launch_name, launch_tid, launch_ts, op_row (row index into ops or null)
     launches: pl.DataFrame  # + op_row
-
-
-OP_ORDER = (["pid", "tid", "ts", "dur", "op_id"], [False, False, False, True, False])
-
-
-def in_thread_order(ops: pl.DataFrame) -> bool:
-    """Each op sorts at or before the next by OP_ORDER (nulls first): one pass over neighbours, no sort."""
-    if ops.height < 2:
-        return True
-    cols, desc = OP_ORDER
-    after = None  # "this row is not after the next one", built from the last key to the first
-    for c, d in reversed(list(zip(cols, desc))):
-        a, b = pl.col(c), pl.col(c).shift(-1)
-        before = (a.is_null() & b.is_not_null()) | (a.is_not_null() & b.is_not_null() & ((a > b) if d else (a < b)))
-        same = a.eq_missing(b)
-        after = before if after is None else before | (same & after)
-    ok = ops.select(after.fill_null(True).head(ops.height - 1).all()).item()  # the last row has no next
-    return bool(ok)
-
-
-def thread_order(ops: pl.DataFrame) -> pl.DataFrame:
-    """Ops by host thread, then start, outer before inner (longer first); a no-op when already so."""
-    if in_thread_order(ops):
-        return ops  # the Kineto parser emits this order: no copy of the table
-    cols, desc = OP_ORDER
-    return ops.sort(cols, descending=desc)
 
 
 def thread_codes(ops: pl.DataFrame) -> np.ndarray:

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.stages.link import Linked, by_row, nearest
+from traceflops.core.vocab import PROFILER_STEP_RE
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
 _NODE_RE = re.compile(r"^(?:autograd::engine::evaluate_function: )?([\w:.]*Backward\d*)$")
@@ -20,7 +21,6 @@ _OPT_RE = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^optimizer\.step|^Optimiz
 CHECKPOINT_NODE = "CheckpointFunctionBackward"
 COMPILED_FWD = "CompiledFunction"
 COMPILED_BWD = "CompiledFunctionBackward"
-STEP_RE = r"^ProfilerStep#\d+$"
 
 
 def node_names(names: pl.Series) -> pl.Series:
@@ -132,7 +132,7 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
     code[recompute & in_bwd] = _PHASE_CODE["recompute"]
     code[opt] = _PHASE_CODE["optimizer"]
     # Step markers and bare annotations outside any model work are 'other'.
-    code[ops["name"].str.contains(STEP_RE).to_numpy()] = _PHASE_CODE["other"]
+    code[ops["name"].str.contains(PROFILER_STEP_RE).to_numpy()] = _PHASE_CODE["other"]
     phase_s = pl.Series(code).replace_strict({v: k for k, v in _PHASE_CODE.items()}, return_dtype=pl.Utf8)
     if ops["scope"].is_not_null().any():
         # Name-stack rules (JAX: jvp / transpose(jvp) / rematted_computation) decide where they apply.

@@ -56,7 +56,8 @@ import math
 import orjson
 import polars as pl
 
-from traceflops.flops.aten import _itemsize, dtype_of
+from traceflops.core.dtypes import itemsize
+from traceflops.core.dtypes import dtype_of
 from traceflops.core.hardware import Hardware
 from traceflops.stages.link import by_row, row_index, spread
 
@@ -149,7 +150,7 @@ def _tensors(dims, types) -> list[tuple[int, tuple[int, ...], int, str]] | None:
         if not isinstance(d, list):
             return None
         is_shape = all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d)
-        size = _itemsize(t) if isinstance(t, str) else None
+        size = itemsize(t) if isinstance(t, str) else None
         if is_shape and size is not None and dtype_of(t) is not None:
             out.append((i, tuple(d), size, t))
         elif d:  # a non-empty shape we cannot price (tensor list, unknown dtype)

@@ -14,6 +14,8 @@ import polars as pl
 
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE
+from traceflops.core.results import ModelOptions
+from dataclasses import replace
 
 
 
@@ -122,3 +124,35 @@ def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.Da
         if nxt in cut and (nxt not in first_kept or nxt not in first_lost or first_lost[nxt] <= first_kept[nxt]):
             unsure.add(prev)
     return cut, unsure - set(cut)
+
+
+def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:
+    """In a cut file, steps whose numbers could differ from the whole file's are left out of the report."""
+    if not trace.meta.get("truncated"):
+        return opt, []
+    device_trace = trace.kernels.height or trace.launches.height or trace.meta.get("device_properties")
+    if not device_trace:
+        return opt, ["the file was cut: steps of a CPU-only trace cannot be checked for completeness"]
+    if not trace.kernels.height:
+        # a device trace cut before any device activity was written: no step can be checked
+        cut, unbounded = {int(st): 0 for st in host["step"].to_list()}, set()
+    else:
+        cut, unbounded = incomplete_steps(host, trace.launches, trace.kernels)
+    notes = [f"step {st} is incomplete in the cut file ({n or 'all'} launches lost their device activity): left out"
+             for st, n in sorted(cut.items())]
+    notes += [f"step {st} may end differently in the whole file (the cut may have taken what bounds it): left out"
+              for st in sorted(unbounded)]
+    dropped = set(cut) | unbounded
+    trace.meta["cut_steps"] = sorted(dropped)
+    return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | dropped))), notes
+
+
+def step_warnings(trace: Trace, steps: pl.DataFrame, step_source: str, cut_notes: list[str]) -> list[str]:
+    """The trace's own warnings, then what the step windows showed: clamped windows, cut steps, the step markers used."""
+    clamped = steps.filter((pl.col("window_source") == "device") & (pl.col("window") <= 0) & ~pl.col("last")).height
+    if clamped:
+        trace.warnings.add("steps whose first device activity precedes the previous step's (clock or ordering problem): window set to 0", clamped)
+    warnings = list(trace.warnings.lines()) + cut_notes
+    if step_source != "ProfilerStep":
+        warnings.append(f"no ProfilerStep markers: steps taken from {step_source}")
+    return warnings

@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.vocab import BUSY_CLASSES, OUTSIDE, PARTITION
+from traceflops.core.errors import ConservationError
 
 
 
@@ -279,7 +280,7 @@ def check_partition(frame: pl.DataFrame, rel: float = 1e-6) -> None:
                > rel * pl.max_horizontal(pl.col("window"), pl.lit(1.0))).any(),
     )
     if frame.height and (err["bad"][0] or err["split"][0]):
-        raise ValueError("time partition does not sum to the step window; this is a bug in traceflops.stages.timeline")
+        raise ConservationError("time partition", "time partition does not sum to the step window; this is a bug in traceflops.stages.timeline")
 
 
 # ---------------------------------------------------------------- idle gaps
@@ -458,3 +459,32 @@ def launch_stats(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     if outside.height and OUTSIDE not in base["step"].to_list():
         out = pl.concat([out, outside.with_columns(name=pl.lit("outside steps")).select(out.columns)])
     return out
+
+
+def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
+    """On a CPU trace the ops are the compute: leaf matmuls, and every other top-level op."""
+    parent = ops["parent"].to_numpy()
+    is_op = (ops["cat"] == "cpu_op").to_numpy()
+    top = is_op & ((parent < 0) | ~is_op[np.maximum(parent, 0)])
+    mm = ops["matmul"].to_numpy() & ops["ran"].to_numpy()
+    acts = ops.filter(pl.Series(mm | top)).with_columns(
+        cls=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.lit("matmul")).otherwise(pl.lit("other_compute")),
+        device=pl.lit(None, pl.Int64),
+        stream=pl.col("tid"),
+        flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
+    )
+    return acts.select("name", "device", "stream", "ts", "dur", "cls", "phase", "step", "flops")
+
+
+def busiest_device(part: pl.DataFrame):
+    """The device with the most busy time in a partition (a rank drives one device); None if there is none."""
+    busy = (pl.col("window") - pl.col("idle")).sum().alias("_busy")
+    dev = part.group_by("device").agg(busy).sort("_busy", descending=True, nulls_last=True)
+    return dev["device"][0] if dev.height else None
+
+
+def on_device(frame: pl.DataFrame, device) -> pl.DataFrame:
+    """The rows of one device (a null device id matches rows without one)."""
+    if "device" not in frame.columns:
+        return frame
+    return frame.filter(pl.col("device").is_null() if device is None else pl.col("device") == device)

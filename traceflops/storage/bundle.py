@@ -8,8 +8,6 @@ come from someone else's machine: parquet and JSON only, never pickle.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,8 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceflops.core.errors import FormatError
+from traceflops.core.errors import FormatError, InputError
+from traceflops.core.files import write_atomic
 
 MAX_MEMBER_BYTES = 4 << 30
 MAX_MEMBERS = 64
@@ -26,27 +25,22 @@ MAX_MEMBERS = 64
 def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
+
+    def write(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
             z.writestr("meta.json", orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
             for name, df in tables.items():
                 buf = io.BytesIO()
                 df.write_parquet(buf, compression="zstd")
                 z.writestr(f"{name}.parquet", buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    write_atomic(path, write)
 
 
 def read_bundle(path: str | Path) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     try:
         z = zipfile.ZipFile(path)
     except FileNotFoundError:
-        from traceflops.core.errors import InputError
-
         raise InputError(str(path), "no such file", "check the path") from None
     except (zipfile.BadZipFile, OSError) as e:
         raise FormatError(str(path), f"not a traceflops bundle ({e})", "recreate it with `traceflops summarize`") from None

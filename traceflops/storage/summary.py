@@ -7,10 +7,10 @@ from pathlib import Path
 import polars as pl
 
 from traceflops.core.errors import FormatError
-from traceflops.views.job import RankSummary
+from traceflops.core.results import RankSummary
 from traceflops.storage.bundle import read_bundle, write_bundle
 
-KIND = "traceflops.storage.summary/1"
+KIND = "traceflops.summary/1"
 
 
 def write_summary(s: RankSummary, path: str | Path) -> None:

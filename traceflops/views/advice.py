@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import orjson
@@ -58,9 +58,11 @@ from traceflops.core import hardware as hw
 from traceflops.stages import timeline as tl
 from traceflops.stages.link import nearest
 from traceflops.core.vocab import OVERLAYS, PARTITION
+from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
+from traceflops.core import fmt
 
-if TYPE_CHECKING:
-    from traceflops.pipeline import Analysis
+from traceflops.core.results import Analysis
+from traceflops.metrics.peak import TF32_RE
 
 MIN_SHARE = 0.01
 SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch and ramp-up
@@ -73,44 +75,6 @@ SDPA_MATH = frozenset({"aten::_scaled_dot_product_attention_math", "aten::_scale
 FUSED_ATTENTION_RE = r"flash_attention|efficient_attention|cudnn_attention|fused_attention_overrideable"
 
 # Collective dtypes as the profiler names them -> bytes per element.
-_COLL_ITEMSIZE = {
-    "float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1,
-}
-
-
-# ---------------------------------------------------------------- formatting
-
-
-def _us(x: float) -> str:
-    x = float(x)
-    if abs(x) >= 1e6:
-        return f"{x / 1e6:.2f} s"
-    if abs(x) >= 1e3:
-        return f"{x / 1e3:.2f} ms"
-    return f"{x:.1f} µs"
-
-
-def _pct(f: float) -> str:
-    return f"{100 * f:.1f}%"
-
-
-def _bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
-def _short(name: str | None, n: int = 70) -> str:
-    s = "?" if name is None else str(name)
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def _tf(x: float | None) -> str:
-    return "?" if x is None else f"{x / 1e12:.0f} TFLOP/s"
-
-
 # ---------------------------------------------------------------- context
 
 
@@ -130,20 +94,6 @@ class _Ctx:
         return float(us) / self.window if self.window else 0.0
 
 
-def _primary_device(part: pl.DataFrame | None, ids: list[int]):
-    if part is None or part.height == 0:
-        return None
-    use = part.filter(pl.col("step").is_in(ids))
-    busy = use.group_by("device").agg((pl.col("window") - pl.col("idle")).sum().alias("_b")).sort("_b", descending=True, nulls_last=True)
-    return busy["device"][0] if busy.height else None
-
-
-def _on(frame: pl.DataFrame, device) -> pl.DataFrame:
-    if "device" not in frame.columns:
-        return frame
-    return frame.filter(pl.col("device").is_null() if device is None else pl.col("device") == device)
-
-
 def _context(a: Analysis, exclude_steps) -> _Ctx | None:
     steps = a.steps.filter(
         ~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0)
@@ -152,12 +102,12 @@ def _context(a: Analysis, exclude_steps) -> _Ctx | None:
     if window <= 0:
         return None
     ids = steps["step"].to_list()
-    device = _primary_device(a.partition, ids)
+    device = tl.busiest_device(a.partition.filter(pl.col("step").is_in(ids))) if a.partition is not None and a.partition.height else None
     k = a.kernels
     if a.roofline is not None and a.roofline.height == k.height:
         k = k.with_columns(a.roofline.select("bound", "recoverable_us", "achieved_bw_frac", "roof_bytes"))
-    k = _on(k.filter(pl.col("step").is_in(ids)), device) if k.height else k
-    gaps = _on(a.idle_gaps.filter(pl.col("step").is_in(ids)), device) if a.idle_gaps is not None else None
+    k = tl.on_device(k.filter(pl.col("step").is_in(ids)), device) if k.height else k
+    gaps = tl.on_device(a.idle_gaps.filter(pl.col("step").is_in(ids)), device) if a.idle_gaps is not None else None
     time = {c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
             for c in (*PARTITION, *OVERLAYS)}
     peak = (a.hardware or {}).get("peak_flops")
@@ -200,13 +150,13 @@ def _host_bound(ctx: _Ctx) -> dict | None:
         worst = hb.sort("dur", descending=True).row(0, named=True)
         ev.append(
             f"{hb.height} idle gaps where the device waited for the host to launch the next kernel: "
-            f"{_us(hb['dur'].sum())} ({_pct(ctx.share(hb['dur'].sum()))} of step time), longest {_us(worst['dur'])} "
-            f"before {_short(worst['next_kernel'])}"
+            f"{fmt.duration(hb['dur'].sum())} ({fmt.pct(ctx.share(hb['dur'].sum()), keep_small=False)} of step time), longest {fmt.duration(worst['dur'])} "
+            f"before {fmt.short(worst['next_kernel'], 70, '?')}"
         )
     if lg.height:
         ev.append(
-            f"{lg.height} bubbles between kernels already queued: {_us(lg['dur'].sum())} "
-            f"({_pct(ctx.share(lg['dur'].sum()))}), median {_us(lg['dur'].median())}"
+            f"{lg.height} bubbles between kernels already queued: {fmt.duration(lg['dur'].sum())} "
+            f"({fmt.pct(ctx.share(lg['dur'].sum()), keep_small=False)}), median {fmt.duration(lg['dur'].median())}"
         )
     data = {"host_bound_us": float(hb["dur"].sum()), "launch_gap_us": float(lg["dur"].sum()),
             "host_bound_gaps": hb.height, "launch_gaps": lg.height}
@@ -218,9 +168,9 @@ def _host_bound(ctx: _Ctx) -> dict | None:
         many_short = med is not None and med < SHORT_KERNEL_US
         line = f"{per_step:.0f} kernels per step"
         if med is not None:
-            line += f", median kernel {_us(med)}"
+            line += f", median kernel {fmt.duration(med)}"
         if delay is not None:
-            line += f", median launch-to-start delay {_us(delay)}"
+            line += f", median launch-to-start delay {fmt.duration(delay)}"
         if many_short:
             line += ": many short kernels, each paying a launch"
         ev.append(line)
@@ -245,15 +195,15 @@ def _memory_bound(ctx: _Ctx) -> dict | None:
         return None
     rec = float(mb["recoverable_us"].sum())
     part = tl.partition(mb, ctx.steps.select("step", "name", "ts", "dur", "start", "window"))
-    busy = float((_on(part, ctx.device)["window"] - _on(part, ctx.device)["idle"]).sum())
+    busy = float((tl.on_device(part, ctx.device)["window"] - tl.on_device(part, ctx.device)["idle"]).sum())
     rec = min(rec, busy)
     dur = float(mb["dur"].sum())
     short = mb.filter(pl.col("dur") < SHORT_KERNEL_US)
     ev = [
-        (f"{mb.height} memory-bound kernels (below the roofline ridge) ran {_us(dur)}; "
-        f"{_us(rec)} ({_pct(ctx.share(rec))} of step time) of it is above their HBM floor (bytes / bandwidth)"),
-        (f"{short.height} of them are shorter than {SHORT_KERNEL_US:.0f} µs ({_us(short['dur'].sum())}, "
-        f"{_us(short['recoverable_us'].sum())} above the floor)"),
+        (f"{mb.height} memory-bound kernels (below the roofline ridge) ran {fmt.duration(dur)}; "
+        f"{fmt.duration(rec)} ({fmt.pct(ctx.share(rec), keep_small=False)} of step time) of it is above their HBM floor (bytes / bandwidth)"),
+        (f"{short.height} of them are shorter than {SHORT_KERNEL_US:.0f} µs ({fmt.duration(short['dur'].sum())}, "
+        f"{fmt.duration(short['recoverable_us'].sum())} above the floor)"),
     ]
     top = (
         mb.group_by("name")
@@ -264,9 +214,9 @@ def _memory_bound(ctx: _Ctx) -> dict | None:
         .head(TOP)
     )
     for r in top.iter_rows(named=True):
-        bw = f", median {_pct(r['bw'])} of HBM bandwidth" if r["bw"] is not None else ""
-        ev.append(f"{_short(r['name'])} ({r['cls']}): {r['n']}×, {_us(r['t'])}, median {_us(r['med'])}{bw}, "
-                  f"{_us(r['r'])} above the floor")
+        bw = f", median {fmt.pct(r['bw'], keep_small=False)} of HBM bandwidth" if r["bw"] is not None else ""
+        ev.append(f"{fmt.short(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median {fmt.duration(r['med'])}{bw}, "
+                  f"{fmt.duration(r['r'])} above the floor")
     remedies = [
         ("Fuse chains of elementwise and normalization ops (torch.compile, or fused kernels such as fused "
         "LayerNorm/RMSNorm and fused activations): the intermediates never go through HBM"),
@@ -274,7 +224,7 @@ def _memory_bound(ctx: _Ctx) -> dict | None:
     ]
     opt = float(mb.filter(pl.col("phase") == "optimizer")["recoverable_us"].sum())
     if opt >= 0.2 * rec and opt > 0:
-        remedies.insert(1, f"The optimizer's kernels are {_pct(opt / rec)} of it: use a fused or foreach optimizer "
+        remedies.insert(1, f"The optimizer's kernels are {fmt.pct(opt / rec, keep_small=False)} of it: use a fused or foreach optimizer "
                            "(e.g. torch.optim.AdamW(..., fused=True))")
     data = {"kernels": mb.height, "time_us": dur, "above_floor_us": float(mb["recoverable_us"].sum()),
             "busy_us": busy, "short_kernels": short.height, "optimizer_us": opt}
@@ -414,12 +364,12 @@ def _attention(ctx: _Ctx) -> dict | None:
     ev = [
         f"{len(blocks)} attention blocks ran unfused as matmul → softmax → matmul, scores of shape {list(common)}"
         + (f" (and {len(shapes) - 1} other shapes)" if len(shapes) > 1 else ""),
-        f"their scale / mask / softmax / dropout {'kernels' if device else 'ops'} took {_us(over_us)}"
-        + (f" and softmax backward {_us(bwd_us)}" if bwd_us else "")
-        + f" ({_pct(ctx.share(rec))} of step time); the score matmuls {_us(mm_us)}",
+        f"their scale / mask / softmax / dropout {'kernels' if device else 'ops'} took {fmt.duration(over_us)}"
+        + (f" and softmax backward {fmt.duration(bwd_us)}" if bwd_us else "")
+        + f" ({fmt.pct(ctx.share(rec), keep_small=False)} of step time); the score matmuls {fmt.duration(mm_us)}",
     ]
     for r in top_names.sort("t", descending=True).head(3).iter_rows(named=True):
-        ev.append(f"{_short(r['name'])}: {r['n']}×, {_us(r['t'])}")
+        ev.append(f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])}")
     if n_math:
         ev.append(f"{n_math} of them are SDPA's math fallback ({min(SDPA_MATH)})")
     ev.append(f"fused SDPA ops (flash / memory-efficient / cuDNN) also ran {fused} times" if fused
@@ -452,11 +402,9 @@ def _fp32_matmul(ctx: _Ctx) -> dict | None:
     target, target_name = (tf32, "TF32") if tf32 and fp32 and tf32 > fp32 else (bf16, "bf16")
     if not fp32 or not target or target <= fp32:
         return None
-    from traceflops.pipeline import _TF32_RE
-
     op_dtype = ctx.a.ops.select(pl.col("row").alias("matmul_row"), pl.col("dtype").alias("_dtype"), pl.col("name").alias("_op"))
     mm = ctx.kernels.filter(pl.col("cls") == "matmul").join(op_dtype, on="matmul_row", how="left")
-    f32 = mm.filter((pl.col("_dtype") == "fp32") & ~pl.col("name").str.contains(_TF32_RE.pattern))
+    f32 = mm.filter((pl.col("_dtype") == "fp32") & ~pl.col("name").str.contains(TF32_RE.pattern))
     if f32.height == 0:
         return None
     t = float(f32["dur"].sum())
@@ -467,13 +415,13 @@ def _fp32_matmul(ctx: _Ctx) -> dict | None:
     calls = f32["matmul_row"].n_unique()
     op_names = f32.group_by("_op").agg(pl.col("dur").sum().alias("t"), pl.col("matmul_row").n_unique().alias("n")).sort("t", descending=True)
     ev = [
-        f"{calls} matmul-class calls with fp32 inputs ran {_us(t)} ({_pct(ctx.share(t))} of step time) on fp32 "
+        f"{calls} matmul-class calls with fp32 inputs ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time) on fp32 "
         f"(non-tensor-core) kernels" + (f" at {achieved / 1e12:.1f} TFLOP/s" if achieved else ""),
-        (f"{h.name}: fp32 peak {_tf(fp32)}, TF32 {_tf(tf32)}, bf16 {_tf(bf16)}; at the same fraction of the {target_name} "
-        f"peak they would take {_pct(fp32 / target)} of that time"),
+        (f"{h.name}: fp32 peak {fmt.tflops(fp32)}, TF32 {fmt.tflops(tf32)}, bf16 {fmt.tflops(bf16)}; at the same fraction of the {target_name} "
+        f"peak they would take {fmt.pct(fp32 / target, keep_small=False)} of that time"),
     ]
     for r in op_names.head(3).iter_rows(named=True):
-        ev.append(f"{r['_op']}: {r['n']} calls, {_us(r['t'])}")
+        ev.append(f"{r['_op']}: {r['n']} calls, {fmt.duration(r['t'])}")
     remedies = []
     if tf32 and tf32 > fp32:
         conv = any("conv" in (n or "") for n in op_names["_op"].to_list())
@@ -484,13 +432,13 @@ def _fp32_matmul(ctx: _Ctx) -> dict | None:
     if bf16 and bf16 > fp32:
         remedies.append(
             "Mixed precision: torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16) around the forward and loss "
-            f"(bf16 peak {_tf(bf16)})")
+            f"(bf16 peak {fmt.tflops(bf16)})")
     data = {"calls": calls, "time_us": t, "flops": flops, "target": target_name, "peak_fp32": fp32, "peak_target": target}
     return _item(ctx, "fp32_matmul", f"fp32 matmuls where {target_name} would do", rec, ev, remedies, data)
 
 
 def _coll_bytes(n, dtype) -> float | None:
-    size = _COLL_ITEMSIZE.get(str(dtype).lower().replace("c10::", "")) if dtype is not None else None
+    size = COLLECTIVE_ITEMSIZE.get(collective_dtype_key(dtype))
     return None if size is None or n is None else float(n) * size
 
 
@@ -501,8 +449,8 @@ def _communication(ctx: _Ctx) -> dict | None:
     overlapped = ctx.time.get("communication_overlapped", 0.0)
     total = ctx.time.get("communication_total", 0.0)
     ev = [
-        (f"{_us(exposed)} ({_pct(ctx.share(exposed))} of step time) of communication ran with no compute beside it; "
-        f"{_us(overlapped)} of {_us(total)} ({_pct(overlapped / total) if total else '0%'}) overlapped compute"),
+        (f"{fmt.duration(exposed)} ({fmt.pct(ctx.share(exposed), keep_small=False)} of step time) of communication ran with no compute beside it; "
+        f"{fmt.duration(overlapped)} of {fmt.duration(total)} ({fmt.pct(overlapped / total, keep_small=False) if total else '0%'}) overlapped compute"),
     ]
     k = ctx.kernels.filter(pl.col("cls") == "communication")
     kinds = set()
@@ -520,8 +468,8 @@ def _communication(ctx: _Ctx) -> dict | None:
         for r in per.head(TOP).iter_rows(named=True):
             kinds.add(str(r["_c"]).lower())
             size = _coll_bytes(r["elems"], r["dtype"])
-            extra = (f", {_bytes(size)} per call" if size else "") + (f", group of {r['g']}" if r["g"] else "")
-            ev.append(f"{_short(r['_c'])} ({r['phase']}): {r['n']}×, {_us(r['t'])}{extra}")
+            extra = (f", {fmt.nbytes(size)} per call" if size else "") + (f", group of {r['g']}" if r["g"] else "")
+            ev.append(f"{fmt.short(r['_c'], 70, '?')} ({r['phase']}): {r['n']}×, {fmt.duration(r['t'])}{extra}")
     joined = " ".join(kinds)
     remedies = []
     if "allreduce" in joined or "all_reduce" in joined:
@@ -547,19 +495,19 @@ def _recompute(ctx: _Ctx) -> dict | None:
         return None
     flops = float(ctx.steps["flops_recompute"].fill_null(0).sum()) if "flops_recompute" in ctx.steps.columns else 0.0
     executed = float(ctx.steps["flops_executed"].fill_null(0).sum()) if "flops_executed" in ctx.steps.columns else 0.0
-    ev = [f"recompute kernels ran {_us(t)} ({_pct(ctx.share(t))} of step time)"
-          + (f", redoing {flops / 1e9:.1f} GFLOP ({_pct(flops / executed)} of the executed matmul FLOPs)" if flops and executed else "")]
+    ev = [f"recompute kernels ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time)"
+          + (f", redoing {flops / 1e9:.1f} GFLOP ({fmt.pct(flops / executed, keep_small=False)} of the executed matmul FLOPs)" if flops and executed else "")]
     rk = ctx.kernels.filter(pl.col("phase") == "recompute")
     if rk.height:
         by = dict(rk.group_by("cls").agg(pl.col("dur").sum()).iter_rows())
-        ev.append(f"of the recompute kernels' time: matmul {_us(by.get('matmul', 0.0))}, other compute "
-                  f"{_us(by.get('other_compute', 0.0))}")
+        ev.append(f"of the recompute kernels' time: matmul {fmt.duration(by.get('matmul', 0.0))}, other compute "
+                  f"{fmt.duration(by.get('other_compute', 0.0))}")
     bm = ctx.a.by_module
     if bm is not None and "time_recompute" in bm.columns:
         top = bm.filter(pl.col("time_recompute") > 0).sort("time_recompute", descending=True).head(3)
         for r in top.iter_rows(named=True):
-            ev.append(f"module {_short(r['module'])}: {_us(r['time_recompute'])} recomputed "
-                      f"({_pct(r['recompute_share'] or 0.0)} of its kernel time, all steps)")
+            ev.append(f"module {fmt.short(r['module'], 70, '?')}: {fmt.duration(r['time_recompute'])} recomputed "
+                      f"({fmt.pct(r['recompute_share'] or 0.0, keep_small=False)} of its kernel time, all steps)")
     remedies = [
         ("Selective activation checkpointing: save the outputs of the expensive ops (matmuls, convolutions, attention) "
         "and recompute only the cheap ones (torch.utils.checkpoint with create_selective_checkpoint_contexts, or "
@@ -577,8 +525,8 @@ def _gap_item(ctx: _Ctx, reason: str) -> tuple[pl.DataFrame, list[str]] | None:
     if g.height == 0:
         return None
     worst = float(g["dur"].max())
-    return g, [(f"{g.height} idle gaps, {_us(g['dur'].sum())} ({_pct(ctx.share(g['dur'].sum()))} of step time), "
-               f"longest {_us(worst)}")]
+    return g, [(f"{g.height} idle gaps, {fmt.duration(g['dur'].sum())} ({fmt.pct(ctx.share(g['dur'].sum()), keep_small=False)} of step time), "
+               f"longest {fmt.duration(worst)}")]
 
 
 def _overlapping(frame: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -606,7 +554,7 @@ def _input_pipeline(ctx: _Ctx) -> dict | None:
     if loaders.height:
         per = loaders.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
         for r in per.head(3).iter_rows(named=True):
-            ev.append(f"{_short(r['name'])}: {r['n']}× over the gaps, {_us(r['t'])} on the host")
+            ev.append(f"{fmt.short(r['name'], 70, '?')}: {r['n']}× over the gaps, {fmt.duration(r['t'])} on the host")
         single = loaders["name"].str.contains("SingleProcess").any()
     if single:
         ev.append("the loader runs in the training process (num_workers=0)")
@@ -663,7 +611,7 @@ def _sync(ctx: _Ctx) -> dict | None:
     callers: list[str] = []
     if calls is not None and calls.height:
         per = calls.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
-        ev.append("synchronizing calls over the gaps: " + ", ".join(f"{r['name']} {r['n']}× ({_us(r['t'])})" for r in per.head(3).iter_rows(named=True)))
+        ev.append("synchronizing calls over the gaps: " + ", ".join(f"{r['name']} {r['n']}× ({fmt.duration(r['t'])})" for r in per.head(3).iter_rows(named=True)))
         callers = _enclosing(ctx.a.ops, calls)
         if callers:
             top = pl.Series(callers).value_counts(sort=True).head(3)

@@ -21,21 +21,20 @@ differences (after − before) and per-step means:
 * `modules`: modules whose time per step moved most, with their recompute time
   (rollup.by_module, per step likewise), when both traces have device kernels.
 
-Renderers: `render_terminal` (rich), `render_json`, `render_diff_html`.
+Rendered by `report.diff` (terminal, JSON, HTML).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import polars as pl
 
-from traceflops.pipeline import Analysis
+from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.core.vocab import PARTITION
 
-SCHEMA = "traceflops.views.diff/1"
+SCHEMA = "traceflops.diff/1"
 TOP = 20
 
 
@@ -112,8 +111,6 @@ def _moved(fa: pl.DataFrame | None, fb: pl.DataFrame | None, key: str, value: st
 
 def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     """What moved from analysis `a` (before) to `b` (after)."""
-    from traceflops.report.tables import by_kernel_frame, by_module_frame
-
     ta, tb = a.totals, b.totals
     na, nb = _steps(a), _steps(b)
     warnings = []
@@ -141,8 +138,8 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     terms = [{"term": k, **_pair(la.get(k), lb.get(k))} for k in dict.fromkeys([*la, *lb])]
     terms.sort(key=lambda r: (r["delta"] is None, -abs(r["delta"] or 0.0)))
     time_us = {c: _pair(_per_step((ta.get("time_us") or {}).get(c), na), _per_step((tb.get("time_us") or {}).get(c), nb)) for c in PARTITION}
-    kernels = _moved(by_kernel_frame(a), by_kernel_frame(b), "name", "total_us", na, nb, ("count", "cls"))
-    modules = _moved(by_module_frame(a), by_module_frame(b), "module", "time_us", na, nb, ("time_recompute", "recompute_share"))
+    kernels = _moved(a.by_kernel, b.by_kernel, "name", "total_us", na, nb, ("count", "cls"))
+    modules = _moved(a.by_module, b.by_module, "module", "time_us", na, nb, ("time_recompute", "recompute_share"))
     for m in modules:
         m["recompute_per_step"] = _pair(_per_step(m.get("time_recompute_before"), na) if m.get("time_recompute_before") is not None else None,
                                         _per_step(m.get("time_recompute_after"), nb) if m.get("time_recompute_after") is not None else None)
@@ -169,156 +166,3 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
 # --- renderers --------------------------------------------------------------------
 
 
-def render_json(d: dict[str, Any]) -> str:
-    return orjson.dumps(d, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
-
-
-def _pp(v, signed: bool = False) -> str:
-    """A fraction as percentage points."""
-    if v is None:
-        return "—"
-    return f"{v * 100:+.2f} pp" if signed else f"{v * 100:.2f}%"
-
-
-def _ms(us, signed: bool = False) -> str:
-    if us is None:
-        return "—"
-    return f"{us / 1e3:+.3f} ms" if signed else f"{us / 1e3:.3f} ms"
-
-
-def largest_change_text(d: dict[str, Any]) -> str:
-    """One line: which phase's matmul FLOPs moved most, and by how much."""
-    from traceflops.report.terminal import _flops
-
-    lc = d.get("largest_change")
-    if not lc:
-        return "Largest change: no phase's matmul FLOPs moved"
-    unit = "per token" if lc["basis"] == "flops_per_token" else "per step"
-    rel = "" if lc["relative"] is None else f", {lc['relative'] * 100:+.1f}%"
-    sign = "+" if lc["delta"] > 0 else "−"
-    return (f"Largest change: {lc['phase']} FLOPs {unit}, {sign}{_flops(abs(lc['delta']))} "
-            f"({_flops(lc['before'])} → {_flops(lc['after'])}{rel})")
-
-
-def render_terminal(d: dict[str, Any], console=None) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from traceflops.report.terminal import _flops
-
-    c = console or Console()
-    c.print(f"[bold]before[/bold] {escape(str(d['before']['path']))}  ({d['before']['steps']} steps)")
-    c.print(f"[bold]after[/bold]  {escape(str(d['after']['path']))}  ({d['after']['steps']} steps)")
-    h = d["headline"]
-    ht = Table(title="Headline")
-    for col in ("", "before", "after", "delta"):
-        ht.add_column(col, justify="right")
-    for k in ("mfu", "mfu_no_attention", "hfu", "flops_coverage"):
-        ht.add_row(k, _pp(h[k]["before"]), _pp(h[k]["after"]), _pp(h[k]["delta"], True))
-    s = h["step_us"]
-    ht.add_row("step time", _ms(s["before"]), _ms(s["after"]), _ms(s["delta"], True))
-    for p, v in d["flops_per_step"].items():
-        ht.add_row(f"{p} FLOPs/step", _flops(v["before"]), _flops(v["after"]), _flops(v["delta"]))
-    for p, v in (d.get("flops_per_token") or {}).items():
-        ht.add_row(f"{p} FLOPs/token", _flops(v["before"]), _flops(v["after"]), _flops(v["delta"]))
-    c.print(ht)
-    c.print(f"[bold]{escape(largest_change_text(d))}[/bold]")
-    bt = Table(title="Loss budget terms, by size of change")
-    for col in ("term", "before", "after", "delta"):
-        bt.add_column(col, justify="right")
-    for r in d["loss_budget"]:
-        bt.add_row(r["term"], _pp(r["before"]), _pp(r["after"]), _pp(r["delta"], True))
-    c.print(bt)
-    if d["kernels"]:
-        kt = Table(title="Kernels whose time per step moved most")
-        for col in ("kernel", "before", "after", "delta"):
-            kt.add_column(col, justify="right" if col != "kernel" else "left", overflow="fold")
-        for r in d["kernels"]:
-            kt.add_row(escape(str(r["name"])), _ms(r["before_per_step"]), _ms(r["after_per_step"]), _ms(r["delta_per_step"], True))
-        c.print(kt)
-    if d["modules"]:
-        mt = Table(title="Modules whose time per step moved most")
-        for col in ("module", "before", "after", "delta", "recompute before", "recompute after"):
-            mt.add_column(col, justify="right" if col != "module" else "left", overflow="fold")
-        for r in d["modules"]:
-            rc = r["recompute_per_step"]
-            mt.add_row(escape(str(r["module"])), _ms(r["before_per_step"]), _ms(r["after_per_step"]), _ms(r["delta_per_step"], True),
-                       _ms(rc["before"]), _ms(rc["after"]))
-        c.print(mt)
-    for n in d["notes"]:
-        c.print(f"[dim]{escape(n)}[/dim]")
-    for w in d["warnings"]:
-        c.print(f"[yellow]warning:[/yellow] {escape(w)}")
-
-
-def render_diff_html(d: dict[str, Any]) -> str:
-    """The diff as one self-contained HTML page (escaped, no scripts, no network)."""
-    from traceflops.report import html as H
-
-    b, a = d["before"], d["after"]
-    title = "traceflops diff"
-    h = d["headline"]
-    body = [
-        f"<h1>{H.e(title)}</h1>",
-        (f'<p class="sub">before: {H.e(b["path"])} ({H.e(b["steps"])} steps, {H.e(b["hardware"])})<br>'
-         f'after: {H.e(a["path"])} ({H.e(a["steps"])} steps, {H.e(a["hardware"])})</p>'),
-        H.cards([
-            ("MFU", _pp(h["mfu"]["after"]), f"{_pp(h['mfu']['delta'], True)} from {_pp(h['mfu']['before'])}"),
-            ("HFU", _pp(h["hfu"]["after"]), f"{_pp(h['hfu']['delta'], True)} from {_pp(h['hfu']['before'])}"),
-            ("step time", _ms(h["step_us"]["after"]), f"{_ms(h['step_us']['delta'], True)} from {_ms(h['step_us']['before'])}"),
-        ]),
-        f'<p class="largest-change"><b>{H.e(largest_change_text(d))}</b></p>',
-        H.h2(f"Warnings ({len(d['warnings'])})", "warnings"),
-        H.warnings_list(d["warnings"]),
-        H.h2("Loss budget terms, by size of change", "budget"),
-        _budget_svg(d["loss_budget"]),
-        H.table(["term", "before", "after", "delta"], [[r["term"], _pp(r["before"]), _pp(r["after"]), _pp(r["delta"], True)] for r in d["loss_budget"]]),
-        H.h2("Per step", "steps"),
-        H.table(["", "before", "after", "delta"],
-                [[f"time: {H.PART_LABELS.get(k, k)}", _ms(v["before"]), _ms(v["after"]), _ms(v["delta"], True)] for k, v in d["time_us_per_step"].items()]
-                + [[f"{p} FLOPs", H.si(v["before"], "FLOP"), H.si(v["after"], "FLOP"), H.si(v["delta"], "FLOP")] for p, v in d["flops_per_step"].items()]
-                + [[f"{p} FLOPs per token", H.si(v["before"], "FLOP"), H.si(v["after"], "FLOP"), H.si(v["delta"], "FLOP")]
-                   for p, v in (d.get("flops_per_token") or {}).items()]),
-    ]
-    if d["kernels"]:
-        body += [H.h2("Kernels whose time per step moved most", "kernels"),
-                 H.table(["kernel", "before", "after", "delta"],
-                         [[r["name"], _ms(r["before_per_step"]), _ms(r["after_per_step"]), _ms(r["delta_per_step"], True)] for r in d["kernels"]],
-                         name_cols=(0,))]
-    if d["modules"]:
-        body += [H.h2("Modules whose time per step moved most", "modules"),
-                 H.table(["module", "before", "after", "delta", "recompute before", "recompute after"],
-                         [[r["module"], _ms(r["before_per_step"]), _ms(r["after_per_step"]), _ms(r["delta_per_step"], True),
-                           _ms(r["recompute_per_step"]["before"]), _ms(r["recompute_per_step"]["after"])] for r in d["modules"]],
-                         name_cols=(0,))]
-    for n in d["notes"]:
-        body.append(f'<p class="mute">{H.e(n)}</p>')
-    return H.page(title, body)
-
-
-def _budget_svg(terms: list[dict], width: int = 900) -> str:
-    """Paired bars per term: before (light) and after (dark), with the delta; exact values in data-*."""
-    from traceflops.report import html as H
-
-    known = [r for r in terms if r["before"] is not None or r["after"] is not None]
-    if not known:
-        return '<p class="mute">No loss budget on either side.</p>'
-    vals = [v for r in known for v in (r["before"], r["after"]) if v is not None]
-    lo, hi = min([0.0, *vals]), max([0.0, *vals]) or 1.0
-    lab, x0, x1, row = 200, 210, width - 150, 30
-    sx = lambda v: x0 + (v - lo) / (hi - lo) * (x1 - x0)
-    out = [f'<svg class="budget-diff" viewBox="0 0 {width} {len(known) * row + 8}" width="{width}" height="{len(known) * row + 8}" role="img">']
-    for i, r in enumerate(known):
-        y = 4 + i * row
-        color = H.TERM_COLORS.get(r["term"], "#718096")
-        out.append(f'<text x="{lab}" y="{y + 17}" text-anchor="end">{H.e(r["term"].replace("_", " "))}</text>')
-        for j, (side, v) in enumerate((("before", r["before"]), ("after", r["after"]))):
-            if v is None:
-                continue
-            xa, xb = sorted((sx(0.0), sx(v)))
-            out.append(f'<rect data-term="{H.e(r["term"])}" data-side="{side}" data-value="{v!r}" x="{xa:.2f}" y="{y + 2 + j * 12}" width="{max(xb - xa, 0.75):.2f}" height="11" '
-                       f'fill="{color}" fill-opacity="{0.4 if side == "before" else 1.0}"><title>{H.e(r["term"])} {side}: {_pp(v)}</title></rect>')
-        out.append(f'<text x="{x1 + 8}" y="{y + 17}">{H.e(_pp(r["delta"], True))}</text>')
-    out.append("</svg>")
-    return '<div class="legend"><span>light: before</span><span>dark: after</span></div>' + "".join(out)

@@ -10,54 +10,24 @@ Ranks' clocks differ: they are aligned on the ends of matched collectives
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import polars as pl
 
 from traceflops.metrics import utilization as metrics
-from traceflops.pipeline import Analysis
-from traceflops.stages.link import nearest
+from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.core.vocab import PARTITION
+from traceflops.views.collectives import collectives
+from traceflops.core.results import Job, RankSummary
 
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-}
 # Bus-bandwidth factors (NCCL tests' convention): bytes each rank moves over its links per byte of payload.
 _BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "all_reduce": lambda n: 2 * (n - 1) / n,
         "allgather": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "_allgather_base": lambda n: (n - 1) / n,
         "reduce_scatter": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n, "_reduce_scatter_base": lambda n: (n - 1) / n,
         "all_to_all": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "all_to_allv": lambda n: (n - 1) / n,
         "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send": lambda n: 1.0, "recv": lambda n: 1.0}
-_P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)"
 _RANK_RE = re.compile(r"rank[_\-]?(\d+)", re.I)
-_KIND_RE = [
-    ("allreduce", r"(?i)all_?reduce"),
-    ("allgather", r"(?i)all_?gather"),
-    ("reduce_scatter", r"(?i)reduce_?scatter"),
-    ("all_to_all", r"(?i)all_?to_?all"),
-    ("broadcast", r"(?i)broadcast"),
-    ("sendrecv", _P2P_RE),
-]
-
-
-@dataclass
-class RankSummary:
-    rank: int | None
-    world_size: int | None
-    path: str
-    hardware: dict[str, Any] | None
-    model: dict[str, Any] | None
-    steps: pl.DataFrame  # per step: window, FLOPs, partition, model FLOPs
-    collectives: pl.DataFrame  # per collective kernel: pg, seq, kind, ts, end, bytes, group_size, step
-    idle: pl.DataFrame  # per step and reason: idle µs
-    totals: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
 
 
 STEP_COLUMNS = ["step", "name", "start", "window", "model_flops", "flops_executed", "mfu", "hfu",
@@ -67,38 +37,6 @@ STEP_COLUMNS = ["step", "name", "start", "window", "model_flops", "flops_execute
 def rank_from_path(path: str) -> int | None:
     m = _RANK_RE.search(Path(path).name)
     return int(m.group(1)) if m else None
-
-
-def collectives(a: Analysis) -> pl.DataFrame:
-    """Communication kernels with their group, kind, payload and order within the group.
-
-    Parameters come from the kernel's own args, else from the nearest enclosing
-    op that records them (`record_param_comms`, `nccl:*`).
-    """
-    k = a.kernels.filter(pl.col("cls") == "communication")
-    cols = ["collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size"]
-    if k.height and a.ops.height:
-        parent = a.ops["parent"].to_numpy()
-        carrier = nearest(parent, a.ops["collective"].is_not_null().to_numpy())
-        rows = k["op_row"].fill_null(-1).to_numpy()
-        src = np.where(rows >= 0, carrier[np.maximum(rows, 0)], -1)
-        from_op = a.ops.select(cols)[np.maximum(src, 0)].with_columns(
-            [pl.when(pl.Series(src >= 0)).then(pl.col(c)).alias(c) for c in cols]
-        )
-        k = k.with_columns([pl.coalesce(k[c], from_op[c]).alias(c) for c in cols])
-    kind = pl.lit(None, pl.Utf8)
-    for name, pat in reversed(_KIND_RE):
-        kind = pl.when(pl.coalesce("collective", "name").str.contains(pat)).then(pl.lit(name)).otherwise(kind)
-    k = k.with_columns(
-        kind=kind,
-        pg=pl.col("pg_name").fill_null("?"),
-        end=pl.col("ts") + pl.col("dur"),
-        elem_bytes=pl.col("coll_dtype").str.to_lowercase().replace_strict(DTYPE_BYTES, default=None),
-    ).with_columns(
-        bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("elem_bytes"),
-    ).sort("ts")
-    k = k.with_columns(seq=pl.int_range(pl.len()).over("pg"))
-    return k.select("pg", "seq", "kind", "name", "ts", "end", "dur", "bytes", "group_size", "step")
 
 
 def summarize(a: Analysis) -> RankSummary:
@@ -191,19 +129,6 @@ def collective_table(m: pl.DataFrame, offsets: dict[int, float], link_bw: float 
 
 
 # --- the job ----------------------------------------------------------------
-
-
-@dataclass
-class Job:
-    ranks: pl.DataFrame  # per rank: wall, device MFU, HFU, partition totals
-    steps: pl.DataFrame  # per step: slowest rank's window, job MFU/HFU
-    collectives: pl.DataFrame
-    stragglers: pl.DataFrame
-    pipeline: pl.DataFrame | None
-    clock: dict[str, Any]
-    totals: dict[str, Any]
-    warnings: list[str]
-    summaries: list[RankSummary]
 
 
 def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[RankSummary]:
@@ -376,82 +301,6 @@ def job_view(
     for s in summaries:
         warnings += [f"rank {s.rank}: {w}" for w in s.warnings]
     return Job(per_rank_table(summaries), steps, coll, stragglers(coll, summaries), pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals, warnings, summaries)
-
-
-def _summarize_one(args: tuple) -> RankSummary:
-    from traceflops.pipeline import analyze
-
-    path, opts, cache_dir = args
-    if "://" in path:
-        return _summarize_url(path, opts)
-    return summarize(analyze(path, opts, cache_dir))
-
-
-def _summarize_url(url: str, opts) -> RankSummary:
-    """A trace the worker reads through fsspec (object store, HTTP): copied to local disk, then parsed."""
-    import tempfile
-
-    import fsspec
-
-    name = url.rsplit("/", 1)[-1] or "trace.json"
-    with tempfile.TemporaryDirectory() as d:
-        local = f"{d}/{name}"
-        with fsspec.open(url, "rb") as src, open(local, "wb") as dst:
-            while chunk := src.read(16 << 20):
-                dst.write(chunk)
-        from traceflops.pipeline import analyze
-
-        s = summarize(analyze(local, opts))
-        s.path = url
-        return s
-
-
-def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None) -> list[RankSummary]:
-    """Summaries of many ranks: in this process, a process pool (jobs > 1), or Ray tasks."""
-    work = [(p, opts, cache_dir) for p in paths]
-    if executor == "ray":
-        return _on_ray(work, ray_address)
-    if jobs <= 1 or len(paths) <= 1:
-        return [_summarize_one(w) for w in work]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_core_per_rank) as pool:
-        return list(pool.map(_summarize_one, work))
-
-
-def _one_core_per_rank() -> None:
-    """Ranks already run side by side: a rank's parse takes no second core (no decode helper)."""
-    import os
-
-    from traceflops.parsers.helper import ENV
-
-    os.environ.setdefault(ENV, "0")
-
-
-def _summarize_on_worker(args: tuple) -> RankSummary:
-    _one_core_per_rank()
-    return _summarize_one(args)
-
-
-def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
-    """The same summarize tasks on a Ray cluster; inputs must be paths or URLs the workers can read."""
-    try:
-        import ray
-    except ImportError:
-        from traceflops.core.errors import InputError
-
-        raise InputError(None, "--executor ray needs Ray", "pip install 'traceflops[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
-    try:
-        task = ray.remote(_summarize_on_worker)
-        return ray.get([task.remote(w) for w in work])
-    finally:
-        if started and address is None:
-            ray.shutdown()
 
 
 def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:

@@ -28,8 +28,8 @@ import polars as pl
 from traceflops.stages.link import nearest
 from traceflops.core.vocab import PHASES
 from traceflops.stages.phases import node_names
+from traceflops.core.vocab import STEP_MARKER_RE
 
-MARKER_RE = r"^ProfilerStep#\d+$|^Optimizer\."
 MODULE_PREFIX = "nn.Module: "
 
 
@@ -77,7 +77,7 @@ def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame
     parent = ops["parent"].to_numpy()
     names = ops["name"].fill_null("")
     cat = ops["cat"].fill_null("")
-    marker = ((cat == "user_annotation") & names.str.contains(MARKER_RE)).to_numpy()
+    marker = ((cat == "user_annotation") & names.str.contains(STEP_MARKER_RE)).to_numpy()
     is_module = (names.str.starts_with(MODULE_PREFIX) | (cat == "user_annotation")).to_numpy() & ~marker
     top = ~marker & ((parent < 0) | marker[np.maximum(parent, 0)])
     seq = ops["seq"] if "seq" in ops.columns else pl.Series("seq", [None] * n, dtype=pl.Int64)

@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from traceflops import __version__
+from traceflops.core.version import VERSION
 from traceflops.core.errors import TraceflopsError
 from traceflops.core.trace import Trace, Warnings, compact
 from traceflops.storage.bundle import read_bundle, write_bundle
@@ -29,9 +29,10 @@ def default_dir() -> Path:
 
 
 def key(path: str) -> str:
+    """Names a trace file's cache entries: changes when the file (as far as size, times and its ends tell) or the version does."""
     st = os.stat(path)
     h = hashlib.sha256()
-    h.update(f"{__version__}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode())
+    h.update(f"{VERSION}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode())
     with open(path, "rb") as f:
         h.update(f.read(_EDGE))
         if st.st_size > _EDGE:
@@ -40,7 +41,8 @@ def key(path: str) -> str:
     return h.hexdigest()[:32]
 
 
-def _read(entry: Path) -> tuple[dict, dict] | None:
+def read_entry(entry: Path) -> tuple[dict, dict] | None:
+    """A cache entry's tables and metadata; None when absent or damaged (a miss)."""
     if not entry.exists():
         return None
     try:
@@ -50,7 +52,7 @@ def _read(entry: Path) -> tuple[dict, dict] | None:
 
 
 def load(path: str, cache_dir: Path) -> Trace | None:
-    got = _read(cache_dir / f"{key(path)}.tfcache")
+    got = read_entry(cache_dir / f"{key(path)}.tfcache")
     if got is None:
         return None
     tables, meta = got
@@ -79,50 +81,3 @@ def store(path: str, trace: Trace, cache_dir: Path) -> None:
     meta = dict(trace.meta)
     meta["_warnings"] = dict(trace.warnings.counts)
     write_bundle(cache_dir / f"{key(path)}.tfcache", {t: getattr(trace, t) for t in TABLES}, meta)
-
-
-# ---------------------------------------------------------------- finished reports
-# What the JSON and terminal reports read, kept per trace and per set of options:
-# running the same command again on the same trace renders from here (no parse,
-# no analysis). Other options still reuse the parsed tables above.
-REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape")
-REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats")
-
-
-def report_key(path: str, options) -> str:
-    return hashlib.sha256(f"{key(path)}|{options!r}".encode()).hexdigest()[:32]
-
-
-def store_report(path: str, options, a, cache_dir: Path) -> None:
-    steps = a.steps
-    budgets = list(steps["loss_budget"]) if "loss_budget" in steps.columns else None
-    tables = {"steps": steps.drop("loss_budget", strict=False)}
-    tables |= {t: getattr(a, t) for t in REPORT_TABLES[1:] if getattr(a, t) is not None}
-    meta = {f: getattr(a, f) for f in REPORT_FIELDS}
-    meta |= {"_meta": {k: v for k, v in a.meta.items() if k in ("format", "rank", "world_size", "schema_version", "truncated")},
-             "_loss_budgets": budgets}
-    write_bundle(cache_dir / f"{report_key(path, options)}.tfreport", tables, meta)
-
-
-def load_report(path: str, options, cache_dir: Path):
-    """An `Analysis` holding what the reports read (no event tables), or None."""
-    import polars as pl
-
-    from traceflops.pipeline import Analysis
-    from traceflops.core.trace import empty
-
-    got = _read(cache_dir / f"{report_key(path, options)}.tfreport")
-    if got is None:
-        return None
-    tables, meta = got
-    if "steps" not in tables or any(f not in meta for f in REPORT_FIELDS):
-        return None
-    steps = tables["steps"]
-    if meta.get("_loss_budgets") is not None:
-        steps = steps.with_columns(loss_budget=pl.Series(meta["_loss_budgets"], dtype=pl.Object))
-    trace_meta = dict(meta.get("_meta") or {}, path=str(path))
-    trace = Trace(*(empty({}) for _ in TABLES), meta=trace_meta, warnings=Warnings())
-    fields = {f: meta[f] for f in REPORT_FIELDS}
-    return Analysis(trace=trace, ops=empty({}), kernels=empty({}), steps=steps,
-                    top_kernels=tables.get("top_kernels"), by_module=tables.get("by_module"), by_gemm_shape=tables.get("by_gemm_shape"),
-                    **fields)

@@ -1,0 +1,79 @@
+"""Numbers as text, the same way in every report and message: percentages, durations, SI prefixes, bytes, names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+NONE = "—"  # what an unknown number reads as
+
+
+def pct(v, digits: int = 1, keep_small: bool = True) -> str:
+    """A fraction as a percentage, never '-0.0%'; tiny non-zero values keep two significant digits unless `keep_small` is off."""
+    if v is None:
+        return NONE
+    x = float(v) * 100
+    if abs(x) < 1e-4:
+        x = 0.0
+    if keep_small and x != 0 and abs(x) < 0.5 * 10**-digits:
+        return f"{x:.2g}%"
+    out = f"{x:.{digits}f}%"
+    return out[1:] if out.startswith("-") and float(out[:-1]) == 0 else out
+
+
+def pp(v, signed: bool = False) -> str:
+    """A fraction as a percentage, or a change of one in percentage points."""
+    if v is None:
+        return NONE
+    return f"{v * 100:+.2f} pp" if signed else f"{v * 100:.2f}%"
+
+
+def ms(us, signed: bool = False) -> str:
+    """Microseconds as milliseconds."""
+    if us is None:
+        return NONE
+    return f"{us / 1e3:+.3f} ms" if signed else f"{us / 1e3:.3f} ms"
+
+
+def duration(us: float) -> str:
+    """Microseconds in the unit that reads best: µs, ms or s."""
+    x = float(us)
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.2f} s"
+    if abs(x) >= 1e3:
+        return f"{x / 1e3:.2f} ms"
+    return f"{x:.1f} µs"
+
+
+def si(v, unit: str = "", sep: str = " ") -> str:
+    """A count with an SI prefix (K … P) and three significant digits."""
+    if v is None:
+        return NONE
+    v = float(v)
+    for u, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{sep}{u}{unit}"
+    return f"{v:.3g}{sep}{unit}".rstrip()
+
+
+def nbytes(n: float) -> str:
+    """Bytes in decimal units."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def tflops(x: float | None) -> str:
+    """A rate in FLOP/s as whole TFLOP/s."""
+    return "?" if x is None else f"{x / 1e12:.0f} TFLOP/s"
+
+
+def short(s: Any, n: int = 48, none: str = "(none)") -> str:
+    """A name cut to `n` characters, the cut marked with an ellipsis."""
+    s = none if s is None else str(s)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def flops(v) -> str:
+    """A FLOP count, compact (`1.23T`), for tables."""
+    return si(v, sep="")

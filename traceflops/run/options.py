@@ -1,0 +1,73 @@
+"""An analysis's options from what a user gave (command-line flags or API keywords), checked once for both.
+
+Inconsistent input is an `OptionsError` (exit 2 on the command line; a
+`ValueError` in Python) whose line says what to give instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from traceflops.core.errors import OptionsError
+from traceflops.core.results import ModelOptions
+from traceflops.flops import model as mf
+
+MODES = (None, "training", "inference")
+
+
+def read_config(model_config: str | os.PathLike | dict) -> dict[str, Any]:
+    """A Hugging Face style config: a dict as given, or read from a config.json."""
+    if isinstance(model_config, dict):
+        return model_config
+    if not isinstance(model_config, (str, os.PathLike)):
+        raise OptionsError(None, "model_config must be a path to a config.json or a dict", "pass one of those")
+    try:
+        cfg = json.loads(Path(model_config).read_text())
+    except (OSError, ValueError) as e:
+        raise OptionsError(str(model_config), f"cannot read a JSON config ({e})", "pass a Hugging Face style config.json") from None
+    if not isinstance(cfg, dict):
+        raise OptionsError(str(model_config), "the config is not a JSON object", "pass a Hugging Face style config.json")
+    return cfg
+
+
+def model_spec(params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None):
+    """A model description from all five numbers or a config; None if nothing was given."""
+    if model_config is not None:
+        where = None if isinstance(model_config, dict) else str(model_config)
+        try:
+            return mf.spec_from_config(read_config(model_config), seq_len=seq_len)
+        except OptionsError:
+            raise
+        except ValueError as e:
+            raise OptionsError(where, str(e), "describe the model with --params/--layers/--heads/--head-dim/--seq-len instead") from None
+    given = [params, layers, heads, head_dim, seq_len]
+    if all(v is None for v in given):
+        return None
+    if any(v is None for v in given):
+        raise OptionsError(
+            None,
+            "a model description needs all of params, layers, heads, head_dim and seq_len",
+            "give the missing ones (--params, --layers, --heads, --head-dim, --seq-len), or a model config (--model-config)",
+        )
+    return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
+
+
+def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None,
+                  tokens_per_step=None, world_size=None, mode=None, hardware=None, precision=None, peak_tflops=None,
+                  exclude_steps=()) -> ModelOptions:
+    """The `ModelOptions` of one analysis, the same from the command line and from Python."""
+    if mode not in MODES:
+        raise OptionsError(None, f"mode must be 'training' or 'inference', got {mode!r}", "leave it out to detect it")
+    return ModelOptions(
+        spec=model_spec(params, layers, heads, head_dim, seq_len, model_config),
+        tokens_per_step=tokens_per_step,
+        world_size=world_size,
+        mode=mode,
+        hardware=hardware,
+        precision=precision,
+        peak_tflops=peak_tflops,
+        exclude_steps=tuple(exclude_steps),
+    )

@@ -1,0 +1,54 @@
+"""Finished reports, kept per trace and per set of options.
+
+What the JSON and terminal reports read: running the same command again on the same trace renders from here (no parse,
+no analysis). Other options still reuse the parsed tables (`trace_cache`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import polars as pl
+
+from traceflops.core.results import Analysis
+from traceflops.core.trace import Trace, Warnings, empty
+from traceflops.storage.bundle import write_bundle
+from traceflops.storage.trace_cache import TABLES, key, read_entry
+
+REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape")
+REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats")
+
+
+def report_key(path: str, options) -> str:
+    return hashlib.sha256(f"{key(path)}|{options!r}".encode()).hexdigest()[:32]
+
+
+def store_report(path: str, options, a, cache_dir: Path) -> None:
+    steps = a.steps
+    budgets = list(steps["loss_budget"]) if "loss_budget" in steps.columns else None
+    tables = {"steps": steps.drop("loss_budget", strict=False)}
+    tables |= {t: getattr(a, t) for t in REPORT_TABLES[1:] if getattr(a, t) is not None}
+    meta = {f: getattr(a, f) for f in REPORT_FIELDS}
+    meta |= {"_meta": {k: v for k, v in a.meta.items() if k in ("format", "rank", "world_size", "schema_version", "truncated")},
+             "_loss_budgets": budgets}
+    write_bundle(cache_dir / f"{report_key(path, options)}.tfreport", tables, meta)
+
+
+def load_report(path: str, options, cache_dir: Path):
+    """An `Analysis` holding what the reports read (no event tables), or None."""
+    got = read_entry(cache_dir / f"{report_key(path, options)}.tfreport")
+    if got is None:
+        return None
+    tables, meta = got
+    if "steps" not in tables or any(f not in meta for f in REPORT_FIELDS):
+        return None
+    steps = tables["steps"]
+    if meta.get("_loss_budgets") is not None:
+        steps = steps.with_columns(loss_budget=pl.Series(meta["_loss_budgets"], dtype=pl.Object))
+    trace_meta = dict(meta.get("_meta") or {}, path=str(path))
+    trace = Trace(*(empty({}) for _ in TABLES), meta=trace_meta, warnings=Warnings())
+    fields = {f: meta[f] for f in REPORT_FIELDS}
+    return Analysis(trace=trace, ops=empty({}), kernels=empty({}), steps=steps,
+                    top_kernels=tables.get("top_kernels"), by_module=tables.get("by_module"), by_gemm_shape=tables.get("by_gemm_shape"),
+                    **fields)
