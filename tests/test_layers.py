@@ -18,6 +18,7 @@ LAYERS = ("core", "flops", "parsers", "stages", "metrics", "views", "pipeline", 
 TOP = {"traceflops", "traceflops.api", "traceflops.torch_handler"}
 # Narrower than the order: what these layers may read at all.
 ONLY = {
+    "stages": {"core", "flops", "stages"},  # stages see the Trace, never how it was read
     "storage": {"core", "storage"},  # storage keeps tables; it never decides a number
     "report": {"core", "parsers", "report"},  # renderers read finished values (annotate: the parser's event rules)
 }

@@ -29,7 +29,13 @@ from traceflops.stages.clean import clean
 from traceflops.stages.count import classify_kernels, count_ops, has_formula
 from traceflops.stages.link import link
 from traceflops.stages.phases import tag_kernels, tag_ops
-from traceflops.stages.steps import assign, device_windows, host_steps, leave_out_cut_steps, step_warnings
+from traceflops.stages.steps import (
+    assign,
+    device_windows,
+    host_steps,
+    leave_out_cut_steps,
+    step_warnings,
+)
 from traceflops.views import advice, rollup
 
 

@@ -1,3 +1,5 @@
+"""`python -m traceflops.cli`: the same commands as the `traceflops` script."""
+
 from traceflops.cli.main import main
 
 main()

@@ -69,7 +69,12 @@ class Progress:
             return
         if self.bar is None:
             from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
             self.bar.start()

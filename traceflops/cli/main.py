@@ -1,4 +1,4 @@
-"""Command line: click commands that wire the stages; no logic of their own."""
+"""The commands `analyze`, `summarize`, `merge` and `mfu`: they wire `run` to the renderers and hold no logic of their own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from traceflops.core.memory import prefer_prompt_release
 
 prefer_prompt_release()  # before anything loads polars
 
-from traceflops.cli.common import options_from, run_command, Progress, model_options
+from traceflops.cli.common import Progress, model_options, options_from, run_command
 
 
 @click.group()
@@ -40,8 +40,8 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     progress = Progress(kw.get("quiet", False))
 
     def go():
-        from traceflops.run.load import analyze as run_analysis
         from traceflops.run.inputs import expand
+        from traceflops.run.load import analyze as run_analysis
 
         opts, cache_dir = options_from(kw)
         paths = expand(list(traces))
@@ -92,8 +92,8 @@ def _store_report(path, opts, cache_dir, a):
 
 
 def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None):
-    from traceflops.views.job import global_model_flops, job_view
     from traceflops.report import jobreport
+    from traceflops.views.job import global_model_flops, job_view
 
     job = job_view(
         summaries,

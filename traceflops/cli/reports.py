@@ -16,7 +16,7 @@ import os
 
 import click
 
-from traceflops.cli.common import options_from, run_command, model_options
+from traceflops.cli.common import model_options, options_from, run_command
 from traceflops.core.errors import InputError
 
 
@@ -108,11 +108,13 @@ def diff_cmd(before, after, fmt, output, **kw):
     kw, debug = _opts(kw)
 
     def go():
+        from traceflops.report.diff import (
+            render_diff_html,
+            render_json,
+            render_terminal,
+        )
         from traceflops.run.load import analyze
         from traceflops.views.diff import diff
-        from traceflops.report.diff import render_diff_html
-        from traceflops.report.diff import render_terminal
-        from traceflops.report.diff import render_json
 
         opts, cache_dir = options_from(kw)
         d = diff(analyze(before, opts, cache_dir), analyze(after, opts, cache_dir))

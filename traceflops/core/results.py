@@ -15,7 +15,7 @@ from traceflops.core.trace import Trace
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """What the user told us about the model and the hardware (all optional)."""
+    """What the user told us about the model and the hardware (all optional); built by `run.options`."""
 
     spec: Any = None  # a flops.model.ModelSpec
     tokens_per_step: float | None = None  # global, per step
@@ -79,8 +79,10 @@ class Analysis:
         return to_dict(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankSummary:
+    """One rank's small tables for the job view: summarised anywhere, merged later with the same result."""
+
     rank: int | None
     world_size: int | None
     path: str
@@ -93,8 +95,10 @@ class RankSummary:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
+    """Many ranks as one job: per-rank and per-step tables on aligned clocks, stragglers, pipeline bubbles."""
+
     ranks: pl.DataFrame  # per rank: wall, device MFU, HFU, partition totals
     steps: pl.DataFrame  # per step: slowest rank's window, job MFU/HFU
     collectives: pl.DataFrame

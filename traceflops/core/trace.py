@@ -12,6 +12,15 @@ from typing import Any
 
 import polars as pl
 
+# What a collective records about itself (Kineto args), on the op that launched it or on the kernel.
+COLLECTIVE_SCHEMA = {
+    "collective": pl.Utf8,
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "coll_dtype": pl.Utf8,
+    "pg_name": pl.Utf8,
+    "group_size": pl.Int64,
+}
 
 OPS_SCHEMA = {
     "op_id": pl.Int64,
@@ -29,12 +38,7 @@ OPS_SCHEMA = {
     "concrete": pl.Utf8,
     "strides": pl.Utf8,
     # Collective parameters (record_param_comms, nccl:* annotations): null elsewhere.
-    "collective": pl.Utf8,
-    "in_nelems": pl.Int64,
-    "out_nelems": pl.Int64,
-    "coll_dtype": pl.Utf8,
-    "pg_name": pl.Utf8,
-    "group_size": pl.Int64,
+    **COLLECTIVE_SCHEMA,
     # Set by parsers whose format says more than shapes (XLA): null elsewhere.
     "scope": pl.Utf8,  # framework name stack (JAX `jvp(...)/...`, TF op name)
     "flops_hint": pl.Int64,  # FLOPs the compiler reports for this op
@@ -62,15 +66,10 @@ KERNELS_SCHEMA = {
     "correlation": pl.Int64,
     "ext_id": pl.Int64,
     "bytes": pl.Int64,
-    "collective": pl.Utf8,
-    "in_nelems": pl.Int64,
-    "out_nelems": pl.Int64,
-    "coll_dtype": pl.Utf8,
-    "pg_name": pl.Utf8,
-    "group_size": pl.Int64,
+    **COLLECTIVE_SCHEMA,  # a collective kernel's own args
 }
 
-COLLECTIVE_COLUMNS = ("collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size")
+COLLECTIVE_COLUMNS = tuple(COLLECTIVE_SCHEMA)
 
 LAUNCHES_SCHEMA = {
     "name": pl.Utf8,

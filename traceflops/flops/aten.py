@@ -35,6 +35,7 @@ import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
+
 from traceflops.core.dtypes import dtype_of, itemsize
 
 __all__ = [

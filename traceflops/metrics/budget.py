@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
 from traceflops.core.errors import ConservationError
 
 TIME_KEYS = ("matmul_known", "matmul_unknown", "other_compute", "memcpy", "communication_exposed", "idle")

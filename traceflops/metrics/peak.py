@@ -11,7 +11,6 @@ from traceflops.core import hardware as hw
 from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace
 
-
 # TF32 GEMM kernels: cuBLAS/xmma name it, CUTLASS Ampere kernels say s1688 / tensorop_s (fp32 I/O on tensor cores).
 TF32_RE = re.compile(r"tf32|s1688|tensorop_s\d|xmma_gemm_f32f32_tf32", re.I)
 

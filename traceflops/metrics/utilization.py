@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
-
-from typing import Any
 
 from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterator
 
 from traceflops.core.errors import InputError
 
@@ -27,37 +28,54 @@ def open_trace(path: str):
         raise InputError(path, "permission denied", "check the file's permissions") from None
 
 
-def read_bytes(path: str, *, max_bytes: int | None = None) -> bytes:
-    limit = max_bytes or max_bytes_default()
+def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[bytes]:
+    """The file's bytes in pieces of at most `chunk`, gunzipped (every member) if it is gzip; InputError past `limit`.
+
+    A gzip stream that ends early yields what it held: a cut trace is the
+    parser's to report. `progress(read, size)` follows the compressed bytes read.
+    """
     with open_trace(path) as f:
-        magic = f.read(2)
+        gz = f.read(2) == b"\x1f\x8b"
         f.seek(0)
-        if magic != b"\x1f\x8b":
-            if os.fstat(f.fileno()).st_size > limit:
-                raise InputError(path, f"file is larger than the {limit}-byte limit", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
-            return f.read()
-        return _gunzip(f, path, limit)
+        size = os.fstat(f.fileno()).st_size
+        if not gz and size > limit:
+            raise InputError(path, f"is more than the {limit}-byte limit (a huge trace)", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
+
+        def blocks() -> Iterator[bytes]:
+            while block := f.read(chunk):
+                if progress is not None:
+                    progress(f.tell(), size)
+                yield block
+
+        total = 0
+        for piece in (_gunzip(blocks(), chunk, path) if gz else blocks()):
+            total += len(piece)
+            if total > limit:
+                raise InputError(path, f"decompresses to more than the {limit}-byte limit (a gzip bomb or a huge trace)",
+                                 "raise TRACEFLOPS_MAX_BYTES if it is genuine")
+            yield piece
 
 
-def _gunzip(f, path: str, limit: int) -> bytes:
+def _gunzip(blocks: Iterator[bytes], piece: int, path: str) -> Iterator[bytes]:
+    """Inflate gzip members one after another, never more than `piece` bytes at a time (a small block may expand a lot)."""
     d = zlib.decompressobj(wbits=31)
-    out = bytearray()
+    done = 0
     try:
-        while True:
-            chunk = f.read(1 << 20)
-            if not chunk:
-                break
-            out += d.decompress(chunk, limit + 1 - len(out))
-            while d.unconsumed_tail and len(out) <= limit:
-                out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
-            if len(out) > limit:
-                raise InputError(path, f"decompresses to more than {limit} bytes (a gzip bomb or a huge trace)", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
-            if d.eof:
-                # concatenated gzip members
-                rest = d.unused_data
-                d = zlib.decompressobj(wbits=31)
-                if rest:
-                    out += d.decompress(rest, limit + 1 - len(out))
+        for block in blocks:
+            data = block
+            while data:
+                out = d.decompress(data, piece)
+                done += len(out)
+                if out:
+                    yield out
+                if d.eof:  # the next member starts with what this one left
+                    data, d = d.unused_data, zlib.decompressobj(wbits=31)
+                else:
+                    data = d.unconsumed_tail
     except zlib.error as e:
-        raise InputError(path, f"corrupt gzip data ({e})", "re-copy or re-export the trace") from None
-    return bytes(out)
+        raise InputError(path, f"corrupt gzip data after {done} bytes ({e})", "re-copy or re-export the trace") from None
+
+
+def read_bytes(path: str, *, max_bytes: int | None = None) -> bytes:
+    """The whole file, gunzipped if needed, bounded by `max_bytes` (TRACEFLOPS_MAX_BYTES by default)."""
+    return b"".join(chunks(path, max_bytes or max_bytes_default(), 1 << 20))

@@ -10,9 +10,7 @@ at once. A document cut short yields every event that was complete.
 
 from __future__ import annotations
 
-import os
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +18,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from traceflops.core.errors import FormatError, InputError
-from traceflops.parsers.io import open_trace
+from traceflops.core.errors import FormatError
+from traceflops.parsers.io import chunks
 
 _QUOTE, _BSLASH = ord('"'), ord("\\")
 _OPEN = (ord("{"), ord("["))
@@ -36,46 +34,6 @@ class StreamResult:
     stray: int = 0  # array entries after the last object that are not objects
     events_complete: bool = False  # the traceEvents array closed: a cut, if any, came after it
     notes: list[str] = field(default_factory=list)
-
-
-def raw_chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[bytes]:
-    """The file's bytes in chunks, gunzipped if needed, stopping with an error past `limit`."""
-    total = 0
-    with open_trace(path) as f:
-        gz = f.read(2) == b"\x1f\x8b"
-        f.seek(0)
-        d = zlib.decompressobj(wbits=31) if gz else None
-        size = os.fstat(f.fileno()).st_size
-        while True:
-            block = f.read(chunk)
-            if progress is not None:
-                progress(f.tell(), size)
-            if not block:
-                break
-            if d is None:
-                out = block
-            else:
-                try:
-                    # Decompress in bounded pieces: a small compressed block may expand a lot.
-                    out = d.decompress(block, chunk)
-                    while d.unconsumed_tail:
-                        total += len(out)
-                        if total > limit:
-                            break
-                        yield out
-                        out = d.decompress(d.unconsumed_tail, chunk)
-                except zlib.error as e:
-                    raise InputError(path, f"corrupt gzip data after {total} bytes ({e})", "re-copy or re-export the trace") from None
-                if d.eof and d.unused_data:
-                    rest = d.unused_data
-                    d = zlib.decompressobj(wbits=31)
-                    out += d.decompress(rest, chunk)  # a further member: bounded like the first
-            total += len(out)
-            if total > limit:
-                what = "decompresses to" if gz else "is"
-                raise InputError(path, f"{what} more than the {limit}-byte limit (a gzip bomb or a huge trace)", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
-            if out:
-                yield out
 
 
 class _Scanner:
@@ -328,7 +286,7 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
         sc.pending.clear()
         return out
 
-    for data in raw_chunks(path, limit, chunk, progress):
+    for data in chunks(path, limit, chunk, progress):
         if first:
             if not data.lstrip().startswith(b"{"):
                 raise FormatError(path, "not a JSON object (a Kineto trace is a JSON object with traceEvents)", "pass a PyTorch profiler trace")

@@ -21,16 +21,26 @@ import msgspec
 import orjson
 import polars as pl
 
-from traceflops.parsers.values import as_int as _int
-from traceflops.core.trace import (
-    KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, STEPS_SCHEMA, Trace, Warnings, compact, null_column, thread_order, with_null_hints,
-)
-from traceflops.parsers.io import max_bytes_default
 from traceflops.core.memory import return_freed_memory
+from traceflops.core.trace import (
+    COLLECTIVE_COLUMNS,
+    KERNELS_SCHEMA,
+    LAUNCHES_SCHEMA,
+    MARKERS_SCHEMA,
+    STEPS_SCHEMA,
+    Trace,
+    Warnings,
+    compact,
+    null_column,
+    thread_order,
+    with_null_hints,
+)
+from traceflops.core.vocab import PROFILER_STEP_RE
 from traceflops.parsers import helper
 from traceflops.parsers.helper import decode_in_order
+from traceflops.parsers.io import max_bytes_default
 from traceflops.parsers.jsonstream import split_events, stream_events
-from traceflops.core.vocab import PROFILER_STEP_RE
+from traceflops.parsers.values import as_int as _int
 
 
 class _Args(msgspec.Struct, omit_defaults=True, gc=False):
@@ -369,7 +379,7 @@ _BUILD = {
     "dims": _json_col, "types": _json_col, "concrete": _json_col, "strides": _json_col,
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
-_COLLECTIVE = ("collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size")
+_COLLECTIVE = COLLECTIVE_COLUMNS
 # What each table reads; `cat` is kept until bad rows are counted by it.
 _COLUMNS = {
     "ops": (*_EVENT_FIELDS, "ext_id", "seq", "fwd_tid", "dims", "types", "concrete", "strides", *_COLLECTIVE),

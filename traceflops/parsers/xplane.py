@@ -46,13 +46,28 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceflops.parsers.values import as_int as _int
 from traceflops.core.errors import FormatError
-from traceflops.core.trace import KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, OPS_SCHEMA, STEPS_SCHEMA, Trace, Warnings
-from traceflops.parsers.io import max_bytes_default, read_bytes
-from traceflops.parsers.xplane_proto import HloInstruction, HloModule, Shape, XPlane, XSpace, decode_hlo_proto
-from traceflops.parsers.xspace import decode_xspace
+from traceflops.core.trace import (
+    KERNELS_SCHEMA,
+    LAUNCHES_SCHEMA,
+    MARKERS_SCHEMA,
+    OPS_SCHEMA,
+    STEPS_SCHEMA,
+    Trace,
+    Warnings,
+)
 from traceflops.flops import hlo
+from traceflops.parsers.io import max_bytes_default, read_bytes
+from traceflops.parsers.values import as_int as _int
+from traceflops.parsers.xplane_proto import (
+    HloInstruction,
+    HloModule,
+    Shape,
+    XPlane,
+    XSpace,
+    decode_hlo_proto,
+)
+from traceflops.parsers.xspace import decode_xspace
 
 _U64 = (1 << 64) - 1
 _EPOCH_NS = 10**17  # line timestamps above this are wall-clock ns since 1970

@@ -17,7 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 from traceflops.core.errors import FormatError
-from traceflops.parsers.xplane_proto import XEvent, XEventMetadata, XLine, XPlane, XSpace
+from traceflops.parsers.xplane_proto import (
+    XEvent,
+    XEventMetadata,
+    XLine,
+    XPlane,
+    XSpace,
+)
 
 _CLASS: Any = None
 _TRIED = False

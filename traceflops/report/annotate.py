@@ -55,12 +55,12 @@ import numpy as np
 import orjson
 import polars as pl
 
-from traceflops.core.results import Analysis
 from traceflops.core.errors import FormatError, InputError
+from traceflops.core.files import write_atomic
+from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.parsers.io import read_bytes
 from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS
-from traceflops.core.files import write_atomic
 
 CAT = "traceflops"
 PROCESS = "traceflops"

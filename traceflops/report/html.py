@@ -29,11 +29,10 @@ from typing import Any
 
 import polars as pl
 
-from traceflops.core.results import Analysis
-from traceflops.core.vocab import PHASES
-from traceflops.core.vocab import PARTITION
-from traceflops.core.version import VERSION
 from traceflops.core import fmt
+from traceflops.core.results import Analysis
+from traceflops.core.version import VERSION
+from traceflops.core.vocab import PARTITION, PHASES
 
 MAX_POINTS = 1500  # roofline points drawn (the longest kernels)
 MAX_STEPS = 64

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from traceflops.core import fmt
 from traceflops.core.results import Job
 from traceflops.report.jsonreport import SCHEMA
-from traceflops.core import fmt
 
 
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:

@@ -7,9 +7,7 @@ from typing import Any
 import orjson
 
 from traceflops.core.results import Analysis
-from traceflops.core.vocab import PHASES
-from traceflops.core.vocab import OVERLAYS
-from traceflops.core.vocab import PARTITION
+from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 
 SCHEMA = "traceflops.report/1"
 

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceflops.core.results import Analysis
 from traceflops.core.files import write_atomic
+from traceflops.core.results import Analysis
 
 # --- per-kernel frames (computed by the analysis; None on a CPU-only trace) ---
 

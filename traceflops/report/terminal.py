@@ -6,10 +6,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from traceflops.core import fmt
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.report.jsonreport import step_rows
-from traceflops.core import fmt
 
 
 def render(a: Analysis, console: Console | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from traceflops.core.errors import InputError
 from traceflops.core.results import RankSummary
@@ -30,9 +31,7 @@ def _summarize_url(url: str, opts) -> RankSummary:
         with fsspec.open(url, "rb") as src, open(local, "wb") as dst:
             while chunk := src.read(16 << 20):
                 dst.write(chunk)
-            s = summarize(analyze(local, opts))
-        s.path = url
-        return s
+            return replace(summarize(analyze(local, opts)), path=url)
 
 
 def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None) -> list[RankSummary]:

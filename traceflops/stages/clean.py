@@ -1,4 +1,6 @@
-"""Sanity of a `Trace` before analysis: pure functions over the trace tables, each returning the cleaned frame
+"""A `Trace` made fit for analysis: duplicates, implausible times and overlapping kernels found, counted and repaired.
+
+Pure functions over the trace tables, each returning the cleaned frame
 and what it counted, so `clean` can put every count in `trace.warnings`
 (nothing is dropped or changed silently):
 

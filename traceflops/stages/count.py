@@ -14,8 +14,7 @@ import orjson
 import polars as pl
 
 from traceflops.flops import aten as registry
-from traceflops.stages.link import spread
-from traceflops.stages.link import by_row, nearest
+from traceflops.stages.link import by_row, nearest, spread
 
 FLOP_COLS = {
     "flops": pl.Int64,

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceflops.core.trace import Trace
-from traceflops.core.trace import thread_order
+from traceflops.core.trace import Trace, thread_order
 
 # Slack for float-rounded ends: a child may end a few ns after its parent.
 _EPS_US = 1e-3

@@ -12,8 +12,8 @@ import re
 import numpy as np
 import polars as pl
 
-from traceflops.stages.link import Linked, by_row, nearest
 from traceflops.core.vocab import PROFILER_STEP_RE
+from traceflops.stages.link import Linked, by_row, nearest
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
 _NODE_RE = re.compile(r"^(?:autograd::engine::evaluate_function: )?([\w:.]*Backward\d*)$")

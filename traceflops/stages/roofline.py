@@ -56,8 +56,7 @@ import math
 import orjson
 import polars as pl
 
-from traceflops.core.dtypes import itemsize
-from traceflops.core.dtypes import dtype_of
+from traceflops.core.dtypes import dtype_of, itemsize
 from traceflops.core.hardware import Hardware
 from traceflops.stages.link import by_row, row_index, spread
 

@@ -9,14 +9,14 @@ ends at its last device activity. Without device work, the host span is the wind
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 
+from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE
-from traceflops.core.results import ModelOptions
-from dataclasses import replace
-
 
 
 def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:

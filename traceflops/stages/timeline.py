@@ -27,10 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceflops.core.vocab import BUSY_CLASSES, OUTSIDE, PARTITION
 from traceflops.core.errors import ConservationError
-
-
+from traceflops.core.vocab import BUSY_CLASSES, OUTSIDE, PARTITION
 
 # Count columns of the sweep (see `_kernel_arrays`): the four busy classes of
 # the partition in priority order, then the overlay columns.

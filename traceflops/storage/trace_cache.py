@@ -11,9 +11,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from traceflops.core.version import VERSION
 from traceflops.core.errors import TraceflopsError
 from traceflops.core.trace import Trace, Warnings, compact
+from traceflops.core.version import VERSION
 from traceflops.storage.bundle import read_bundle, write_bundle
 
 _EDGE = 1 << 20

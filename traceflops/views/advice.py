@@ -54,15 +54,14 @@ import numpy as np
 import orjson
 import polars as pl
 
+from traceflops.core import fmt
 from traceflops.core import hardware as hw
+from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
+from traceflops.core.results import Analysis
+from traceflops.core.vocab import OVERLAYS, PARTITION
+from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
 from traceflops.stages.link import nearest
-from traceflops.core.vocab import OVERLAYS, PARTITION
-from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
-from traceflops.core import fmt
-
-from traceflops.core.results import Analysis
-from traceflops.metrics.peak import TF32_RE
 
 MIN_SHARE = 0.01
 SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch and ramp-up

@@ -7,8 +7,8 @@ import polars as pl
 
 from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE
 from traceflops.core.results import Analysis
+from traceflops.core.trace import COLLECTIVE_COLUMNS
 from traceflops.stages.link import nearest
-
 
 P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)"
 
@@ -30,7 +30,7 @@ def collectives(a: Analysis) -> pl.DataFrame:
     op that records them (`record_param_comms`, `nccl:*`).
     """
     k = a.kernels.filter(pl.col("cls") == "communication")
-    cols = ["collective", "in_nelems", "out_nelems", "coll_dtype", "pg_name", "group_size"]
+    cols = list(COLLECTIVE_COLUMNS)
     if k.height and a.ops.height:
         parent = a.ops["parent"].to_numpy()
         carrier = nearest(parent, a.ops["collective"].is_not_null().to_numpy())

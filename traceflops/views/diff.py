@@ -31,8 +31,7 @@ from typing import Any
 import polars as pl
 
 from traceflops.core.results import Analysis
-from traceflops.core.vocab import PHASES
-from traceflops.core.vocab import PARTITION
+from traceflops.core.vocab import PARTITION, PHASES
 
 SCHEMA = "traceflops.diff/1"
 TOP = 20

@@ -10,16 +10,15 @@ Ranks' clocks differ: they are aligned on the ends of matched collectives
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
+from traceflops.core.results import Analysis, Job, RankSummary
+from traceflops.core.vocab import PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
-from traceflops.core.results import Analysis
-from traceflops.core.vocab import PHASES
-from traceflops.core.vocab import PARTITION
 from traceflops.views.collectives import collectives
-from traceflops.core.results import Job, RankSummary
 
 # Bus-bandwidth factors (NCCL tests' convention): bytes each rank moves over its links per byte of payload.
 _BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -132,15 +131,19 @@ def collective_table(m: pl.DataFrame, offsets: dict[int, float], link_bw: float 
 
 
 def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[RankSummary]:
+    """The summaries by rank; one without a rank gets the lowest free one (a new summary, with a warning)."""
     used = {s.rank for s in summaries if s.rank is not None}
     nxt = 0
+    ranked = []
     for s in summaries:
         if s.rank is None:
             while nxt in used:
                 nxt += 1
-            s.rank = nxt
+            s = replace(s, rank=nxt)
             used.add(nxt)
             warnings.append(f"{s.path}: no rank in the trace or its name; assumed rank {nxt}")
+        ranked.append(s)
+    summaries = ranked
     seen: dict[int, str] = {}
     for s in summaries:
         if s.rank in seen:

@@ -25,10 +25,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceflops.core.vocab import PHASES, STEP_MARKER_RE
 from traceflops.stages.link import nearest
-from traceflops.core.vocab import PHASES
 from traceflops.stages.phases import node_names
-from traceflops.core.vocab import STEP_MARKER_RE
 
 MODULE_PREFIX = "nn.Module: "
 
