@@ -66,19 +66,25 @@ def test_executed_dot_flops_equal_the_hlo_truth(runs, variant):
 def test_te_fused_attention_gets_sdpa_flops(shared):
     """gfx950 JAX + Transformer Engine: qkv packed [B=2, S=2048, 3, H=16, D=128] (bf16), output
     [2, 2048, 16, 128], backend config mask_type = 2 (causal). Dense, as FlopCounterMode counts
-    SDPA: forward 4·B·H·S·S·D, backward 2.5× (its Q·Kᵀ recompute 2·B·H·S·S·D is not split out:
-    the ops table has no recompute hint column)."""
+    SDPA: forward 4·B·H·S·S·D, backward 2.5×, of which its in-kernel Q·Kᵀ recompute 2·B·H·S·S·D
+    is recompute (in HFU, not in MFU), as a flash backward's is on PyTorch traces."""
     a = analyze(str(shared / "xplane" / "gfx950_jax_te_fused_attn_train.xplane.pb"))
     B, S, H, D = 2, 2048, 16, 128
     fwd = 4 * B * H * S * S * D
     ops = a.ops.filter(a.ops["name"].str.starts_with("te_fused_attn_"))
     assert ops.height > 0
-    for name, phase, flops in ops.select("name", "phase", "flops").iter_rows():
+    score = 2 * B * H * S * S * D
+    for name, phase, flops, rec, mask in ops.select("name", "phase", "flops", "recompute_flops", "mask").iter_rows():
         if name.startswith("te_fused_attn_forward"):
-            assert (phase, flops) == ("forward", fwd)
+            assert (phase, flops, rec, mask) == ("forward", fwd, 0, "causal")
         else:
-            assert (phase, flops) == ("backward", 5 * fwd // 2)
+            assert (phase, flops, rec, mask) == ("backward", 5 * fwd // 2, score, "causal")
     assert not [w for w in a.warnings if "fused attention" in w]
+    # The recompute leaves the backward and its share of model FLOPs; executed FLOPs stay whole.
+    n_bwd = ops.filter(ops["name"].str.starts_with("te_fused_attn_backward")).height
+    others = a.ops.filter(a.ops["matmul"] & a.ops["ran"] & ~a.ops["name"].str.starts_with("te_fused_attn_"))
+    assert a.totals["flops"]["recompute"] == n_bwd * score + int(others.filter(others["phase"] == "recompute")["flops"].sum())
+    assert a.totals["flops"]["executed"] == int(a.ops.filter(a.ops["matmul"] & a.ops["ran"])["flops"].sum())
 
     from traceflops.parsers import xplane as X
     from traceflops.parsers.xplane_proto import decode_hlo_proto

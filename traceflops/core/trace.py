@@ -44,9 +44,11 @@ OPS_SCHEMA = {
     "flops_hint": pl.Int64,  # FLOPs the compiler reports for this op
     "bytes_hint": pl.Int64,  # bytes the compiler reports it accesses
     "matmul_hint": pl.Boolean,  # the op is (or fuses) a dot / convolution
+    "recompute_hint": pl.Int64,  # of flops_hint, recomputed inside the kernel (a fused attention backward's Q·Kᵀ)
+    "mask_hint": pl.Utf8,  # attention mask of a fused attention op: 'none' | 'causal' | 'unknown'
 }
 
-HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint")
+HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint")
 
 
 def with_null_hints(ops: pl.DataFrame) -> pl.DataFrame:

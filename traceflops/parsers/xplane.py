@@ -480,6 +480,9 @@ class _Builder:
         o["flops_hint"].append(_int(flops))
         o["bytes_hint"].append(_int(bytes_))
         o["matmul_hint"].append(bool(matmul) if matmul is not None else False)
+        own = facts is not None and flops == facts.flops  # the recompute share belongs to the parser's own count
+        o["recompute_hint"].append(facts.recompute_flops if own else None)
+        o["mask_hint"].append(facts.mask if facts else None)
         return op_id
 
     def add_kernel(self, *, name, kind, pid, device, stream, ts, dur, corr, ext_id, bytes_=None, collective=None):
@@ -510,7 +513,7 @@ class _Builder:
 
 # The columns this parser fills; any other column of the model's schemas comes out null.
 _OP_COLS = ("op_id", "name", "cat", "pid", "tid", "ts", "dur", "ext_id", "seq", "fwd_tid", "dims", "types",
-            "concrete", "strides", "scope", "flops_hint", "bytes_hint", "matmul_hint")
+            "concrete", "strides", "scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint")
 _KERNEL_COLS = ("kernel_id", "name", "kind", "pid", "device", "stream", "ts", "dur", "correlation", "ext_id",
                 "bytes", "collective")
 _LAUNCH_COLS = ("name", "pid", "tid", "ts", "dur", "correlation", "ext_id")

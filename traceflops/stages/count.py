@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from traceflops.core.dtypes import dtype_of
 from traceflops.flops import aten as registry
 from traceflops.stages.link import by_row, nearest, spread
 
@@ -184,13 +185,18 @@ def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> p
 
 
 def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
-    """Where the format reports FLOPs (the XLA compiler's), they win over shape formulas."""
+    """Where the format reports FLOPs (XLA: the compiler's, or the HLO's shapes), they win over shape formulas.
+
+    With them come the in-kernel recompute (a fused attention backward's Q·Kᵀ,
+    counted in HFU, not in MFU) and an attention op's mask.
+    """
     hinted = pl.col("matmul") & pl.col("flops_hint").is_not_null()
     types_dtype = pl.col("types").map_elements(_first_dtype, return_dtype=pl.Utf8)
     return ops.with_columns(
         flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("flops")),
         effective_flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("effective_flops")),
-        recompute_flops=pl.when(hinted).then(0).otherwise(pl.col("recompute_flops")),
+        recompute_flops=pl.when(hinted).then(pl.col("recompute_hint").fill_null(0)).otherwise(pl.col("recompute_flops")),
+        mask=pl.when(hinted & pl.col("mask_hint").is_not_null()).then(pl.col("mask_hint")).otherwise(pl.col("mask")),
         bytes=pl.coalesce("bytes", "bytes_hint"),
         flops_reason=pl.when(hinted).then(None).otherwise(pl.col("flops_reason")),
         dtype=pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
@@ -201,7 +207,7 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
 
 def _first_dtype(types: str) -> str | None:
     t = orjson.loads(types)
-    return registry.dtype_of(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None
+    return dtype_of(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None
 
 
 def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:

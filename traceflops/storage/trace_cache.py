@@ -12,12 +12,21 @@ from collections import Counter
 from pathlib import Path
 
 from traceflops.core.errors import TraceflopsError
-from traceflops.core.trace import Trace, Warnings, compact
+from traceflops.core.trace import (
+    KERNELS_SCHEMA,
+    LAUNCHES_SCHEMA,
+    MARKERS_SCHEMA,
+    OPS_SCHEMA,
+    Trace,
+    Warnings,
+    compact,
+)
 from traceflops.core.version import VERSION
 from traceflops.storage.bundle import read_bundle, write_bundle
 
 _EDGE = 1 << 20
 TABLES = ("ops", "kernels", "launches", "markers", "steps")
+SCHEMAS = {"ops": OPS_SCHEMA, "kernels": KERNELS_SCHEMA, "launches": LAUNCHES_SCHEMA, "markers": MARKERS_SCHEMA}
 
 
 def default_dir() -> Path:
@@ -58,6 +67,8 @@ def load(path: str, cache_dir: Path) -> Trace | None:
     tables, meta = got
     if any(t not in tables for t in TABLES):
         return None
+    if any(list(tables[t].columns) != list(schema) for t, schema in SCHEMAS.items()):
+        return None  # written by a build whose Trace model had other columns: a miss, parsed again
     warnings = Warnings(Counter(meta.pop("_warnings", {})))
     meta["path"] = str(path)
     tables = {t: compact(f.with_columns(_one_copy_each(f["name"])) if "name" in f.columns and f.height else f) for t, f in tables.items()}
