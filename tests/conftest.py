@@ -1,19 +1,12 @@
 import os
 import tempfile
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.builders import shared_fixtures
 
 # The CLI caches parsed traces under the user's cache by default: keep test runs out of it.
 os.environ.setdefault("TRACEFLOPS_CACHE_DIR", tempfile.mkdtemp(prefix="traceflops-test-cache-"))
-
-
-def shared_fixtures() -> Path:
-    """The shared real traces: beside the checkout, or where TRACEFLOPS_FIXTURES points."""
-    env = os.environ.get("TRACEFLOPS_FIXTURES")
-    return Path(env) if env else ROOT.parent / "shared" / "fixtures"
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Bases from the shared fixtures and byte-level mutations for `test_fuzz.py`.
+"""Bases from the shared fixtures and byte-level mutations for `integration/test_fuzz.py`.
 
 Every mutation is `f(r, raw) -> bytes`, deterministic in the `random.Random` it is given.
 JSON byte mutations work on the uncompressed text; protobuf mutations on the `.xplane.pb`
@@ -11,7 +11,7 @@ import functools
 import gzip
 import re
 
-from conftest import shared_fixtures
+from tests.builders import shared_fixtures
 
 # ------------------------------------------------------------------ shared bases
 

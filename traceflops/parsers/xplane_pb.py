@@ -4,7 +4,7 @@ The message classes are built here from descriptors written in code (no
 generated `_pb2` file, no TensorFlow): field numbers as in tsl's
 `xplane.proto`. The result is converted to the same dataclasses the
 pure-Python reader (`xplane_proto`) returns, so callers cannot tell the two
-apart; `tests/test_xplane.py` checks that they agree on every shared profile.
+apart; `tests/parsers/test_xplane.py` checks that they agree on every shared profile.
 On the 3 MB `v100_tf_multiworker` profile the upb parse plus conversion is
 about twice as fast as the pure-Python reader.
 

@@ -1,0 +1,141 @@
+"""Linking and tagging on synthetic device traces with known answers."""
+
+import polars as pl
+
+from tests.builders import LINKING, scenario_trace
+from traceflops.run.load import analyze
+
+M, K, N = LINKING.M, LINKING.K, LINKING.N
+
+
+def test_kernels_take_the_phase_of_their_launching_op(tmp_path):
+    a = analyze(scenario_trace(tmp_path, "linking"))
+    k = {r["name"]: r for r in a.kernels.iter_rows(named=True)}
+    assert k["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"]["phase"] == "forward"
+    assert k["Memset (Device)"]["phase"] == "forward"
+    assert k["nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNN"]["phase"] == "backward"
+    assert k["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"]["kind"] == "communication"
+    assert k["void at::native::multi_tensor_apply_kernel<adam>"]["phase"] == "optimizer"
+    assert k["sm90_xmma_gemm_graph_part2"]["cls"] == "matmul"
+    # memset under a GEMM op is not matmul time; the GEMM kernel is
+    assert k["Memset (Device)"]["cls"] == "memset"
+    assert k["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"]["cls"] == "matmul"
+
+
+def test_flops_counts_and_outside_work(tmp_path):
+    a = analyze(scenario_trace(tmp_path, "linking"))
+    t = a.totals
+    mm = 2 * M * N * K
+    assert t["flops"]["forward"] == mm * 2  # the addmm and the graph-launched mm
+    assert t["flops"]["backward"] == 2 * mm
+    assert t["matmul_count"] == {"forward": 2, "backward": 2, "recompute": 0, "optimizer": 0, "other": 0}
+    assert a.outside_steps["kernels"] == 1
+    # graph kernels split their op's FLOPs by duration and keep the total
+    g = a.kernels.filter(pl.col("name").str.starts_with("sm90_xmma_gemm_graph"))
+    assert g["flops"].sum() == mm
+    assert abs(g.filter(pl.col("dur") == 30)["flops"][0] - 0.75 * mm) < 1e-6
+    # the one step's device window runs from its first to its last device activity
+    s = a.steps.row(0, named=True)
+    assert s["start"] == 200 and s["window"] == 790 - 200  # the graph kernel ends last and s["last"]
+
+
+def test_launch_op_is_the_innermost_enclosing_op_by_definition():
+    """`enclosing_op` against the definition: the latest-starting op on the thread whose span contains the instant."""
+    import numpy as np
+
+    from traceflops.stages.link import _EPS_US, enclosing_op, nesting
+
+    rng = np.random.default_rng(7)
+    # properly nested spans on three threads, built recursively
+    starts, ends, threads = [], [], []
+
+    def spans(t, lo, hi, depth):
+        x = lo
+        while x < hi - 2 and depth < 5:
+            w = rng.uniform(1, (hi - x))
+            starts.append(x), ends.append(x + w), threads.append(t)
+            spans(t, x + rng.uniform(0, 0.2 * w), x + w * 0.9, depth + 1)
+            x += w + rng.uniform(0, 3)
+
+    for t in range(3):
+        spans(t, 0.0, 400.0, 0)
+    order = np.lexsort((-(np.array(ends) - np.array(starts)), np.array(starts), np.array(threads)))
+    ts, end, thread = np.array(starts)[order], np.array(ends)[order], np.array(threads)[order]
+    parent = nesting(thread, ts, end)
+    q_thread = rng.integers(0, 4, 2000)  # thread 3 has no ops
+    q_ts = rng.uniform(-5, 410, 2000)
+    got = enclosing_op(parent, thread, ts, end, q_thread, q_ts)
+    for qt, qs, g in zip(q_thread, q_ts, got):
+        inside = np.flatnonzero((thread == qt) & (ts <= qs) & (end > qs + _EPS_US))
+        want = inside.max() if len(inside) else -1
+        assert g == want
+
+
+def _nesting_by_stack(thread, ts, end):
+    """The reference: a stack walk per thread, popping what ended by the next start."""
+    import numpy as np
+
+    from traceflops.stages.link import _EPS_US
+
+    parent, stack, prev = [], [], None
+    for th, t, i in zip(thread.tolist(), ts.tolist(), range(len(ts))):
+        if th != prev:
+            stack, prev = [], th
+        while stack and end[stack[-1]] <= t + _EPS_US:
+            stack.pop()
+        parent.append(stack[-1] if stack else -1)
+        stack.append(i)
+    return np.asarray(parent, dtype=np.int64)
+
+
+def test_vectorized_nesting_equals_the_stack_walk_with_ties_zero_durations_and_partial_overlaps():
+    import numpy as np
+
+    from traceflops.stages.link import nesting
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(1, 400))
+        thread = np.sort(rng.integers(0, 3, n))
+        ts = rng.choice(np.arange(0, 50, 0.5), n)
+        dur = rng.choice([0, 0.0005, 1, 2, 5, 20, 60], n)  # random spans overlap partially as often as not
+        order = np.lexsort((-dur, ts, thread))
+        thread, ts, dur = thread[order], ts[order], dur[order]
+        assert (nesting(thread, ts, ts + dur) == _nesting_by_stack(thread, ts, ts + dur)).all()
+
+
+def test_nearest_marked_ancestor_equals_climbing_one_by_one():
+    import numpy as np
+
+    from traceflops.stages.link import nearest
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        parent = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
+        mask = rng.random(n) < 0.2
+        want = []
+        for i in range(n):
+            j = i
+            while j >= 0 and not mask[j]:
+                j = parent[j]
+            want.append(j)
+        assert (nearest(parent, mask) == np.array(want)).all()
+
+
+def test_thread_order_check_agrees_with_polars_sort_nulls_included():
+    import numpy as np
+    import polars as pl
+
+    from traceflops.core.trace import OP_ORDER, in_thread_order, thread_order
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        text = lambda vals: pl.Series(list(rng.choice(vals, n)), dtype=pl.Utf8).replace("x", None)  # noqa: E731
+        df = pl.DataFrame({"pid": text(["1", "2", "x"]), "tid": text(["7", "8", "x"]), "ts": rng.choice([1.0, 2.0, 3.0], n),
+                           "dur": rng.choice([0.0, 1.0, 5.0], n), "op_id": rng.permutation(n)})
+        want = df.sort(OP_ORDER[0], descending=OP_ORDER[1])
+        assert in_thread_order(want)
+        assert in_thread_order(df) == want.equals(df)
+        assert thread_order(df).equals(want)
