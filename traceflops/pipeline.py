@@ -62,7 +62,8 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     host, step_source = host_steps(trace)
     opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
     ops = ops.with_columns(step=assign(ops, "ts", host))
-    kernels = classify_kernels(kernels.with_columns(step=assign(kernels, "launch_ts", host)), ops)
+    launched = "launch_ts" if ops.height else "ts"  # a device-only trace has no launches: a kernel's own start
+    kernels = classify_kernels(kernels.with_columns(step=assign(kernels, launched, host)), ops)
     steps = device_windows(host, kernels).sort("ts")
     warnings = step_warnings(trace, steps, step_source, warnings_cut)
 
@@ -92,7 +93,8 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
         totals["overlay_us"]["memory_bound"] = steptime.memory_bound_us(kernels, roof, steps, opt)
     totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt)
     warnings += util.suspect(totals.get("mfu"), totals.get("hfu"))
-    warnings += util.unknown_flops_warnings(ops, totals)
+    warnings += util.unknown_flops_warnings(ops, kernels, totals)
+    warnings += util.hook_warnings(ops)
     if hardware:
         hardware["precision"] = precision
         totals["mfu_by_precision"] = mpeak.other_peaks(hardware, totals, precision, opt)

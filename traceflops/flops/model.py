@@ -51,6 +51,9 @@ class ModelSpec:
     excluded: dict[str, int] = field(default_factory=dict)  # known parameters not in N
     model_type: str = ""
     notes: tuple[str, ...] = ()
+    seq_len_source: str = "flag"  # 'flag' (given) | 'config' (its maximum context, a last resort) | 'trace'
+    # Weight shapes (out, in) of each part of N, for telling the trace's GEMMs apart; empty when unknown.
+    part_shapes: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def __hash__(self) -> int:
         return hash((self.params_matmul, self.layers, self.heads, self.head_dim, self.seq_len,
@@ -162,13 +165,14 @@ def spec_from_config(config: dict, seq_len: int | None = None) -> ModelSpec:
     else:
         c = _count_decoder(config, fam)
     notes = list(c.pop("notes"))
-
+    seq_len_source = "flag"
     if seq_len is None:
+        seq_len_source = "config"
         seq_len = _get(config, "max_position_embeddings", "n_positions", "n_ctx")
         if seq_len is None:
             raise ValueError("config has no max_position_embeddings/n_positions: pass seq_len")
-        notes.append(f"T = {int(seq_len)} taken from the config's maximum context; pass the "
-                     "training sequence length if it differs")
+        notes.append(f"T = {int(seq_len)} is the config's maximum context; the trace's sequence length, "
+                     "or --seq-len, is used where known")
     T = _pos_int("seq_len", seq_len)
     window = config.get("sliding_window")
     use_window = config.get("use_sliding_window", True)
@@ -179,7 +183,8 @@ def spec_from_config(config: dict, seq_len: int | None = None) -> ModelSpec:
     return ModelSpec(
         params_matmul=c["N"], layers=c["L"], heads=c["H"], head_dim=c["Q"], seq_len=T,
         source="config", breakdown=c["counted"], total_params=c["total"],
-        excluded=c["excluded"], model_type=fam, notes=tuple(notes),
+        excluded=c["excluded"], model_type=fam, notes=tuple(notes), seq_len_source=seq_len_source,
+        part_shapes=c["shapes"],
     )
 
 
@@ -223,8 +228,9 @@ def _count_gpt(cfg: dict, fam: str) -> dict:
     total = attn + mlp + sum(excluded.values()) + (0 if tied else lm_head)
     notes = [f"{'tied' if tied else 'untied'} LM head ({V:,} x {d}) counted once in N",
              "2-matrix GELU MLP"]
+    shapes = {"lm_head": ((V, d),), "mlp": ((ff, d), (d, ff)), "attention": ((3 * d, d), (d, d))}
     return {"N": N, "L": L, "H": H, "Q": Q, "counted": counted, "excluded": excluded,
-            "total": total, "notes": notes}
+            "total": total, "notes": notes, "shapes": shapes}
 
 
 def _count_decoder(cfg: dict, fam: str) -> dict:
@@ -381,8 +387,13 @@ def _count_decoder(cfg: dict, fam: str) -> dict:
                      f"experts (expert FFN {moe_ff})"
                      + (f" plus shared FFN {shared_ff}" if shared_ff else "")
                      + "; N counts the active experts, total_params all of them")
+    shapes: dict[str, tuple[tuple[int, int], ...]] = {"lm_head": ((V, d),)}
+    if not mla:
+        shapes["attention"] = ((H * Q, d), (K * Q, d), (d, H * Q))
+    if dense_mlp and not n_moe:
+        shapes["mlp"] = ((dense_ff, d), (d, dense_ff))
     return {"N": N, "L": L, "H": H, "Q": Q, "counted": counted, "excluded": excluded,
-            "total": total, "notes": notes}
+            "total": total, "notes": notes, "shapes": shapes}
 
 
 # --- FLOPs ----------------------------------------------------------------------------------

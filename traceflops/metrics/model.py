@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,27 +13,115 @@ from traceflops.core.results import ModelOptions
 from traceflops.flops import model as mf
 
 
-def infer_tokens(ops: pl.DataFrame) -> int | None:
-    """Tokens per step from the input embedding's index shape (the largest-table lookup)."""
+def _input_lookups(ops: pl.DataFrame) -> list[tuple[int, list[int]]]:
+    """(step, index shape) of each lookup in the input embedding (the forward `aten::embedding` of the largest table)."""
     emb = ops.filter((pl.col("name") == "aten::embedding") & pl.col("dims").is_not_null() & (pl.col("phase") == "forward"))
-    best: tuple[int, int] | None = None
-    per_step: dict[int, int] = {}
+    best, found = None, []
     for dims, step in emb.select("dims", "step").iter_rows():
         d = orjson.loads(dims)
         if len(d) >= 2 and isinstance(d[0], list) and len(d[0]) == 2 and isinstance(d[1], list) and d[1]:
-            vocab, tokens = d[0][0], int(np.prod(d[1]))
-            if best is None or vocab > best[0]:
-                best, per_step = (vocab, tokens), {step: tokens}
-            elif vocab == best[0]:
-                per_step[step] = per_step.get(step, 0) + tokens
-    if not per_step:
+            vocab = d[0][0]
+            if best is None or vocab > best:
+                best, found = vocab, [(step, d[1])]
+            elif vocab == best:
+                found.append((step, d[1]))
+    return found
+
+
+def infer_tokens(ops: pl.DataFrame) -> int | None:
+    """Tokens per step from the input embedding's index shape (the largest-table lookup)."""
+    per_step: dict[int, int] = {}
+    for step, shape in _input_lookups(ops):
+        per_step[step] = per_step.get(step, 0) + int(np.prod(shape))
+    return max(per_step.values()) if per_step else None
+
+
+def infer_seq_len(ops: pl.DataFrame) -> int | None:
+    """The sequence length the trace ran: the last dimension of the input embedding's [batch, T] index shape."""
+    lengths = {int(shape[-1]) for _, shape in _input_lookups(ops) if len(shape) >= 2}
+    return max(lengths) if lengths else None
+
+
+def resolve_seq_len(spec, ops: pl.DataFrame, warnings: list[str]):
+    """T from --seq-len, else from the trace, and only as a last resort from the config (with a warning)."""
+    seen = infer_seq_len(ops)
+    if spec.seq_len_source == "flag":
+        if seen is not None and seen != spec.seq_len:
+            warnings.append(f"model T = {spec.seq_len} as given, but the trace's input sequences are {seen} tokens long")
+        return spec
+    if seen is not None:
+        notes = tuple(n for n in spec.notes if not n.startswith(f"T = {spec.seq_len} is the config's"))
+        return replace(spec, seq_len=seen, seq_len_source="trace", notes=notes)
+    warnings.append(f"model T = {spec.seq_len} is the config's maximum context (the trace does not show the sequence "
+                    "length): give --seq-len")
+    return spec
+
+
+def weight_shape(name: str, dims) -> tuple[int, int] | None:
+    """The 2-D operand of a GEMM op (its weight, as recorded), as an unordered pair; None when there is none."""
+    d = orjson.loads(dims) if isinstance(dims, str) else dims
+    two = [x for x in (d or []) if isinstance(x, list) and len(x) == 2]
+    if not two:
         return None
-    return max(per_step.values())
+    w = two[1] if name == "aten::addmm" and len(two) >= 2 else two[-1]
+    return (min(w), max(w))
+
+
+def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int) -> list[dict[str, Any]] | None:
+    """Each part of N (attention, MLP, LM head) against the GEMMs seen in the trace with that part's weight shapes.
+
+    Per step: the model's FLOPs of the part (2 or 6 × its weights × tokens) and the
+    trace's FLOPs of GEMMs whose 2-D operand has one of the part's shapes (the
+    forward, or forward + backward in training). A part the step did not run shows 0.
+    """
+    if not spec.part_shapes or tokens is None or steps <= 0:
+        return None
+    phases = ["forward"] if mode == "inference" else ["forward", "backward"]
+    work = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("phase").is_in(phases) & pl.col("dims").is_not_null()
+                      & (pl.col("step") >= 0))
+    shape_of = {}
+    for part in ("lm_head", "mlp", "attention"):  # first match wins: the LM head's shape is the most distinctive
+        for o, i in spec.part_shapes.get(part, ()):
+            shape_of.setdefault((min(o, i), max(o, i)), part)
+    seen: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for name, dims, flops in work.select("name", "dims", "flops").iter_rows():
+        part = shape_of.get(weight_shape(name, dims))
+        if part is not None:
+            seen[part] = seen.get(part, 0.0) + float(flops or 0)
+            count[part] = count.get(part, 0) + 1
+    mult = 2 if mode == "inference" else 6
+    return [{"part": part, "params": spec.breakdown.get(part), "model_flops_per_step": mult * spec.breakdown[part] * tokens,
+             "trace_flops_per_step": seen.get(part, 0.0) / steps, "gemms_per_step": count.get(part, 0) / steps}
+            for part in ("attention", "mlp", "lm_head") if part in spec.part_shapes and spec.breakdown.get(part)]
+
+
+SHORTFALL = 0.05  # model FLOPs this far above what the trace executed name a cause
+
+
+def shortfall_warnings(model: dict[str, Any], steps: pl.DataFrame) -> list[str]:
+    """When the model's FLOPs per step exceed the forward + backward FLOPs the trace executed, the likely cause."""
+    share = model.get("flops_per_step_device")
+    use = steps.filter(pl.col("step") >= 0)
+    if share is None or use.height == 0:
+        return []
+    executed = float((use["flops_forward"] + use["flops_backward"]).mean())
+    if executed <= 0 or share <= executed * (1 + SHORTFALL):
+        return []
+    missing = [p["part"] for p in model.get("by_part") or [] if p["trace_flops_per_step"] == 0]
+    head = (f"model FLOPs per step ({share:.4g}) exceed the forward + backward FLOPs the trace executed ({executed:.4g}) "
+            f"by {share / executed - 1:.0%}")
+    if missing:
+        return [f"{head}: the step did not run the model's {', '.join(missing)} GEMMs on every token "
+                "(e.g. an inference prefill that keeps only the last position's logits); see model.by_part"]
+    return [f"{head}: check T ({model.get('seq_len')}, {model.get('seq_len_source')}), the tokens per step "
+            f"({model.get('tokens_per_step')}, {model.get('tokens_source')}) and the world size against the trace; see model.by_part"]
 
 
 def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
     """Model FLOPs per step for this trace's device (its share of a job's global tokens)."""
     if opt.spec is not None:
+        spec = resolve_seq_len(opt.spec, ops, warnings)
         tokens = opt.tokens_per_step
         tokens_source = "flag"
         if tokens is None:
@@ -42,12 +131,14 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
                 tokens_source = "inferred from the input embedding's shape"
         if tokens is None:
             warnings.append("tokens per step unknown: give --tokens-per-step (global) to get MFU")
-        m = mf.model_flops(opt.spec, mode, tokens)
+        m = mf.model_flops(spec, mode, tokens)
         share = None if m.per_step is None else m.per_step / world
         share_na = None if m.per_step_no_attention is None else m.per_step_no_attention / world
         model = {
-            "source": opt.spec.source,
+            "source": spec.source,
             "mode": mode,
+            "seq_len": spec.seq_len,
+            "seq_len_source": spec.seq_len_source,
             "flops_per_token": m.per_token,
             "flops_per_token_no_attention": m.per_token_no_attention,
             "flops_per_token_causal": m.per_token_causal,
@@ -57,10 +148,14 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
             "flops_per_step_no_attention": m.per_step_no_attention,
             "flops_per_step_causal": m.per_step_causal,
             "flops_per_step_device": share,
-            "params_matmul": opt.spec.params_matmul,
-            "counted": dict(opt.spec.breakdown),
+            "params_matmul": spec.params_matmul,
+            "counted": dict(spec.breakdown),
             "labels": dict(m.labels),
+            "notes": list(spec.notes),
+            "by_part": by_part(spec, ops, mode, None if share is None else share / m.per_token,
+                               steps.filter(pl.col("step") >= 0).height),
         }
+        warnings += shortfall_warnings(model, steps)
         return model, pl.lit(share, pl.Float64), pl.lit(share_na, pl.Float64)
     # Trace-derived: forward + backward matmul FLOPs of model ops.
     known = pl.col("flops_forward") + pl.col("flops_backward")

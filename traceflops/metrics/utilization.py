@@ -115,11 +115,12 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     model_total = use["model_flops"].sum() if use["model_flops"].null_count() < use.height else None
     no_attn = use["mfu_no_attention"]
     secs = wall * 1e-6
-    nothing_known = flops["executed"] == 0 and int(in_steps_unknown(ops, opt)) > 0
+    device_only = ops.height == 0 and kernels.height > 0  # no host op: no shapes, no FLOPs
+    nothing_known = device_only or (flops["executed"] == 0 and int(in_steps_unknown(ops, opt)) > 0)
     mfu = None if nothing_known and not opt.spec else utilization(model_total, secs, peak)
     hfu = None if nothing_known else utilization(flops["executed"], secs, peak)
     mfu_na = None
-    if no_attn.null_count() < use.height:
+    if mfu is not None and no_attn.null_count() < use.height:
         mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
     # Coverage: share of matmul time whose FLOPs are known.
     in_steps = ops.filter(pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0))
@@ -150,7 +151,11 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     }
 
 
-def unknown_flops_warnings(ops: pl.DataFrame, totals: dict[str, Any]) -> list[str]:
+def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dict[str, Any]) -> list[str]:
+    """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes."""
+    if ops.height == 0 and kernels.height:
+        return ["the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are told by "
+                "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"]
     n = totals["matmul_flops_unknown_count"]
     if not n:
         return []
@@ -178,3 +183,15 @@ def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[st
             f"{outside['kernels']} device activities ({outside['device_us']:.1f} us) were launched outside every step; reported under outside_steps"
         )
     return out
+
+
+def hook_warnings(ops: pl.DataFrame) -> list[str]:
+    """Matmuls that gradient hooks ran (a DDP communication hook such as PowerSGD): seen, counted in HFU, not in model FLOPs."""
+    if "in_hook" not in ops.columns:
+        return []
+    hooked = ops.filter(pl.col("in_hook") & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0))
+    if hooked.height == 0:
+        return []
+    return [f"{hooked.height} matmul ops ran inside gradient hooks (torch::autograd::AccumulateGrad, e.g. a DDP "
+            f"communication hook): {float(hooked['flops'].fill_null(0).sum()):.4g} FLOPs in phase 'other', counted in HFU, "
+            "not in model FLOPs"]

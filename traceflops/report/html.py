@@ -347,6 +347,9 @@ def headline(a: Analysis) -> str:
         ("model FLOPs", str(m.get("source") or "—"), f"{m.get('mode') or ''}; coverage {fmt.pct(t.get('flops_coverage'))}"),
         ("wall", fmt.ms(t.get("wall_us")), f"{a.steps.height} step(s)"),
     ]
+    if m.get("seq_len") is not None:
+        items.append(("T", str(m["seq_len"]), f"sequence length, from the {m.get('seq_len_source')}; "
+                                                  f"{m.get('tokens_per_step')} tokens per step"))
     out = cards(items)
     if t.get("mfu_by_precision"):
         out += '<p class="sub">MFU by peak: ' + e(", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())) + "</p>"

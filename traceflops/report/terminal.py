@@ -27,6 +27,11 @@ def render(a: Analysis, console: Console | None = None) -> None:
         f"[bold]MFU {fmt.pct(t.get('mfu'))}[/bold] (no attention {fmt.pct(t.get('mfu_no_attention'))})   "
         f"[bold]HFU {fmt.pct(t.get('hfu'))}[/bold]   model FLOPs: {src}, {m.get('mode')}"
     )
+    if m.get("seq_len") is not None:
+        c.print(f"model: T = {m['seq_len']} (from the {m.get('seq_len_source')}), {m.get('tokens_per_step')} tokens per step "
+                f"({escape(str(m.get('tokens_source')))}), {fmt.flops(m.get('flops_per_token'))}FLOP per token")
+        for note in m.get("notes") or []:
+            c.print(f"  [dim]{escape(str(note))}[/dim]")
     if t.get("mfu_by_precision"):
         c.print("MFU by peak: " + ", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items()))
     if m.get("band"):

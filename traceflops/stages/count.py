@@ -210,10 +210,16 @@ def _first_dtype(types: str) -> str | None:
     return dtype_of(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None
 
 
+# GEMM / convolution kernels by name, for traces that hold no host op to say so (device-only).
+GEMM_KERNEL_RE = r"(?i)gemm|cutlass|cublas|hipblas|rocblas|\bnvjet|xmma|implicit_convolve|conv2d_|dgrad|wgrad|fprop|cijk_"
+
+
 def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Matmul-class kernels: compute kernels launched under an executed leaf matmul op.
 
     The op's FLOPs are shared among its compute kernels in proportion to duration.
+    A trace without host ops (device activity only) has no op to ask: there a
+    GEMM or convolution kernel is matmul-class by its name, its FLOPs unknown.
     """
     if kernels.height == 0:
         return kernels.with_columns(
@@ -223,11 +229,12 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     leaf = ops["matmul"].to_numpy()
     near = nearest(parent, leaf)
     op_row = kernels["op_row"].fill_null(-1).to_numpy()
-    mm_row = np.where(op_row >= 0, near[np.maximum(op_row, 0)], -1)
+    mm_row = np.where(op_row >= 0, near[np.maximum(op_row, 0)], -1) if ops.height else np.full(kernels.height, -1)
     kernels = kernels.with_columns(matmul_row=pl.Series(mm_row, dtype=pl.Int64)).with_columns(
         matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
     )
-    is_mm = (pl.col("kind") == "compute") & pl.col("matmul_row").is_not_null()
+    has_op = pl.col("matmul_row").is_not_null() if ops.height else pl.col("name").str.contains(GEMM_KERNEL_RE)
+    is_mm = (pl.col("kind") == "compute") & has_op
     kernels = kernels.with_columns(
         cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
     )

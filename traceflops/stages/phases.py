@@ -16,7 +16,10 @@ from traceflops.core.vocab import PROFILER_STEP_RE
 from traceflops.stages.link import Linked, by_row, nearest
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
-_NODE_RE = re.compile(r"^(?:autograd::engine::evaluate_function: )?([\w:.]*Backward\d*)$")
+# An autograd node: anything the engine evaluates (`evaluate_function: X`, whatever X is: formula
+# nodes, AccumulateGrad, hook and custom-function nodes), or a bare `XBackward0` (2021-era traces).
+_NODE_RE = re.compile(r"^autograd::engine::evaluate_function: (.+)$|^([\w:.]*Backward\d*)$")
+_FORMULA_NODE_RE = re.compile(r"Backward\d*$")  # a node that computes gradients, not a hook around them
 _OPT_RE = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^optimizer\.step|^Optimizer\.step")
 CHECKPOINT_NODE = "CheckpointFunctionBackward"
 COMPILED_FWD = "CompiledFunction"
@@ -25,7 +28,18 @@ COMPILED_BWD = "CompiledFunctionBackward"
 
 def node_names(names: pl.Series) -> pl.Series:
     """Autograd node name of a backward-node op ('' for other ops)."""
-    return names.str.extract(_NODE_RE.pattern, 1).fill_null("")
+    return names.str.extract(_NODE_RE.pattern, 1).fill_null(names.str.extract(_NODE_RE.pattern, 2)).fill_null("")
+
+
+def in_gradient_hook(node_name: pl.Series, matmul_like: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Matmuls (and what they call) run by a node that is not a gradient formula: AccumulateGrad's hooks.
+
+    A DDP communication hook (PowerSGD's bmm) or any gradient hook runs inside
+    `evaluate_function: torch::autograd::AccumulateGrad`: the device executed it
+    (HFU), but it is not the model's math (never in model FLOPs).
+    """
+    hook_node = ((node_name != "") & ~node_name.str.contains(_FORMULA_NODE_RE.pattern)).to_numpy()
+    return nearest(parent, hook_node & matmul_like) >= 0
 
 
 def in_optimizer(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
@@ -64,12 +78,16 @@ def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node
 
 
 def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:
-    """GEMMs in a compiled backward graph that repeat a compiled forward GEMM exactly.
+    """GEMMs in a compiled backward graph that repeat a GEMM of its own compiled forward exactly.
 
     torch.compile folds recompute into `CompiledFunctionBackward` with no marker.
     A square dgrad can have the forward's (M, N, K), so the signature includes
-    the input strides (a forward `x @ W.t()` reads W transposed, a dgrad does not);
-    per signature, at most as many backward GEMMs are recompute as the forward ran.
+    the input strides (a forward `x @ W.t()` reads W transposed, a dgrad does not).
+    A backward region is paired with the forward region of the same `Sequence
+    number` (several compiled regions per step, such as a decoder stack and an
+    LM head, each pair on its own): per signature it recomputes at most as many
+    GEMMs as that forward ran. Regions without a sequence number share one budget,
+    a forward's worth per backward region.
     """
     n = ops.height
     out = np.zeros(n, dtype=bool)
@@ -85,20 +103,24 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.nd
     sig = np.empty(n, dtype=object)
     sub = ops[rows]
     sig[rows] = (sub["name"] + "|" + sub["dims"].fill_null("") + "|" + sub["strides"].fill_null("")).to_numpy()
-    fwd_counts: dict[str, int] = {}
-    for s in sig[in_fwd]:
-        fwd_counts[s] = fwd_counts.get(s, 0) + 1
-    # Budget per signature and per backward region: a region recomputes at most one forward's worth.
-    fwd_regions = max(1, len(set(region[in_fwd].tolist())))
+    seq = ops["seq"].fill_null(-1).to_numpy()
+    pair = np.where(region >= 0, seq[np.maximum(region, 0)], -1)  # the region's sequence number ties fwd and bwd
+    fwd_counts: dict[tuple[int, str], int] = {}
+    for i in np.flatnonzero(in_fwd):
+        key = (int(pair[i]), sig[i])
+        fwd_counts[key] = fwd_counts.get(key, 0) + 1
+    unpaired = in_fwd & (pair < 0)
+    unpaired_regions = max(1, len(set(region[unpaired].tolist())))
     used: dict[tuple[int, str], int] = {}
     for i in np.flatnonzero(in_bwd):
-        s = sig[i]
-        if s in fwd_counts:
-            key = (int(region[i]), s)
-            k = used.get(key, 0)
-            if k < -(-fwd_counts[s] // fwd_regions):
-                out[i] = True
-                used[key] = k + 1
+        budget = fwd_counts.get((int(pair[i]), sig[i]), 0)
+        if pair[i] < 0:
+            budget = -(-budget // unpaired_regions)
+        key = (int(region[i]), sig[i])
+        k = used.get(key, 0)
+        if k < budget:
+            out[i] = True
+            used[key] = k + 1
     return out
 
 
@@ -127,9 +149,12 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
     region_kind = np.where(region >= 0, kind[np.maximum(region, 0)], 0)  # 1: compiled forward, 2: backward
     recompute |= compiled_recompute(ops, region, region_kind, matmul_like)
 
+    hook = in_gradient_hook(node_name, matmul_like, parent) & ~recompute
+
     code = np.zeros(ops.height, dtype=np.int8)
     code[in_bwd] = _PHASE_CODE["backward"]
     code[recompute & in_bwd] = _PHASE_CODE["recompute"]
+    code[hook] = _PHASE_CODE["other"]
     code[opt] = _PHASE_CODE["optimizer"]
     # Step markers and bare annotations outside any model work are 'other'.
     code[ops["name"].str.contains(PROFILER_STEP_RE).to_numpy()] = _PHASE_CODE["other"]
@@ -139,7 +164,7 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
         from traceflops.stages.xla_phases import tag as scope_phases
 
         phase_s = pl.coalesce(scope_phases(ops, steps), phase_s)
-    return ops.with_columns(phase=phase_s, node=node_name, is_node=pl.Series(is_node))
+    return ops.with_columns(phase=phase_s, node=node_name, is_node=pl.Series(is_node), in_hook=pl.Series(hook))
 
 
 def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:
