@@ -14,18 +14,23 @@ from traceflops.flops import model as mf
 
 
 def _input_lookups(ops: pl.DataFrame) -> list[tuple[int, list[int]]]:
-    """(step, index shape) of each lookup in the input embedding (the forward `aten::embedding` of the largest table)."""
+    """(step, index shape) of each lookup in the input embedding.
+
+    The input embedding is the forward `aten::embedding` table looked up with the
+    most indices (the token ids: a learned position table may be larger than a
+    small vocabulary, but is looked up once per position, not per token); a tie
+    goes to the larger table.
+    """
     emb = ops.filter((pl.col("name") == "aten::embedding") & pl.col("dims").is_not_null() & (pl.col("phase") == "forward"))
-    best, found = None, []
+    by_table: dict[int, list[tuple[int, list[int]]]] = {}
     for dims, step in emb.select("dims", "step").iter_rows():
         d = orjson.loads(dims)
         if len(d) >= 2 and isinstance(d[0], list) and len(d[0]) == 2 and isinstance(d[1], list) and d[1]:
-            vocab = d[0][0]
-            if best is None or vocab > best:
-                best, found = vocab, [(step, d[1])]
-            elif vocab == best:
-                found.append((step, d[1]))
-    return found
+            by_table.setdefault(d[0][0], []).append((step, d[1]))
+    if not by_table:
+        return []
+    vocab = max(by_table, key=lambda v: (sum(int(np.prod(shape)) for _, shape in by_table[v]), v))
+    return by_table[vocab]
 
 
 def infer_tokens(ops: pl.DataFrame) -> int | None:
