@@ -12,7 +12,7 @@ import re
 import numpy as np
 import polars as pl
 
-from traceflops.core.vocab import PROFILER_STEP_RE
+from traceflops.core.vocab import HOST_COMM_CALL_RE, HOST_COMM_WORK_RE, PROFILER_STEP_RE
 from traceflops.stages.link import Linked, by_row, nearest
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
@@ -20,6 +20,8 @@ EVAL_PREFIX = "autograd::engine::evaluate_function: "
 # nodes, AccumulateGrad, hook and custom-function nodes), or a bare `XBackward0` (2021-era traces).
 _NODE_RE = re.compile(r"^autograd::engine::evaluate_function: (.+)$|^([\w:.]*Backward\d*)$")
 _FORMULA_NODE_RE = re.compile(r"Backward\d*$")  # a node that computes gradients, not a hook around them
+# Backward work outside any node: callbacks the engine runs when the backward pass ends (FSDP's last reduce-scatter).
+_BACKWARD_CALLBACK_RE = re.compile(r"^FSDP::root_post_backward_callback$|^FSDP::post_backward")
 _OPT_RE = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^optimizer\.step|^Optimizer\.step")
 CHECKPOINT_NODE = "CheckpointFunctionBackward"
 COMPILED_FWD = "CompiledFunction"
@@ -124,6 +126,29 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.nd
     return out
 
 
+def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
+    """For each CPU collective's work (`gloo:*` on the backend's thread), the row of the `c10d::` call that issued it; -1 elsewhere.
+
+    The work runs outside the caller's nesting, so it cannot inherit the caller's
+    phase by nesting. A process group runs its collectives in the order they were
+    issued: the i-th call (outermost `c10d::` ops, by start) issued the i-th work.
+    Unequal counts (a cut trace) pair nothing.
+    """
+    out = np.full(ops.height, -1, dtype=np.int64)
+    names = ops["name"]
+    work = names.str.contains(HOST_COMM_WORK_RE).to_numpy()
+    call = names.str.contains(HOST_COMM_CALL_RE).to_numpy()
+    if not work.any() or not call.any():
+        return out
+    call &= ~((parent >= 0) & call[np.maximum(parent, 0)])  # the outermost call only
+    ts = ops["ts"].to_numpy()
+    w, c = np.flatnonzero(work), np.flatnonzero(call)
+    if len(w) != len(c):
+        return out
+    out[w[np.argsort(ts[w], kind="stable")]] = c[np.argsort(ts[c], kind="stable")]
+    return out
+
+
 _PHASE_CODE = {p: i for i, p in enumerate(("forward", "backward", "recompute", "optimizer", "other"))}
 
 
@@ -133,7 +158,7 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
     nodes = node_names(ops["name"])
     is_node = (nodes != "").to_numpy()
     node_row = nearest(parent, is_node)
-    in_bwd = node_row >= 0
+    in_bwd = (node_row >= 0) | (nearest(parent, ops["name"].str.contains(_BACKWARD_CALLBACK_RE.pattern).to_numpy()) >= 0)
     # String work stays in polars: numpy object arrays of names were most of this stage's time.
     node_name = pl.select(pl.when(pl.Series(in_bwd)).then(nodes.gather(np.maximum(node_row, 0))).otherwise(pl.lit(""))).to_series().alias("node")
 
@@ -155,6 +180,8 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
     code[in_bwd] = _PHASE_CODE["backward"]
     code[recompute & in_bwd] = _PHASE_CODE["recompute"]
     code[hook] = _PHASE_CODE["other"]
+    issuer = host_comm_issuers(ops, parent)
+    code[issuer >= 0] = code[issuer[issuer >= 0]]  # a CPU collective's work: its call's phase
     code[opt] = _PHASE_CODE["optimizer"]
     # Step markers and bare annotations outside any model work are 'other'.
     code[ops["name"].str.contains(PROFILER_STEP_RE).to_numpy()] = _PHASE_CODE["other"]
@@ -164,7 +191,9 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
         from traceflops.stages.xla_phases import tag as scope_phases
 
         phase_s = pl.coalesce(scope_phases(ops, steps), phase_s)
-    return ops.with_columns(phase=phase_s, node=node_name, is_node=pl.Series(is_node), in_hook=pl.Series(hook))
+    issued_by = pl.Series(issuer, dtype=pl.Int64)
+    return ops.with_columns(phase=phase_s, node=node_name, is_node=pl.Series(is_node), in_hook=pl.Series(hook),
+                            comm_issuer=pl.when(issued_by >= 0).then(issued_by))
 
 
 def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:

@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.errors import ConservationError
-from traceflops.core.vocab import BUSY_CLASSES, OUTSIDE, PARTITION
+from traceflops.core.vocab import BUSY_CLASSES, HOST_COMM_WORK_RE, OUTSIDE, PARTITION
 
 # Count columns of the sweep (see `_kernel_arrays`): the four busy classes of
 # the partition in priority order, then the overlay columns.
@@ -460,13 +460,16 @@ def launch_stats(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
-    """On a CPU trace the ops are the compute: leaf matmuls, and every other top-level op."""
+    """On a CPU trace the ops are the work: leaf matmuls, every other top-level op, and collectives as they ran (`gloo:*`)."""
     parent = ops["parent"].to_numpy()
     is_op = (ops["cat"] == "cpu_op").to_numpy()
     top = is_op & ((parent < 0) | ~is_op[np.maximum(parent, 0)])
     mm = ops["matmul"].to_numpy() & ops["ran"].to_numpy()
-    acts = ops.filter(pl.Series(mm | top)).with_columns(
-        cls=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.lit("matmul")).otherwise(pl.lit("other_compute")),
+    comm = ops["name"].str.contains(HOST_COMM_WORK_RE).to_numpy()
+    acts = ops.filter(pl.Series(mm | top | comm)).with_columns(
+        cls=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.lit("matmul"))
+        .when(pl.col("name").str.contains(HOST_COMM_WORK_RE)).then(pl.lit("communication"))
+        .otherwise(pl.lit("other_compute")),
         device=pl.lit(None, pl.Int64),
         stream=pl.col("tid"),
         flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
