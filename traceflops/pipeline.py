@@ -73,30 +73,33 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     mode = opt.mode or ("training" if (ops["phase"] == "backward").any() else "inference")
     world = opt.world_size or trace.meta.get("world_size") or 1
     model, model_per_step, model_no_attn = msec.model_section(opt, ops, steps, mode, world, warnings)
-    steps = util.step_metrics(steps, model_per_step, model_no_attn, peak)
+    activities = kernels if device_trace else tl.cpu_activities(ops)
+    part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
+    devices = tl.program_devices(part)  # a JAX process's chips together: MFU against all their peaks
+    peak_all = peak * len(devices) if peak else peak
+    steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all)
     outside = util.outside_section(kernels, ops)
     warnings += util.window_warnings(steps, kernels, outside)
 
     # timeline
-    activities = kernels if device_trace else tl.cpu_activities(ops)
-    part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
     gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
     return_freed_memory()
     stats = tl.launch_stats(kernels, steps) if device_trace else None
-    steps = steptime.attach_launch_stats(steptime.attach_time(steps, part, peak), stats)
+    steps = steptime.attach_launch_stats(steptime.attach_time(steps, part, peak_all, devices), stats)
     known_hw = hw.lookup(hardware["name"]) if hardware and hardware.get("source") != "--peak-tflops" else None
     roof = roofline.roofline(kernels, ops, known_hw, precision) if device_trace else None
 
     # totals
-    totals = util.totals_section(steps, ops, kernels, opt, peak)
+    totals = util.totals_section(steps, ops, kernels, opt, peak_all)
     if roof is not None:
-        totals["overlay_us"]["memory_bound"] = steptime.memory_bound_us(kernels, roof, steps, opt)
-    totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt)
+        totals["overlay_us"]["memory_bound"] = steptime.memory_bound_us(kernels, roof, steps, opt, devices)
+    totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt, devices)
     warnings += util.suspect(totals.get("mfu"), totals.get("hfu"))
     warnings += util.unknown_flops_warnings(ops, kernels, totals)
     warnings += util.hook_warnings(ops)
     if hardware:
         hardware["precision"] = precision
+        hardware["devices"] = len(devices)
         totals["mfu_by_precision"] = mpeak.other_peaks(hardware, totals, precision, opt)
     if model is not None:
         model.update(msec.band_of(totals.get("mfu"), mode, model))

@@ -1,4 +1,9 @@
-"""Each step's time partition and loss budget (of the rank's busiest device), and time totals over the analysed steps."""
+"""Each step's time partition and loss budget over the devices that ran the program, and time totals over the analysed steps.
+
+With several devices (a JAX process's chips) a step's time classes are their
+mean, so they still partition the step's window; the peak is then the
+devices' together, and idle reasons are per device too.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,12 @@ from traceflops.stages import roofline
 from traceflops.stages import timeline as tl
 
 
-def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None) -> pl.DataFrame:
-    """Each step's time partition, overlays and loss budget (of its primary device)."""
-    rows = tl.on_device(part, tl.busiest_device(part)).select(pl.exclude("start", "window", "device")).rename(
-        {c: f"time_{c}" for c in (*PARTITION, *OVERLAYS)}
-    )
+def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None, devices: list) -> pl.DataFrame:
+    """Each step's time partition, overlays (the mean over `devices`) and loss budget against `peak` (all of them)."""
+    mine = tl.on_devices(part, devices).select(pl.exclude("start", "window", "device"))
+    if len(devices) > 1:
+        mine = mine.group_by("step", maintain_order=True).agg([pl.col(c).sum() / len(devices) for c in mine.columns if c != "step"])
+    rows = mine.rename({c: f"time_{c}" for c in (*PARTITION, *OVERLAYS)})
     steps = steps.join(rows, on="step", how="left")
     budgets = []
     for r in steps.iter_rows(named=True):
@@ -24,23 +30,23 @@ def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None) -> 
     return steps.with_columns(loss_budget=pl.Series(budgets, dtype=pl.Object))
 
 
-def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions) -> dict[str, float] | None:
-    """Why the device sat idle: each gap is explained by the first rule that decides it."""
+def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions, devices: list) -> dict[str, float] | None:
+    """Why the devices sat idle, per device (the mean over `devices`): each gap is explained by the first rule that decides it."""
     if gaps is None:
         return None
-    use = gaps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    use = tl.on_devices(gaps, devices).filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     got = dict(use.group_by("reason").agg(pl.col("dur").sum()).iter_rows())
-    return {r: float(got.get(r, 0.0)) for r in GAP_REASONS}
+    return {r: float(got.get(r, 0.0)) / len(devices) for r in GAP_REASONS}
 
 
-def memory_bound_us(kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions) -> float:
-    """Device time during which a memory-bound kernel ran (union over streams, within the analysed steps)."""
+def memory_bound_us(kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions, devices: list) -> float:
+    """Device time during which a memory-bound kernel ran (union over streams, within the analysed steps; per device)."""
     bound = kernels.filter(roofline.memory_bound_overlay(roof))
     if bound.height == 0:
         return 0.0
     mb = tl.partition(bound, steps.select("step", "name", "ts", "dur", "start", "window"))
-    mb = mb.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
-    return float((mb["window"] - mb["idle"]).sum())
+    mb = tl.on_devices(mb, devices).filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    return float((mb["window"] - mb["idle"]).sum()) / len(devices)
 
 
 def attach_launch_stats(steps: pl.DataFrame, stats: pl.DataFrame | None) -> pl.DataFrame:

@@ -37,7 +37,9 @@ def render(a: Analysis, console: Console | None = None) -> None:
     if m.get("band"):
         c.print(f"band: {m['band']}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
     cov = t.get("flops_coverage")
-    c.print(f"wall {t['wall_us'] / 1e3:.3f} ms over {a.steps.height} step(s); FLOPs known for {fmt.pct(cov)} of matmul time")
+    devices = (a.hardware or {}).get("devices") or 1
+    on = f" on {devices} devices (time per device)" if devices > 1 else ""
+    c.print(f"wall {fmt.duration(t['wall_us'])} over {a.steps.height} step(s){on}; FLOPs known for {fmt.pct(cov)} of matmul time")
 
     tab = Table(title="Matmul FLOPs by phase")
     tab.add_column("phase")
@@ -60,10 +62,10 @@ def render(a: Analysis, console: Console | None = None) -> None:
         c.print(bt)
     tu = t.get("time_us")
     if tu:
-        c.print("device time: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in tu.items()))
+        c.print("device time: " + ", ".join(f"{k} {fmt.duration(v)}" for k, v in tu.items()))
     ir = t.get("idle_us_by_reason")
     if ir and any(ir.values()):
-        c.print("idle by reason: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in ir.items() if v))
+        c.print("idle by reason: " + ", ".join(f"{k} {fmt.duration(v)}" for k, v in ir.items() if v))
 
     st = Table(title="Steps")
     for col in ("step", "start (us)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
@@ -97,7 +99,7 @@ def render(a: Analysis, console: Console | None = None) -> None:
         c.print(mt)
     if a.outside_steps:
         o = a.outside_steps
-        c.print(f"outside steps: {o['kernels']} device activities, {o['device_us'] / 1e3:.3f} ms")
+        c.print(f"outside steps: {o['kernels']} device activities, {fmt.duration(o['device_us'])}")
     if a.advice:
         c.print("[bold]What to try, by the step time it would recover[/bold]")
         for i, item in enumerate(a.advice[:6], 1):

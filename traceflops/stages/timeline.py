@@ -460,9 +460,12 @@ def launch_stats(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
-    """On a CPU trace the ops are the work: leaf matmuls, every other top-level op, and collectives as they ran (`gloo:*`)."""
+    """On a CPU trace the ops are the work: leaf matmuls, every other top-level op, and collectives as they ran (`gloo:*`).
+
+    XLA:CPU runs the program's ops (`xla_op`) on its worker threads: every one that ran is work.
+    """
     parent = ops["parent"].to_numpy()
-    is_op = (ops["cat"] == "cpu_op").to_numpy()
+    is_op = ops["cat"].is_in(["cpu_op", "xla_op"]).to_numpy()
     top = is_op & ((parent < 0) | ~is_op[np.maximum(parent, 0)])
     mm = ops["matmul"].to_numpy() & ops["ran"].to_numpy()
     comm = ops["name"].str.contains(HOST_COMM_WORK_RE).to_numpy()
@@ -475,6 +478,32 @@ def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
         flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
     )
     return acts.select("name", "device", "stream", "ts", "dur", "cls", "phase", "step", "flops")
+
+
+PROGRAM_SHARE = 0.5  # a device busy for less than this share of the busiest one ran other work (initialization, a side program)
+
+
+def program_devices(part: pl.DataFrame) -> list:
+    """The devices that ran the program: the busiest, and every device busy at least PROGRAM_SHARE as long (a JAX
+    process drives all its chips; a PyTorch rank one device). A CPU trace's one 'device' is None."""
+    busy = (pl.col("window") - pl.col("idle")).sum().alias("_busy")
+    dev = part.group_by("device").agg(busy).sort("_busy", "device", descending=[True, False], nulls_last=True)
+    if dev.height == 0:
+        return [None]
+    top = dev["_busy"][0] or 0.0
+    keep = dev.filter(pl.col("_busy") >= PROGRAM_SHARE * top) if top > 0 else dev.head(1)
+    return keep["device"].to_list()
+
+
+def on_devices(frame: pl.DataFrame, devices: list) -> pl.DataFrame:
+    """The rows of these devices (None matches rows without a device id)."""
+    if "device" not in frame.columns:
+        return frame
+    known = [d for d in devices if d is not None]
+    sel = pl.col("device").is_in(known) if known else pl.lit(False)
+    if None in devices:
+        sel = sel | pl.col("device").is_null()
+    return frame.filter(sel)
 
 
 def busiest_device(part: pl.DataFrame):
