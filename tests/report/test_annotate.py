@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import copy
-import math
 import gzip
 import json
+import math
 
 import click
 import pytest
 from click.testing import CliRunner
 
 from tests.builders import BF16, CPU, Builder, shared_fixtures, write_doc
-from traceflops.run.load import analyze
+from traceflops.core.errors import FormatError
 from traceflops.core.results import ModelOptions
 from traceflops.report.annotate import REDACTED, annotate, numbering, redact
-from traceflops.core.errors import FormatError
+from traceflops.run.load import analyze
 
 M, K, N = 48, 80, 24
 SECRET = "hf_verySecretToken0042"
@@ -300,3 +300,27 @@ def test_every_shared_trace_annotates_losslessly(shared, name, tmp_path):
     assert b.partition.to_dicts() == a.partition.to_dicts()
     for k in ("flops", "matmul_count", "matmul_flops_unknown_count", "time_us", "overlay_us", "wall_us"):
         assert b.totals[k] == a.totals[k], k
+
+
+SHARED_XPLANE = sorted(p.name for p in (shared_fixtures() / "xplane").glob("*.xplane.pb")) \
+    if (shared_fixtures() / "xplane").is_dir() else ["(none)"]
+
+
+@pytest.mark.parametrize("name", SHARED_XPLANE)
+def test_every_shared_xplane_annotates_to_a_valid_trace(shared, name, tmp_path):
+    src = shared / "xplane" / name
+    if not src.is_file():
+        pytest.skip(f"no shared XLA profiles under {shared / 'xplane'}")
+    a = analyze(str(src))
+    out = tmp_path / "annotated.json.gz"
+    s = annotate(str(src), a, str(out))
+    got = load(out)
+    assert_chrome_trace(got)
+    for e in got["traceEvents"]:  # every event, not only the added ones: the whole trace is written anew
+        assert isinstance(e["pid"], int) and isinstance(e.get("tid", 0), int) and math.isfinite(e["ts"]), e
+    ops = [e for e in got["traceEvents"][: s["events_in"]] if e["ph"] == "X" and "op_id" in e["args"]]
+    assert len(ops) == a.ops.height == s["ops_annotated"]
+    ran = a.ops.filter(a.ops["matmul"] & a.ops["ran"])
+    assert sum(e["args"].get("traceflops.flops") or 0 for e in ops if e["args"].get("traceflops.ran")) == int(ran["flops"].fill_null(0).sum())
+    phase = dict(a.ops.select("op_id", "phase").iter_rows())
+    assert all(e["args"]["traceflops.phase"] == phase[e["args"]["op_id"]] for e in ops)

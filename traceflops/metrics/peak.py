@@ -53,7 +53,8 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
         return None, None, precision
     if guessed:
         precision = next((p for p in ("bf16", "fp16", "fp32") if h.peak(p)), precision)
-        warnings.append(f"matmul dtypes unknown (no Input type in the trace): assumed the {precision} peak; give --precision")
+        why = "the profile's ops carry no element types" if trace.meta.get("format") == "xplane" else "no Input type in the trace"
+        warnings.append(f"matmul dtypes unknown ({why}): assumed the {precision} peak; give --precision")
     peak = h.peak(precision)
     if peak is None:
         warnings.append(f"{h.name} has no dense {precision} peak in the table; give --precision or --peak-tflops")

@@ -10,7 +10,7 @@ from traceflops.core.trace import Trace
 
 def detect_format(path: str) -> str:
     name = Path(path).name
-    if name.endswith(".xplane.pb") or name.endswith(".pb"):
+    if name.endswith((".xplane.pb", ".pb", ".xplane.pb.gz", ".pb.gz")):
         return "xplane"
     if name.endswith((".json", ".json.gz", ".gz")):
         return "kineto"

@@ -38,7 +38,6 @@ Anything the parser could not use is counted in ``warnings`` per reason.
 from __future__ import annotations
 
 import bisect
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +56,7 @@ from traceflops.core.trace import (
     Warnings,
 )
 from traceflops.flops import hlo
-from traceflops.parsers.io import max_bytes_default, read_bytes
+from traceflops.parsers.io import read_bytes
 from traceflops.parsers.values import as_int as _int
 from traceflops.parsers.xplane_proto import (
     HloInstruction,
@@ -583,16 +582,8 @@ def _line_names(plane: XPlane) -> dict[int, str]:
 
 
 def _read(path: str, max_bytes: int | None) -> bytes:
-    # read_bytes reads `limit + 1` bytes of a plain file in one call, which allocates the
-    # whole limit (32 GiB by default) up front; cap it at the file's size.
-    limit = max_bytes or max_bytes_default()
-    try:
-        size = os.stat(path).st_size
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-    except OSError:
-        return read_bytes(path, max_bytes=max_bytes)  # its error messages
-    return read_bytes(path, max_bytes=limit if gz else max(1, min(limit, size)))
+    """The profile's bytes (gunzipped if it is a `.xplane.pb.gz`), bounded."""
+    return read_bytes(path, max_bytes=max_bytes)
 
 
 def parse_xplane(path: str, *, max_bytes: int | None = None) -> Trace:

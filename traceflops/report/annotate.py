@@ -236,7 +236,7 @@ def _achieved_counter(items: list[tuple[float, float, float]]) -> list[tuple[flo
     return list(zip(t.tolist(), np.maximum(level, 0.0).tolist()))
 
 
-def added_events(a: Analysis, events: list, kern_idx: np.ndarray, op_idx: np.ndarray, pid: int) -> list[dict]:
+def added_events(a: Analysis, events: list, kern_idx: np.ndarray | None, op_idx: np.ndarray | None, pid: int) -> list[dict]:
     """The new process: phase tracks, the steps track and counters."""
     t0 = min([x for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None) if x is not None],
              default=0.0)
@@ -319,6 +319,8 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
 
     `modules` (per op `row`: `module`, as `views.rollup.module_of` gives) names each kernel's module.
     """
+    if analysis.meta.get("format") == "xplane":
+        return annotate_xla(trace_path, analysis, out_path)
     if analysis.meta.get("format") not in (None, "kineto"):
         raise FormatError(trace_path, f"annotating a {analysis.meta.get('format')} trace is not supported", "annotate a Kineto (PyTorch profiler) JSON trace")
     doc = load_document(trace_path)
@@ -369,6 +371,67 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
     }
     doc["traceflops"] = {"annotated_from": Path(str(trace_path)).name, **summary,
                          "note": "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"}
+    write_trace(out_path, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+    return {**summary, "path": str(out_path)}
+
+
+def xla_events(a: Analysis) -> list[dict]:
+    """An XLA profile's ops and device activities as trace events, with what traceflops found in their args.
+
+    Processes and threads are numbered in order of first appearance and named
+    after the profile's planes and lines.
+    """
+    events: list[dict] = []
+    pids: dict[Any, int] = {}
+    tids: dict[tuple, int] = {}
+    t0 = min([x for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None)
+              if x is not None], default=0.0)
+
+    def lane(process: Any, thread: Any) -> tuple[int, int]:
+        if process not in pids:
+            pids[process] = len(pids) + 1
+            events.append(_meta(pids[process], 0, "process_name", str(process), t0))
+        key = (process, thread)
+        if key not in tids:
+            tids[key] = len([k for k in tids if k[0] == process]) + 1
+            events.append(_meta(pids[process], tids[key], "thread_name", str(thread), t0))
+        return pids[process], tids[key]
+
+    ops = a.ops.select("op_id", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul", "ran", "flops", "step")
+    for r in ops.iter_rows(named=True):
+        pid, tid = lane(r["pid"], r["tid"])
+        args = {"op_id": r["op_id"], "traceflops.phase": r["phase"], "traceflops.step": r["step"]}
+        if r["scope"] is not None:
+            args["scope"] = r["scope"]
+        if r["matmul"]:
+            args["traceflops.flops"] = _num(r["flops"])
+            args["traceflops.ran"] = bool(r["ran"])
+            args["traceflops.achieved_tflops"] = _tflops(r["flops"], r["dur"])
+        events.append({"ph": "X", "cat": r["cat"] or "xla_op", "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"],
+                       "dur": r["dur"], "args": args})
+    if a.kernels.height:
+        k = a.kernels.select("kernel_id", "name", "kind", "cls", "phase", "device", "stream", "ts", "dur", "flops", "step")
+        for r in k.iter_rows(named=True):
+            pid, tid = lane(f"device {r['device']}", f"stream {r['stream']}")
+            events.append({"ph": "X", "cat": r["kind"] or "kernel", "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"],
+                           "dur": r["dur"], "args": {"kernel_id": r["kernel_id"], "traceflops.phase": r["phase"],
+                                                     "traceflops.class": r["cls"], "traceflops.flops": _num(r["flops"]),
+                                                     "traceflops.achieved_tflops": _tflops(r["flops"], r["dur"]),
+                                                     "traceflops.step": r["step"]}})
+    return events
+
+
+def annotate_xla(trace_path: str, analysis: Analysis, out_path: str) -> dict[str, Any]:
+    """An XLA profile has no JSON of its own to keep: a new trace of its ops and device activities, and the same tracks."""
+    events = xla_events(analysis)
+    n_in = len(events)
+    pid = _new_pid(events)
+    new = added_events(analysis, events, None, None, pid)
+    summary = {"events_in": n_in, "events_added": len(new), "kernels_annotated": analysis.kernels.height,
+               "ops_annotated": analysis.ops.height, "pid": pid, "redacted_values": 0}
+    doc = {"traceEvents": events + new, "displayTimeUnit": "ms",
+           "traceflops": {"annotated_from": Path(str(trace_path)).name, **summary,
+                          "note": "an XLA profile's ops and device activities; args prefixed 'traceflops.'"}}
     write_trace(out_path, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
     return {**summary, "path": str(out_path)}
 

@@ -110,14 +110,53 @@ def _context(a: Analysis, exclude_steps) -> _Ctx | None:
     time = {c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
             for c in (*PARTITION, *OVERLAYS)}
     peak = (a.hardware or {}).get("peak_flops")
+    peak = peak * ((a.hardware or {}).get("devices") or 1) if peak else peak  # every device that ran the program
     mfu = None
     if peak and steps["model_flops"].null_count() == 0:
         mfu = float(steps["model_flops"].sum()) / (window * 1e-6 * peak)
     return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu)
 
 
+# What to try in a JAX program (an XLA profile), where the PyTorch remedies name the wrong tools.
+JAX_REMEDIES = {
+    "host_bound": [
+        "Put the whole step (model, loss, jax.grad and the optax update) under one jax.jit: one program dispatch per step",
+        "Keep the host ahead: no jax.device_get / float(x) / printing arrays inside the loop, and prefetch the next "
+        "batch to the device (jax.device_put) while this step runs",
+        "A larger batch per step: the same dispatch, more work",
+    ],
+    "memory_bound": [
+        "Keep the step in one jit so XLA fuses the elementwise ops; host callbacks (jax.debug.print, pure_callback) and "
+        "jit boundaries split fusions: check the optimized HLO (XLA_FLAGS=--xla_dump_to=DIR) for unfused ops",
+        "Apply the optax update inside the same jit as the gradient, so its elementwise chain fuses",
+    ],
+    "fp32_matmul": [
+        "Compute in bfloat16: flax modules with dtype=jnp.bfloat16 (param_dtype float32), or cast activations; "
+        "jax.default_matmul_precision('bfloat16') (or 'tensorfloat32' on GPUs) for matmuls left in float32",
+    ],
+    "communication": [
+        "Let XLA overlap collectives with compute: shard with jax.sharding (NamedSharding, PartitionSpec) inside one jit; "
+        "on GPUs XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true",
+        "Move less: shard parameters and optimizer state (FSDP-style PartitionSpecs), accumulate gradients over "
+        "micro-batches before reducing them",
+    ],
+    "recompute": [
+        "Rematerialize selectively: jax.checkpoint(policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable) "
+        "(or checkpoint_dots, or save_only_these_names with jax.ad_checkpoint.checkpoint_name) saves the matmul "
+        "outputs and recomputes only cheap ops; flax: nn.remat(Block, policy=...)",
+        "Remat fewer blocks (every other layer) where memory allows",
+    ],
+    "sync": [
+        "Drop host reads inside the step (float(loss), jax.device_get, printing arrays): log every N steps; "
+        "block_until_ready only where you time",
+    ],
+}
+
+
 def _item(ctx: _Ctx, kind: str, title: str, recoverable_us: float, evidence: list[str], remedies: list[str],
           data: dict[str, Any] | None = None) -> dict[str, Any]:
+    if ctx.a.meta.get("format") == "xplane" and kind in JAX_REMEDIES:
+        remedies = JAX_REMEDIES[kind]
     rec = ctx.share(recoverable_us)
     after = ctx.mfu / (1.0 - rec) if ctx.mfu is not None and rec < 1.0 else None
     return {
