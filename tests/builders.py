@@ -356,7 +356,16 @@ def steps(*windows: tuple[float, float]) -> pl.DataFrame:
 
 def trace(ops=None, kernels=None, launches=None, path: str = "t.json"):
     """A Trace of these frames (empty where not given), no markers or steps, meta {'path': path}."""
-    from traceflops.core.trace import KERNELS_SCHEMA, LAUNCHES_SCHEMA, MARKERS_SCHEMA, OPS_SCHEMA, STEPS_SCHEMA, Trace, Warnings, empty
+    from traceflops.core.trace import (
+        KERNELS_SCHEMA,
+        LAUNCHES_SCHEMA,
+        MARKERS_SCHEMA,
+        OPS_SCHEMA,
+        STEPS_SCHEMA,
+        Trace,
+        Warnings,
+        empty,
+    )
 
     def given(frame, schema):
         return frame if frame is not None else empty(schema)

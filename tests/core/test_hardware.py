@@ -9,7 +9,16 @@ import struct
 import pytest
 
 from tests.builders import shared_fixtures
-from traceflops.core.hardware import HARDWARE, PRECISIONS, VECTOR_KEYS, custom, detect, detect_many, detect_xla, lookup
+from traceflops.core.hardware import (
+    HARDWARE,
+    PRECISIONS,
+    VECTOR_KEYS,
+    custom,
+    detect,
+    detect_many,
+    detect_xla,
+    lookup,
+)
 
 TF = 1e12
 

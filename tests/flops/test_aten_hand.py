@@ -11,7 +11,13 @@ import random
 import pytest
 
 from traceflops.core.dtypes import dtype_of
-from traceflops.flops.aten import MATMUL_OPS, WRAPPER_OPS, OpFlops, op_flops, tensor_bytes
+from traceflops.flops.aten import (
+    MATMUL_OPS,
+    WRAPPER_OPS,
+    OpFlops,
+    op_flops,
+    tensor_bytes,
+)
 
 
 def test_dtype_of_strings():

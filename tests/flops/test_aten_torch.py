@@ -23,8 +23,14 @@ import torch.nn.functional as F  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode, flop_registry  # noqa: E402
 
-from traceflops.flops.aten import MATMUL_OPS, WRAPPER_OPS, OpFlops, op_flops, tensor_bytes  # noqa: E402
 from traceflops.core.dtypes import dtype_of  # noqa: E402
+from traceflops.flops.aten import (  # noqa: E402
+    MATMUL_OPS,
+    WRAPPER_OPS,
+    OpFlops,
+    op_flops,
+    tensor_bytes,
+)
 
 aten = torch.ops.aten
 

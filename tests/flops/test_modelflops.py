@@ -13,7 +13,15 @@ import json
 import pytest
 
 from tests.builders import DATA
-from traceflops.flops.model import BAND_CAVEAT, ModelSpec, mfu, model_flops, spec_from_config, spec_from_flags, verdict_band
+from traceflops.flops.model import (
+    BAND_CAVEAT,
+    ModelSpec,
+    mfu,
+    model_flops,
+    spec_from_config,
+    spec_from_flags,
+    verdict_band,
+)
 
 CONFIGS = DATA / "configs"
 

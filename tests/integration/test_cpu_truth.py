@@ -10,9 +10,9 @@ import json
 import pytest
 
 from tests.builders import CPU
+from traceflops.core.results import ModelOptions
 from traceflops.flops import model as mf
 from traceflops.run.load import analyze
-from traceflops.core.results import ModelOptions
 
 TRUTH = json.loads((CPU / "truth.json").read_text())
 PHASES = ("forward", "backward", "recompute", "optimizer", "other")

@@ -43,11 +43,18 @@ import orjson
 import pytest
 
 from tests.builders import CPU, Builder
-from tests.fuzz_corpus import GZ_OUTPUT, JSON_BYTES, PB_BYTES, SHARED, shared_available, shared_bytes
-from traceflops.run.load import analyze
-from traceflops.core.results import ModelOptions
+from tests.fuzz_corpus import (
+    GZ_OUTPUT,
+    JSON_BYTES,
+    PB_BYTES,
+    SHARED,
+    shared_available,
+    shared_bytes,
+)
 from traceflops.core.errors import FormatError, InternalError, TraceflopsError
+from traceflops.core.results import ModelOptions
 from traceflops.core.vocab import PHASES
+from traceflops.run.load import analyze
 
 REAL = CPU / "ns_eager_sdpa.json.gz"
 OPTS = ModelOptions(peak_tflops=1.0)

@@ -53,9 +53,9 @@ import pytest
 pytest.importorskip("hta", reason="HolisticTraceAnalysis (module hta) is not installed: no HTA cross-check")
 from hta.trace_analysis import TraceAnalysis
 
-from traceflops.stages import timeline as tl
-from traceflops.run.load import analyze
 from traceflops.core.vocab import BUSY_CLASSES
+from traceflops.run.load import analyze
+from traceflops.stages import timeline as tl
 
 TOL = 0.5  # percentage points
 # HTA 0.5.0 calls pandas APIs that newer pandas deprecates: its noise, not ours.

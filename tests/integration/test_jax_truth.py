@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from traceflops.run.load import analyze
 from tests.builders import ROOT
+from traceflops.run.load import analyze
 
 JAX = ROOT / "fixtures" / "jax"
 TRUTH = json.loads((JAX / "truth.json").read_text())
@@ -86,10 +86,10 @@ def test_te_fused_attention_gets_sdpa_flops(shared):
     assert a.totals["flops"]["recompute"] == n_bwd * score + int(others.filter(others["phase"] == "recompute")["flops"].sum())
     assert a.totals["flops"]["executed"] == int(a.ops.filter(a.ops["matmul"] & a.ops["ran"])["flops"].sum())
 
+    from traceflops.core.trace import Warnings
     from traceflops.parsers import xplane as X
     from traceflops.parsers.xplane_proto import decode_hlo_proto
     from traceflops.parsers.xspace import decode_xspace
-    from traceflops.core.trace import Warnings
 
     p = shared / "xplane" / "gfx950_jax_te_fused_attn_train.xplane.pb"
     progs = X.Programs(decode_xspace(p.read_bytes()), Warnings(), str(p))

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from traceflops.metrics.budget import TERMS, BudgetInputs, check_budget, inputs_from_row, loss_budget, sum_inputs
+from traceflops.metrics.budget import (
+    TERMS,
+    BudgetInputs,
+    check_budget,
+    inputs_from_row,
+    loss_budget,
+    sum_inputs,
+)
 
 # 1 ms on a 1 PFLOP/s device: peak × window = 1e12 FLOPs.
 WINDOW_US = 1000.0

@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import msgspec
-
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal

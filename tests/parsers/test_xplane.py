@@ -16,12 +16,12 @@ import pytest
 
 from traceflops.core.errors import FormatError
 from traceflops.core.hardware import detect_xla
-from traceflops.stages.link import link
 from traceflops.parsers import detect_format, xplane_pb
-from traceflops.run.load import load
 from traceflops.parsers.xplane import parse_xplane
 from traceflops.parsers.xplane_proto import decode_hlo_proto, decode_xspace_python
 from traceflops.parsers.xspace import decode_xspace
+from traceflops.run.load import load
+from traceflops.stages.link import link
 from traceflops.stages.steps import assign
 from traceflops.stages.xla_phases import logical_name, tag
 

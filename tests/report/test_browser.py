@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests.builders import Builder
+from traceflops.report.html import render_html, render_job_html
 from traceflops.run.load import analyze
 from traceflops.views.job import job_view, summarize
-from traceflops.report.html import render_html, render_job_html
 
 websocket = pytest.importorskip("websocket", reason="websocket-client is not installed (pip install -e '.[test]')")
 

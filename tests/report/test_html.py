@@ -6,11 +6,19 @@ from html.parser import HTMLParser
 
 import pytest
 
-from tests.builders import BF16, CPU, RANKS, Builder, rank_traces, scenario_trace, write_doc
-from traceflops.run.load import analyze
+from tests.builders import (
+    BF16,
+    CPU,
+    RANKS,
+    Builder,
+    rank_traces,
+    scenario_trace,
+    write_doc,
+)
 from traceflops.core.results import ModelOptions
-from traceflops.views.job import job_view, summarize
 from traceflops.report.html import render_html, render_job_html
+from traceflops.run.load import analyze
+from traceflops.views.job import job_view, summarize
 
 XSS_SCRIPT = "<script>alert(1)</script>"
 XSS_IMG = '"><img src=x onerror=alert(1)>'

@@ -9,10 +9,16 @@ import polars as pl
 import pytest
 
 from tests.builders import CPU, rank_traces, scenario_trace
-from traceflops.run.load import analyze
 from traceflops.core.results import ModelOptions
+from traceflops.report.tables import (
+    flat,
+    frames,
+    job_frames,
+    write_job_tables,
+    write_tables,
+)
+from traceflops.run.load import analyze
 from traceflops.views.job import job_view, summarize
-from traceflops.report.tables import flat, frames, job_frames, write_job_tables, write_tables
 
 
 def check(written: dict, named: dict):

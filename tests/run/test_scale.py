@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from tests.builders import RANKS, rank_traces
-from traceflops.storage import trace_cache as cache
 from traceflops.cli.main import main
 from traceflops.run.load import load
+from traceflops.storage import trace_cache as cache
 
 
 def cli(*args):

@@ -8,7 +8,13 @@ import pytest
 from tests.builders import BF16, ROOFLINE, scenario_trace
 from traceflops.core import hardware as hw
 from traceflops.run.load import analyze
-from traceflops.stages.roofline import COLUMNS, memory_bound_overlay, op_estimate, roofline, top_recoverable
+from traceflops.stages.roofline import (
+    COLUMNS,
+    memory_bound_overlay,
+    op_estimate,
+    roofline,
+    top_recoverable,
+)
 
 H100 = hw.HARDWARE["h100-sxm"]
 PEAK = H100.peaks["bf16"]  # 989.4e12 FLOP/s, dense

@@ -6,14 +6,19 @@ import polars as pl
 import pytest
 
 from tests.builders import CPU, kernels, ops, trace
+from traceflops.core.errors import (
+    EXIT_FORMAT,
+    EXIT_INTERNAL,
+    EmptyTraceError,
+    FormatError,
+    InternalError,
+)
+from traceflops.core.trace import KERNELS_SCHEMA
+from traceflops.core.vocab import OVERLAYS, PARTITION
 from traceflops.metrics import budget as bd
 from traceflops.metrics import checks
 from traceflops.stages import clean as sanity
 from traceflops.stages import timeline as tl
-from traceflops.core.errors import EXIT_FORMAT, EXIT_INTERNAL, EmptyTraceError, FormatError, InternalError
-from traceflops.core.trace import KERNELS_SCHEMA
-from traceflops.core.vocab import OVERLAYS, PARTITION
-
 
 # ------------------------------------------------------------------ duplicates
 
@@ -241,8 +246,8 @@ def test_a_check_that_fires_inside_the_pipeline_is_an_internal_error(monkeypatch
 
 
 def test_analysis_of_a_real_trace_passes_every_check():
-    from traceflops.run.load import analyze
     from traceflops.core.results import ModelOptions
+    from traceflops.run.load import analyze
 
     a = analyze(str(CPU / "ns_eager_sdpa.json.gz"), ModelOptions(peak_tflops=1))
     checks.check_analysis(a)

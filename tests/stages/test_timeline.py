@@ -12,9 +12,8 @@ import polars as pl
 import pytest
 
 from tests.builders import kernels, launches, ops, steps
+from traceflops.core.vocab import OVERLAYS, PARTITION
 from traceflops.stages.timeline import idle_gaps, is_sync_call, launch_stats, partition
-from traceflops.core.vocab import OVERLAYS
-from traceflops.core.vocab import PARTITION
 
 
 def row(p: pl.DataFrame, step: int = 0, device: int | None = 0) -> dict:

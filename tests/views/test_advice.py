@@ -6,8 +6,8 @@ import pytest
 
 from tests.builders import BF16, CPU, Builder, shapes
 from traceflops.core import hardware as hw
-from traceflops.views.advice import advise
 from traceflops.run.load import analyze
+from traceflops.views.advice import advise
 
 
 def kinds(items):

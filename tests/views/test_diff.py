@@ -11,12 +11,10 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from tests.builders import BF16, CPU, Builder
-from traceflops.run.load import analyze
 from traceflops.core.results import ModelOptions
+from traceflops.report.diff import render_diff_html, render_json, render_terminal
+from traceflops.run.load import analyze
 from traceflops.views.diff import diff
-from traceflops.report.diff import render_diff_html
-from traceflops.report.diff import render_terminal
-from traceflops.report.diff import render_json
 
 PEAK = ModelOptions(peak_tflops=1)
 

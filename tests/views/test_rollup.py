@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 
 from tests.builders import EVAL, MODULES, scenario_trace
-from traceflops.run.load import analyze
 from traceflops.core.vocab import PHASES
+from traceflops.run.load import analyze
 from traceflops.views.rollup import by_kernel, by_module, module_of
 
 M, K, K2, N = MODULES.M, MODULES.K, MODULES.K2, MODULES.N
