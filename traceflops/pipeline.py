@@ -31,6 +31,7 @@ from traceflops.stages.link import link
 from traceflops.stages.phases import tag_kernels, tag_ops
 from traceflops.stages.steps import (
     assign,
+    by_execution,
     device_windows,
     host_steps,
     leave_out_cut_steps,
@@ -61,10 +62,11 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     # steps
     host, step_source = host_steps(trace)
     opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
-    ops = ops.with_columns(step=assign(ops, "ts", host))
+    ops = ops.with_columns(step=by_execution(ops, assign(ops, "ts", host), host))
     launched = "launch_ts" if ops.height else "ts"  # a device-only trace has no launches: a kernel's own start
     kernels = classify_kernels(kernels.with_columns(step=assign(kernels, launched, host)), ops)
-    steps = device_windows(host, kernels).sort("ts")
+    xla_cpu = ops.filter(pl.col("cat") == "xla_op") if not device_trace else kernels  # XLA:CPU's ops are its device work
+    steps = device_windows(host, kernels if device_trace else xla_cpu).sort("ts")
     warnings = step_warnings(trace, steps, step_source, warnings_cut)
 
     # peak, model FLOPs, per-step utilization
@@ -78,7 +80,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     devices = tl.program_devices(part)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
     steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all)
-    outside = util.outside_section(kernels, ops)
+    outside = util.outside_section(kernels, ops, activities)
     warnings += util.window_warnings(steps, kernels, outside)
 
     # timeline
@@ -97,6 +99,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     warnings += util.suspect(totals.get("mfu"), totals.get("hfu"))
     warnings += util.unknown_flops_warnings(ops, kernels, totals)
     warnings += util.hook_warnings(ops)
+    warnings += util.unnamed_xla_warnings(ops)
     if hardware:
         hardware["precision"] = precision
         hardware["devices"] = len(devices)

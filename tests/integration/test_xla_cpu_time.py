@@ -11,7 +11,7 @@ import pytest
 from tests.builders import FIXTURES
 from traceflops.run.load import analyze
 
-OWN = sorted((FIXTURES / "jax").glob("*.xplane.pb"))
+OWN = sorted((FIXTURES / "jax").glob("*.xplane.pb*"))
 SHARED = ("jax_cpu_remat_none.xplane.pb", "jax_cpu_remat_block1.xplane.pb", "jax_cpu_remat_full.xplane.pb")
 
 

@@ -90,8 +90,10 @@ def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | 
     return steps.with_columns(cols)
 
 
-def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame) -> dict[str, Any] | None:
-    out = kernels.filter(pl.col("step") == OUTSIDE)
+def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame, activities: pl.DataFrame | None = None) -> dict[str, Any] | None:
+    """Work outside every step: device activities launched there, or (no device activity) the host ops and XLA ops that ran there."""
+    work = kernels if kernels.height or activities is None else activities
+    out = work.filter(pl.col("step") == OUTSIDE)
     if out.height == 0:
         return None
     return {
@@ -178,9 +180,14 @@ def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[st
     out = []
     if steps.filter(pl.col("last")).height and kernels.height:
         out.append("the last step ends at its last device activity (no next step to bound it)")
-    if outside:
+    if outside and kernels.height:
         out.append(
             f"{outside['kernels']} device activities ({outside['device_us']:.1f} us) were launched outside every step; reported under outside_steps"
+        )
+    elif outside:
+        out.append(
+            f"{outside['kernels']} ops ({outside['device_us']:.1f} us of work) ran outside every step (an XLA program that "
+            "runs after its step's host span, without block_until_ready, or host work between steps); reported under outside_steps"
         )
     return out
 
@@ -195,3 +202,16 @@ def hook_warnings(ops: pl.DataFrame) -> list[str]:
     return [f"{hooked.height} matmul ops ran inside gradient hooks (torch::autograd::AccumulateGrad, e.g. a DDP "
             f"communication hook): {float(hooked['flops'].fill_null(0).sum()):.4g} FLOPs in phase 'other', counted in HFU, "
             "not in model FLOPs"]
+
+
+def unnamed_xla_warnings(ops: pl.DataFrame) -> list[str]:
+    """XLA matmul ops that carry no name stack: their phase came from when they ran, or is unknown ('other')."""
+    if "scope" not in ops.columns or ops.height == 0:
+        return []
+    sel = ops.filter((pl.col("cat") == "xla_op") & pl.col("scope").is_null() & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0))
+    if sel.height == 0:
+        return []
+    bwd = sel.filter(pl.col("phase") == "backward").height
+    return [f"{sel.height} XLA matmul ops carry no op_name (XLA dropped the metadata, e.g. weight gradients in a jit of "
+            f"their own): {bwd} ran after their step's backward began and are taken as backward, {sel.height - bwd} "
+            "have an unknown phase (counted as other, in HFU only)"]

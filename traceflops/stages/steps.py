@@ -156,3 +156,34 @@ def step_warnings(trace: Trace, steps: pl.DataFrame, step_source: str, cut_notes
     if step_source != "ProfilerStep":
         warnings.append(f"no ProfilerStep markers: steps taken from {step_source}")
     return warnings
+
+
+def by_execution(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.Series:
+    """XLA ops that ran after their step's host span (asynchronous dispatch) put in the step whose execution they are.
+
+    A program runs its executions in the order the steps dispatched them, and an
+    instruction runs as often in each: the i-th run of an instruction, of c per
+    step, is in the (i // c)-th step. Only instructions with a run outside every
+    step are moved, and only when their runs divide evenly among the steps;
+    the others stay where their start put them (outside every step: reported).
+    """
+    xla = ops["cat"] == "xla_op"
+    if host.height == 0 or not ((step == OUTSIDE) & xla).any():
+        return step
+    order = host.sort("ts")["step"].to_list()
+    frame = pl.DataFrame({"_i": pl.int_range(ops.height, eager=True), "name": ops["name"], "ts": ops["ts"],
+                          "xla": xla, "step": step})
+    moved = (
+        frame.filter("xla")
+        .with_columns(_out=(pl.col("step") == OUTSIDE).any().over("name"), _n=pl.len().over("name"),
+                      _k=pl.col("ts").rank("ordinal").over("name") - 1)
+        .filter(pl.col("_out") & (pl.col("_n") % len(order) == 0))
+        .with_columns(_s=(pl.col("_k") // (pl.col("_n") // len(order))).cast(pl.Int64))
+        .with_columns(step=pl.col("_s").replace_strict(dict(enumerate(order)), return_dtype=pl.Int64))
+        .select("_i", "step")
+    )
+    if moved.height == 0:
+        return step
+    return frame.join(moved, on="_i", how="left", suffix="_new").sort("_i").select(
+        pl.coalesce("step_new", "step").alias(step.name)
+    ).to_series()

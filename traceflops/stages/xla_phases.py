@@ -60,10 +60,13 @@ def logical_name(scope: str) -> str:
     parts = scope.split("/")
     if REMAT in parts:
         cut = parts.index(REMAT)
-        # The transpose(...) component that encloses the recomputed forward is not part of it.
+        # The transpose(...) component that encloses the recomputed forward is not part of it when the
+        # forward's own jvp(...) repeats it ('transpose(jvp(b))/jvp(b)/checkpoint/…'); inside a scan body
+        # there is no inner jvp ('transpose(jvp(M))/while/body/…'): then it names the module, as jvp(M) does.
         for j in range(cut - 1, -1, -1):
             if parts[j].startswith("transpose("):
-                del parts[j]
+                if j + 1 < cut and _unwrap(parts[j + 1]) == _unwrap(parts[j]):
+                    del parts[j]
                 break
     return "/".join(u for u in (_unwrap(p) for p in parts if p not in _DROP) if u)
 
@@ -123,7 +126,7 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
         }
     )
     if not df["cand"].any():
-        return df["base"].rename("phase")
+        return unnamed_matmuls(ops, df["_step"], df["base"].rename("phase"))
 
     scoped = df.filter(pl.col("scope").is_not_null())
     uniq = scoped["scope"].unique()
@@ -145,4 +148,26 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
         .otherwise(pl.lit("recompute"))
     )
     out = df.join(cands.select("_i", "phase"), on="_i", how="left").sort("_i")
-    return out.select(pl.coalesce("phase", "base").alias("phase"))["phase"]
+    return unnamed_matmuls(ops, df["_step"], out.select(pl.coalesce("phase", "base").alias("phase"))["phase"])
+
+
+def unnamed_matmuls(ops: pl.DataFrame, step: pl.Series, phase: pl.Series) -> pl.Series:
+    """XLA matmul ops without a name stack (XLA dropped `op_name`, e.g. weight gradients in a jit of their own).
+
+    Where the program's order tells: one that starts after its step's first backward
+    op is backward (the gradient program runs its forward, then its backward).
+    Otherwise nothing tells: 'other', never a silent forward (a warning counts them).
+    """
+    if not {"cat", "matmul_hint"} <= set(ops.columns):
+        return phase
+    unnamed = ops["scope"].is_null() & (ops["cat"] == "xla_op") & ops["matmul_hint"].fill_null(False)
+    if not unnamed.any():
+        return phase
+    f = pl.DataFrame({"step": step, "ts": ops["ts"], "phase": phase, "unnamed": unnamed})
+    first_bwd = f.filter(pl.col("phase") == "backward").group_by("step").agg(_bwd=pl.col("ts").min())
+    f = f.join(first_bwd, on="step", how="left", maintain_order="left")
+    return f.select(
+        pl.when(~pl.col("unnamed")).then(pl.col("phase"))
+        .when(pl.col("_bwd").is_not_null() & (pl.col("ts") >= pl.col("_bwd"))).then(pl.lit("backward"))
+        .otherwise(pl.lit("other")).alias("phase")
+    )["phase"]
