@@ -34,8 +34,10 @@ from traceflops.stages.steps import (
     by_execution,
     device_windows,
     host_steps,
+    kernel_steps,
     leave_out_cut_steps,
     step_warnings,
+    window_work,
 )
 from traceflops.views import advice, rollup
 
@@ -63,10 +65,8 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     host, step_source = host_steps(trace)
     opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
     ops = ops.with_columns(step=by_execution(ops, assign(ops, "ts", host), host))
-    launched = "launch_ts" if ops.height else "ts"  # a device-only trace has no launches: a kernel's own start
-    kernels = classify_kernels(kernels.with_columns(step=assign(kernels, launched, host)), ops)
-    xla_cpu = ops.filter(pl.col("cat") == "xla_op") if not device_trace else kernels  # XLA:CPU's ops are its device work
-    steps = device_windows(host, kernels if device_trace else xla_cpu).sort("ts")
+    kernels = classify_kernels(kernels.with_columns(step=kernel_steps(kernels, ops, host)), ops)
+    steps = device_windows(host, window_work(kernels, ops)).sort("ts")
     warnings = step_warnings(trace, steps, step_source, warnings_cut)
 
     # peak, model FLOPs, per-step utilization

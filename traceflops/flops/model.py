@@ -167,12 +167,10 @@ def spec_from_config(config: dict, seq_len: int | None = None) -> ModelSpec:
     notes = list(c.pop("notes"))
     seq_len_source = "flag"
     if seq_len is None:
-        seq_len_source = "config"
+        seq_len_source = "config"  # a last resort: the analysis takes the trace's T where it can, and says so
         seq_len = _get(config, "max_position_embeddings", "n_positions", "n_ctx")
         if seq_len is None:
             raise ValueError("config has no max_position_embeddings/n_positions: pass seq_len")
-        notes.append(f"T = {int(seq_len)} is the config's maximum context; the trace's sequence length, "
-                     "or --seq-len, is used where known")
     T = _pos_int("seq_len", seq_len)
     window = config.get("sliding_window")
     use_window = config.get("use_sliding_window", True)

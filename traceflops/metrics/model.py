@@ -33,30 +33,28 @@ def _input_lookups(ops: pl.DataFrame) -> list[tuple[int, list[int]]]:
     return by_table[vocab]
 
 
-def infer_tokens(ops: pl.DataFrame) -> int | None:
-    """Tokens per step from the input embedding's index shape (the largest-table lookup)."""
+def infer_tokens(lookups: list[tuple[int, list[int]]]) -> int | None:
+    """Tokens per step from the input embedding's index shapes (`_input_lookups`)."""
     per_step: dict[int, int] = {}
-    for step, shape in _input_lookups(ops):
+    for step, shape in lookups:
         per_step[step] = per_step.get(step, 0) + int(np.prod(shape))
     return max(per_step.values()) if per_step else None
 
 
-def infer_seq_len(ops: pl.DataFrame) -> int | None:
+def infer_seq_len(lookups: list[tuple[int, list[int]]]) -> int | None:
     """The sequence length the trace ran: the last dimension of the input embedding's [batch, T] index shape."""
-    lengths = {int(shape[-1]) for _, shape in _input_lookups(ops) if len(shape) >= 2}
+    lengths = {int(shape[-1]) for _, shape in lookups if len(shape) >= 2}
     return max(lengths) if lengths else None
 
 
-def resolve_seq_len(spec, ops: pl.DataFrame, warnings: list[str]):
-    """T from --seq-len, else from the trace, and only as a last resort from the config (with a warning)."""
-    seen = infer_seq_len(ops)
+def resolve_seq_len(spec, seen: int | None, warnings: list[str]):
+    """T from --seq-len, else the one the trace ran (`seen`), and only as a last resort the config's (with a warning)."""
     if spec.seq_len_source == "flag":
         if seen is not None and seen != spec.seq_len:
             warnings.append(f"model T = {spec.seq_len} as given, but the trace's input sequences are {seen} tokens long")
         return spec
     if seen is not None:
-        notes = tuple(n for n in spec.notes if not n.startswith(f"T = {spec.seq_len} is the config's"))
-        return replace(spec, seq_len=seen, seq_len_source="trace", notes=notes)
+        return replace(spec, seq_len=seen, seq_len_source="trace")
     warnings.append(f"model T = {spec.seq_len} is the config's maximum context (the trace does not show the sequence "
                     "length): give --seq-len")
     return spec
@@ -90,11 +88,12 @@ def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int
             shape_of.setdefault((min(o, i), max(o, i)), part)
     seen: dict[str, float] = {}
     count: dict[str, int] = {}
-    for name, dims, flops in work.select("name", "dims", "flops").iter_rows():
+    shapes = work.group_by("name", "dims").agg(pl.col("flops").sum(), pl.len().alias("n"))  # a few distinct shapes
+    for name, dims, flops, n in shapes.iter_rows():
         part = shape_of.get(weight_shape(name, dims))
         if part is not None:
             seen[part] = seen.get(part, 0.0) + float(flops or 0)
-            count[part] = count.get(part, 0) + 1
+            count[part] = count.get(part, 0) + n
     mult = 2 if mode == "inference" else 6
     return [{"part": part, "params": spec.breakdown.get(part), "model_flops_per_step": mult * spec.breakdown[part] * tokens,
              "trace_flops_per_step": seen.get(part, 0.0) / steps, "gemms_per_step": count.get(part, 0) / steps}
@@ -126,11 +125,12 @@ def shortfall_warnings(model: dict[str, Any], steps: pl.DataFrame) -> list[str]:
 def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
     """Model FLOPs per step for this trace's device (its share of a job's global tokens)."""
     if opt.spec is not None:
-        spec = resolve_seq_len(opt.spec, ops, warnings)
+        lookups = _input_lookups(ops)
+        spec = resolve_seq_len(opt.spec, infer_seq_len(lookups), warnings)
         tokens = opt.tokens_per_step
         tokens_source = "flag"
         if tokens is None:
-            inferred = infer_tokens(ops)
+            inferred = infer_tokens(lookups)
             if inferred is not None:
                 tokens = inferred * world  # the trace shows one rank's batch
                 tokens_source = "inferred from the input embedding's shape"

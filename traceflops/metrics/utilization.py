@@ -194,8 +194,6 @@ def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[st
 
 def hook_warnings(ops: pl.DataFrame) -> list[str]:
     """Matmuls that gradient hooks ran (a DDP communication hook such as PowerSGD): seen, counted in HFU, not in model FLOPs."""
-    if "in_hook" not in ops.columns:
-        return []
     hooked = ops.filter(pl.col("in_hook") & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0))
     if hooked.height == 0:
         return []
@@ -206,8 +204,6 @@ def hook_warnings(ops: pl.DataFrame) -> list[str]:
 
 def unnamed_xla_warnings(ops: pl.DataFrame) -> list[str]:
     """XLA matmul ops that carry no name stack: their phase came from when they ran, or is unknown ('other')."""
-    if "scope" not in ops.columns or ops.height == 0:
-        return []
     sel = ops.filter((pl.col("cat") == "xla_op") & pl.col("scope").is_null() & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0))
     if sel.height == 0:
         return []

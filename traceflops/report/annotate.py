@@ -236,7 +236,7 @@ def _achieved_counter(items: list[tuple[float, float, float]]) -> list[tuple[flo
     return list(zip(t.tolist(), np.maximum(level, 0.0).tolist()))
 
 
-def added_events(a: Analysis, events: list, kern_idx: np.ndarray | None, op_idx: np.ndarray | None, pid: int) -> list[dict]:
+def added_events(a: Analysis, pid: int) -> list[dict]:
     """The new process: phase tracks, the steps track and counters."""
     t0 = min([x for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None) if x is not None],
              default=0.0)
@@ -353,7 +353,7 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
             args["traceflops.ran"] = bool(ran)
 
     pid = _new_pid(events)
-    new = added_events(analysis, events, kern_idx, op_idx, pid)
+    new = added_events(analysis, pid)
     events.extend(new)
 
     redacted = 0
@@ -426,7 +426,7 @@ def annotate_xla(trace_path: str, analysis: Analysis, out_path: str) -> dict[str
     events = xla_events(analysis)
     n_in = len(events)
     pid = _new_pid(events)
-    new = added_events(analysis, events, None, None, pid)
+    new = added_events(analysis, pid)
     summary = {"events_in": n_in, "events_added": len(new), "kernels_annotated": analysis.kernels.height,
                "ops_annotated": analysis.ops.height, "pid": pid, "redacted_values": 0}
     doc = {"traceEvents": events + new, "displayTimeUnit": "ms",

@@ -61,6 +61,16 @@ def assign(times: pl.DataFrame, col: str, steps: pl.DataFrame) -> pl.Series:
     return pl.Series(np.where(inside, ids[j] if len(ids) else OUTSIDE, OUTSIDE), dtype=pl.Int64)
 
 
+def kernel_steps(kernels: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.Series:
+    """Each device activity's step, by its launch; a device-only trace has no launches: by its own start."""
+    return assign(kernels, "launch_ts" if ops.height else "ts", steps)
+
+
+def window_work(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """The work whose first start opens a step's window: device activities, else XLA:CPU's ops (its device work)."""
+    return kernels if kernels.height else ops.filter(pl.col("cat") == "xla_op")
+
+
 def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """Add the device window (start, dur, last-flag) of each step."""
     if kernels.height == 0:

@@ -506,15 +506,3 @@ def on_devices(frame: pl.DataFrame, devices: list) -> pl.DataFrame:
     return frame.filter(sel)
 
 
-def busiest_device(part: pl.DataFrame):
-    """The device with the most busy time in a partition (a rank drives one device); None if there is none."""
-    busy = (pl.col("window") - pl.col("idle")).sum().alias("_busy")
-    dev = part.group_by("device").agg(busy).sort("_busy", descending=True, nulls_last=True)
-    return dev["device"][0] if dev.height else None
-
-
-def on_device(frame: pl.DataFrame, device) -> pl.DataFrame:
-    """The rows of one device (a null device id matches rows without one)."""
-    if "device" not in frame.columns:
-        return frame
-    return frame.filter(pl.col("device").is_null() if device is None else pl.col("device") == device)

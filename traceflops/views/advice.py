@@ -101,12 +101,12 @@ def _context(a: Analysis, exclude_steps) -> _Ctx | None:
     if window <= 0:
         return None
     ids = steps["step"].to_list()
-    device = tl.busiest_device(a.partition.filter(pl.col("step").is_in(ids))) if a.partition is not None and a.partition.height else None
+    device = tl.program_devices(a.partition.filter(pl.col("step").is_in(ids)))[0] if a.partition is not None else None
     k = a.kernels
     if a.roofline is not None and a.roofline.height == k.height:
         k = k.with_columns(a.roofline.select("bound", "recoverable_us", "achieved_bw_frac", "roof_bytes"))
-    k = tl.on_device(k.filter(pl.col("step").is_in(ids)), device) if k.height else k
-    gaps = tl.on_device(a.idle_gaps.filter(pl.col("step").is_in(ids)), device) if a.idle_gaps is not None else None
+    k = tl.on_devices(k.filter(pl.col("step").is_in(ids)), [device]) if k.height else k
+    gaps = tl.on_devices(a.idle_gaps.filter(pl.col("step").is_in(ids)), [device]) if a.idle_gaps is not None else None
     time = {c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
             for c in (*PARTITION, *OVERLAYS)}
     peak = (a.hardware or {}).get("peak_flops")
@@ -233,7 +233,8 @@ def _memory_bound(ctx: _Ctx) -> dict | None:
         return None
     rec = float(mb["recoverable_us"].sum())
     part = tl.partition(mb, ctx.steps.select("step", "name", "ts", "dur", "start", "window"))
-    busy = float((tl.on_device(part, ctx.device)["window"] - tl.on_device(part, ctx.device)["idle"]).sum())
+    mine = tl.on_devices(part, [ctx.device])
+    busy = float((mine["window"] - mine["idle"]).sum())
     rec = min(rec, busy)
     dur = float(mb["dur"].sum())
     short = mb.filter(pl.col("dur") < SHORT_KERNEL_US)
