@@ -7,7 +7,7 @@ torch.utils.flop_counter over a replay of the same steps, took every collective 
 rank issued from c10d's flight recorder, and added a known clock offset to rank 1's
 trace after export.  See fixtures/dist/README.md.
 
-Known analyzer defects are strict xfails (KNOWN_WRONG): they flip when fixed.
+Every case is exact.
 """
 
 import functools
@@ -24,18 +24,6 @@ HOOK_CASES = ("ddp_powersgd", "ddp_powersgd_offthread")
 RANKS = (0, 1)
 PHASES = ("forward", "backward", "recompute", "optimizer", "other")
 REGENERATE = "run `python fixtures/generate_dist.py`"
-
-# check -> case -> what the analyzer gets wrong (strict xfail: remove the entry once fixed).
-# At commit 5d2d11d every communication / job check failed (gloo collectives were no
-# communication at all, so nothing was matched and clocks were not aligned).
-KNOWN_WRONG: dict[str, dict[str, str]] = {}
-
-
-def cases(check, names=CASES):
-    wrong = KNOWN_WRONG.get(check, {})
-    return [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=wrong[c])) if c in wrong else c
-            for c in names]
-
 
 @functools.cache
 def all_truth():
@@ -134,7 +122,7 @@ def test_truth_ranks_issue_the_same_collectives(case):
 
 
 @pytest.mark.parametrize("rank", RANKS)
-@pytest.mark.parametrize("case", cases("flops"))
+@pytest.mark.parametrize("case", CASES)
 def test_per_phase_flops_and_counts(case, rank):
     truth = truth_of(case)
     got = steps_of(analysis(case, rank))
@@ -146,7 +134,7 @@ def test_per_phase_flops_and_counts(case, rank):
 
 
 @pytest.mark.parametrize("rank", RANKS)
-@pytest.mark.parametrize("case", cases("hook", HOOK_CASES))
+@pytest.mark.parametrize("case", HOOK_CASES)
 def test_hook_matmuls_are_other_and_not_model_flops(case, rank):
     truth = truth_of(case)
     a = analysis(case, rank)
@@ -160,7 +148,7 @@ def test_hook_matmuls_are_other_and_not_model_flops(case, rank):
 
 
 @pytest.mark.parametrize("rank", RANKS)
-@pytest.mark.parametrize("case", cases("step_time"))
+@pytest.mark.parametrize("case", CASES)
 def test_step_time_matches_the_generators_wall_clock(case, rank):
     truth = truth_of(case)
     for s, t in zip(steps_of(analysis(case, rank)), truth["ranks"][str(rank)]["steps"]):
@@ -168,7 +156,7 @@ def test_step_time_matches_the_generators_wall_clock(case, rank):
 
 
 @pytest.mark.parametrize("rank", RANKS)
-@pytest.mark.parametrize("case", cases("communication"))
+@pytest.mark.parametrize("case", CASES)
 def test_gloo_collectives_are_communication(case, rank):
     from traceflops.views.collectives import collectives
 
@@ -183,7 +171,7 @@ def test_gloo_collectives_are_communication(case, rank):
 # --------------------------------------------------------------- the job
 
 
-@pytest.mark.parametrize("case", cases("job_matches"))
+@pytest.mark.parametrize("case", CASES)
 def test_job_matches_every_recorded_collective(case):
     truth = truth_of(case)
     j = job(case)
@@ -194,7 +182,7 @@ def test_job_matches_every_recorded_collective(case):
     assert j.clock["residual_skew_us"] is not None
 
 
-@pytest.mark.parametrize("case", cases("job_kinds_bytes"))
+@pytest.mark.parametrize("case", CASES)
 def test_job_collective_kinds_and_bytes(case):
     truth = truth_of(case)
     want = [c for t in truth["ranks"]["0"]["steps"] for c in recorded(t)]
@@ -206,7 +194,7 @@ def test_job_collective_kinds_and_bytes(case):
         assert g["bytes"] == c["bytes"], (g, c)
 
 
-@pytest.mark.parametrize("case", cases("job_clock"))
+@pytest.mark.parametrize("case", CASES)
 def test_job_recovers_the_injected_clock_offset(case):
     truth = truth_of(case)
     clock = truth["clock"]
@@ -235,4 +223,5 @@ def test_gloo_work_takes_the_phase_of_the_call_that_issued_it(case, rank):
         calls = a.ops.filter(pl.col("name") == "c10d::_reduce_scatter_base_")
         assert calls.height and set(calls["phase"]) == {"backward"}
         got = dict(work.group_by("phase").len().iter_rows())
-        assert got["forward"] == a.ops.filter((pl.col("name") == "c10d::_allgather_base_") & (pl.col("phase") == "forward")).height
+        sharded, steps = 3, a.steps.filter(pl.col("step") >= 0).height  # fc1, fc2, fc3: one all-gather each per forward
+        assert got["forward"] == sharded * steps

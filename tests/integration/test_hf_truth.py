@@ -7,7 +7,7 @@ per-layer `torch.compile` with checkpointing inside; it measured each phase's FL
 torch.utils.flop_counter while the same steps ran again.  See fixtures/hf/README.md.
 
 Only the generator needs transformers; this file reads what it wrote, and skips when
-that is absent.  Known analyzer defects are strict xfails: they flip when fixed.
+that is absent.  Every case is exact.
 """
 
 import functools
@@ -25,16 +25,6 @@ CASES = ("llama_sdpa", "llama_eager", "llama_ckpt_reentrant", "llama_ckpt_nonree
          "llama_compiled_ckpt", "gpt2", "gpt2_ckpt")
 PHASES = ("forward", "backward", "recompute", "optimizer", "other")
 REGENERATE = "run `python fixtures/generate_hf.py` (needs transformers)"
-
-# check -> case -> what the analyzer gets wrong (strict xfail: remove the entry once fixed)
-KNOWN_WRONG: dict[str, dict[str, str]] = {}
-
-
-def cases(check):
-    wrong = KNOWN_WRONG.get(check, {})
-    return [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=wrong[c])) if c in wrong else c
-            for c in CASES]
-
 
 @functools.cache
 def all_truth():
@@ -75,22 +65,14 @@ def test_every_case_is_covered():
     assert set(truth) == set(CASES)
 
 
-@pytest.mark.parametrize("name", cases("flops"))
-def test_per_phase_flops_equal_flopcountermode_exactly(name):
+@pytest.mark.parametrize("column, key", [("flops", "flops"), ("count", "matmul_count")])
+@pytest.mark.parametrize("name", CASES)
+def test_per_phase_flops_and_matmul_counts_equal_flopcountermode_exactly(name, column, key):
     truth = truth_of(name)
     got = steps_of(plain_analysis(name))
     assert len(got) == len(truth["steps"])
     for s, t in zip(got, truth["steps"]):
-        assert {p: s[f"flops_{p}"] for p in PHASES} == t["flops"], name
-
-
-@pytest.mark.parametrize("name", cases("counts"))
-def test_matmul_counts_are_exact(name):
-    truth = truth_of(name)
-    got = steps_of(plain_analysis(name))
-    assert len(got) == len(truth["steps"])
-    for s, t in zip(got, truth["steps"]):
-        assert {p: s[f"count_{p}"] for p in PHASES} == t["matmul_count"], name
+        assert {p: s[f"{column}_{p}"] for p in PHASES} == t[key], name
 
 
 def by_hand(cfg):
@@ -108,7 +90,7 @@ def by_hand(cfg):
     return L * (3 * d * d + d * d + 2 * d * f) + V * d, L, H, d // H  # c_attn, c_proj; c_fc, c_proj
 
 
-@pytest.mark.parametrize("name", cases("model_flops"))
+@pytest.mark.parametrize("name", CASES)
 def test_model_flops_from_the_hf_config(name):
     truth = truth_of(name)
     cfg, m = truth["config"], truth["model"]
@@ -124,7 +106,7 @@ def test_model_flops_from_the_hf_config(name):
     assert a.model["flops_per_step"] == per_token * tok
 
 
-@pytest.mark.parametrize("name", cases("seq_len"))
+@pytest.mark.parametrize("name", CASES)
 def test_seq_len_comes_from_the_trace_not_the_config(name):
     """The configs' maximum context (4096 / 1024) is far above the T the steps ran."""
     truth = truth_of(name)
@@ -134,7 +116,7 @@ def test_seq_len_comes_from_the_trace_not_the_config(name):
     assert a.model["seq_len"] == T
 
 
-@pytest.mark.parametrize("name", cases("tokens"))
+@pytest.mark.parametrize("name", CASES)
 def test_tokens_inferred_from_the_embedding(name):
     truth = truth_of(name)
     m = truth["model"]

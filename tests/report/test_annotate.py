@@ -275,16 +275,23 @@ def assert_chrome_trace(doc):
                 assert all(isinstance(v, (int, float)) for v in e["args"].values()), e
 
 
-@pytest.mark.parametrize("name", SHARED_KINETO)
-def test_every_shared_trace_annotates_losslessly(shared, name, tmp_path):
-    src = shared / "kineto" / name
+def annotated(src, tmp_path):
+    """The analysis of a shared trace, what annotate wrote (checked as a chrome trace), and its summary."""
     if not src.is_file():
-        pytest.skip(f"no shared Kineto traces under {shared / 'kineto'}")
+        pytest.skip(f"no shared traces under {src.parent}")
     a = analyze(str(src))
     out = tmp_path / "annotated.json.gz"
     s = annotate(str(src), a, str(out))
-    got, doc = load(out), load(src)
+    got = load(out)
     assert_chrome_trace(got)
+    return a, out, got, s
+
+
+@pytest.mark.parametrize("name", SHARED_KINETO)
+def test_every_shared_trace_annotates_losslessly(shared, name, tmp_path):
+    src = shared / "kineto" / name
+    a, out, got, s = annotated(src, tmp_path)
+    doc = load(src)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     assert s["events_in"] == len(events)
     assert len(got["traceEvents"]) == len(events) + s["events_added"]
@@ -308,14 +315,7 @@ SHARED_XPLANE = sorted(p.name for p in (shared_fixtures() / "xplane").glob("*.xp
 
 @pytest.mark.parametrize("name", SHARED_XPLANE)
 def test_every_shared_xplane_annotates_to_a_valid_trace(shared, name, tmp_path):
-    src = shared / "xplane" / name
-    if not src.is_file():
-        pytest.skip(f"no shared XLA profiles under {shared / 'xplane'}")
-    a = analyze(str(src))
-    out = tmp_path / "annotated.json.gz"
-    s = annotate(str(src), a, str(out))
-    got = load(out)
-    assert_chrome_trace(got)
+    a, _, got, s = annotated(shared / "xplane" / name, tmp_path)
     for e in got["traceEvents"]:  # every event, not only the added ones: the whole trace is written anew
         assert isinstance(e["pid"], int) and isinstance(e.get("tid", 0), int) and math.isfinite(e["ts"]), e
     ops = [e for e in got["traceEvents"][: s["events_in"]] if e["ph"] == "X" and "op_id" in e["args"]]
