@@ -13,7 +13,7 @@ from dataclasses import replace
 import polars as pl
 
 from traceflops.core import hardware as hw
-from traceflops.core.errors import ConservationError, InternalError
+from traceflops.core.errors import ConservationError, FormatError, InternalError
 from traceflops.core.memory import return_freed_memory
 from traceflops.core.results import Analysis, ModelOptions
 from traceflops.core.trace import Trace
@@ -26,7 +26,13 @@ from traceflops.metrics.stepstats import step_stats
 from traceflops.stages import roofline
 from traceflops.stages import timeline as tl
 from traceflops.stages.clean import clean
-from traceflops.stages.count import classify_kernels, count_ops, has_formula
+from traceflops.stages.count import (
+    TOTAL_FLOPS_MAX,
+    classify_kernels,
+    count_ops,
+    has_formula,
+    total_flops,
+)
 from traceflops.stages.link import link
 from traceflops.stages.phases import tag_kernels, tag_ops
 from traceflops.stages.steps import (
@@ -59,6 +65,9 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
     ops = count_ops(ops, kernels, device_trace)
+    if total_flops(ops) > TOTAL_FLOPS_MAX:
+        raise FormatError(trace.meta.get("path"), f"its shapes imply {total_flops(ops):.3g} FLOPs in all, more than a "
+                          f"profile of a real run holds ({TOTAL_FLOPS_MAX:.3g})", "check that the trace was not edited or corrupted")
     return_freed_memory()  # what linking and tagging freed, before the timeline grows
 
     # steps

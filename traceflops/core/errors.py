@@ -14,6 +14,10 @@ class TraceflopsError(Exception):
         self.path, self.what, self.todo = path, what, todo
         super().__init__(self.line())
 
+    def __reduce__(self):
+        """Rebuilt from its parts, so the error survives a process pool or a Ray worker as itself."""
+        return (self.__class__, (self.path, self.what, self.todo))
+
     def line(self) -> str:
         where = f"{self.path}: " if self.path else ""
         return f"error: {where}{self.what}; {self.todo}"
@@ -56,3 +60,6 @@ class ConservationError(ValueError):
     def __init__(self, what: str, message: str):
         self.what = what  # which check: 'time partition' | 'loss budget'
         super().__init__(message)
+
+    def __reduce__(self):
+        return (self.__class__, (self.what, str(self)))

@@ -39,12 +39,20 @@ from typing import Any, Callable
 from traceflops.core.dtypes import dtype_of, itemsize
 
 __all__ = [
+    "MATMUL_OPS",
+    "OP_FLOPS_MAX",
+    "OUT_OF_RANGE",
+    "WRAPPER_OPS",
     "OpFlops",
     "op_flops",
-    "MATMUL_OPS",
-    "WRAPPER_OPS",
     "tensor_bytes",
 ]
+
+
+# One op's FLOPs above this (2.9e17: minutes of a whole accelerator's peak) are not a real op's: the shapes
+# are corrupt or hostile, and summing such values would wrap the 64-bit counters.
+OP_FLOPS_MAX = 1 << 58
+OUT_OF_RANGE = "out of range"
 
 
 @dataclass(frozen=True, slots=True)
@@ -1108,9 +1116,13 @@ def op_flops(name: str, dims: list | None, types: list | None, concrete: list | 
     mask = r.mask if entry.attention else None
     if entry.attention and mask is None:
         mask = "unknown"
+    if nbytes is not None and not 0 <= nbytes <= OP_FLOPS_MAX:
+        nbytes = None
     if r.flops is None:
         return OpFlops(None, None, 0, mask, nbytes, dtype, r.reason or "unknown")
     eff = r.effective if r.effective is not None else r.flops
+    if not all(0 <= int(x) <= OP_FLOPS_MAX for x in (r.flops, eff, r.recompute)):
+        return OpFlops(None, None, 0, mask, nbytes, dtype, f"{OUT_OF_RANGE}: its shapes imply {float(r.flops):.3g} FLOPs")
     return OpFlops(int(r.flops), int(eff), int(r.recompute), mask, nbytes, dtype, None)
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import orjson
 import polars as pl
 
@@ -25,19 +25,24 @@ def _input_lookups(ops: pl.DataFrame) -> list[tuple[int, list[int]]]:
     by_table: dict[int, list[tuple[int, list[int]]]] = {}
     for dims, step in emb.select("dims", "step").iter_rows():
         d = orjson.loads(dims)
-        if len(d) >= 2 and isinstance(d[0], list) and len(d[0]) == 2 and isinstance(d[1], list) and d[1]:
+        if len(d) >= 2 and _shape(d[0]) and len(d[0]) == 2 and _shape(d[1]):
             by_table.setdefault(d[0][0], []).append((step, d[1]))
     if not by_table:
         return []
-    vocab = max(by_table, key=lambda v: (sum(int(np.prod(shape)) for _, shape in by_table[v]), v))
+    vocab = max(by_table, key=lambda v: (sum(math.prod(shape) for _, shape in by_table[v]), v))
     return by_table[vocab]
+
+
+def _shape(x) -> bool:
+    """A plausible recorded tensor shape: a non-empty list of dimensions, each an int below 2^40 (exact products, no wrap)."""
+    return isinstance(x, list) and bool(x) and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 40 for n in x)
 
 
 def infer_tokens(lookups: list[tuple[int, list[int]]]) -> int | None:
     """Tokens per step from the input embedding's index shapes (`_input_lookups`)."""
     per_step: dict[int, int] = {}
     for step, shape in lookups:
-        per_step[step] = per_step.get(step, 0) + int(np.prod(shape))
+        per_step[step] = per_step.get(step, 0) + math.prod(shape)
     return max(per_step.values()) if per_step else None
 
 

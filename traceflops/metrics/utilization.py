@@ -10,6 +10,7 @@ import polars as pl
 from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
+from traceflops.flops.aten import OP_FLOPS_MAX, OUT_OF_RANGE
 from traceflops.metrics import budget as bd
 
 HFU_SUSPECT = 0.85
@@ -161,6 +162,10 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dic
     n = totals["matmul_flops_unknown_count"]
     if not n:
         return []
+    wild = ops.filter(pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).height
+    if wild:
+        return [(f"{n} matmul ops have unknown FLOPs, {wild} of them because their shapes imply more than {OP_FLOPS_MAX:.2g} "
+                 "FLOPs in one op (corrupt or edited shapes): left uncounted")]
     if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
         return [f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"]
     return [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 
-from traceflops.core.errors import InputError
+from traceflops.core.errors import InputError, TraceflopsError
 from traceflops.core.results import RankSummary
 from traceflops.parsers.helper import ENV
 from traceflops.run.load import analyze
@@ -67,10 +68,16 @@ def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
         raise InputError(None, "--executor ray needs Ray", "pip install 'traceflops[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)  # stderr keeps the one line of a failure
     try:
         task = ray.remote(_summarize_on_worker)
-        return ray.get([task.remote(w) for w in work])
+        try:
+            return ray.get([task.remote(w) for w in work])
+        except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, TraceflopsError):  # the rank's own one-line error, not the remote traceback
+                raise e.cause from None
+            raise
     finally:
         if started and address is None:
             ray.shutdown()

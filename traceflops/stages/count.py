@@ -184,21 +184,32 @@ def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> p
     return apply_hints(ops)
 
 
+TOTAL_FLOPS_MAX = 1 << 62  # a trace's executed FLOPs in all; below it no sum of non-negative counts wraps int64
+
+
+def total_flops(ops: pl.DataFrame) -> float:
+    """The counted FLOPs of every op, summed in floating point so that a hostile trace cannot wrap the sum."""
+    return float(ops["flops"].cast(pl.Float64).sum() or 0.0)
+
+
 def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
     """Where the format reports FLOPs (XLA: the compiler's, or the HLO's shapes), they win over shape formulas.
 
     With them come the in-kernel recompute (a fused attention backward's Q·Kᵀ,
     counted in HFU, not in MFU) and an attention op's mask.
     """
-    hinted = pl.col("matmul") & pl.col("flops_hint").is_not_null()
+    given = pl.col("matmul") & pl.col("flops_hint").is_not_null()
+    in_range = pl.col("flops_hint").is_between(0, registry.OP_FLOPS_MAX) & pl.col("recompute_hint").fill_null(0).is_between(0, registry.OP_FLOPS_MAX)
+    hinted = given & in_range
     types_dtype = pl.col("types").map_elements(_first_dtype, return_dtype=pl.Utf8)
     return ops.with_columns(
-        flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("flops")),
-        effective_flops=pl.when(hinted).then(pl.col("flops_hint")).otherwise(pl.col("effective_flops")),
-        recompute_flops=pl.when(hinted).then(pl.col("recompute_hint").fill_null(0)).otherwise(pl.col("recompute_flops")),
+        flops=pl.when(hinted).then(pl.col("flops_hint")).when(given).then(None).otherwise(pl.col("flops")),
+        effective_flops=pl.when(hinted).then(pl.col("flops_hint")).when(given).then(None).otherwise(pl.col("effective_flops")),
+        recompute_flops=pl.when(hinted).then(pl.col("recompute_hint").fill_null(0)).when(given).then(0).otherwise(pl.col("recompute_flops")),
         mask=pl.when(hinted & pl.col("mask_hint").is_not_null()).then(pl.col("mask_hint")).otherwise(pl.col("mask")),
-        bytes=pl.coalesce("bytes", "bytes_hint"),
-        flops_reason=pl.when(hinted).then(None).otherwise(pl.col("flops_reason")),
+        bytes=pl.coalesce("bytes", pl.when(pl.col("bytes_hint").is_between(0, registry.OP_FLOPS_MAX)).then(pl.col("bytes_hint"))),
+        flops_reason=pl.when(hinted).then(None).when(given).then(pl.lit(f"{registry.OUT_OF_RANGE}: the compiler's FLOPs"))
+        .otherwise(pl.col("flops_reason")),
         dtype=pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
         .then(types_dtype)
         .otherwise(pl.col("dtype")),

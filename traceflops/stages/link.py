@@ -180,7 +180,25 @@ def link(trace: Trace) -> Linked:
     missing = kernels.filter(pl.col("launch_name").is_null() & pl.col("correlation").is_not_null()).height
     if missing:
         trace.warnings.add("device activities whose launch is not in the trace (no host op; phase 'other')", missing)
+    implausible_links(launches, kernels, trace.warnings)
     return Linked(ops=ops, kernels=kernels, launches=launches)
+
+
+# A device activity cannot start before the host launched it; clock sync between host and device is good to a few µs.
+_EARLY_US = 1000.0
+
+
+def implausible_links(launches: pl.DataFrame, kernels: pl.DataFrame, warnings) -> None:
+    """Count the links a real profiler never writes: launches sharing a correlation id, kernels that start before their launch."""
+    keyed = launches["correlation"].drop_nulls()
+    shared = keyed.len() - keyed.n_unique()
+    if shared:
+        warnings.add("runtime launches share a correlation id with an earlier launch (their device activities are "
+                     "linked to the first; phases and step assignment may be wrong)", shared)
+    early = kernels.filter(pl.col("ts") < pl.col("launch_ts") - _EARLY_US).height
+    if early:
+        warnings.add(f"device activities start more than {_EARLY_US:.0f} us before the launch their correlation id names "
+                     "(inconsistent clocks or correlation ids; linked anyway)", early)
 
 
 def _depth(parent: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from traceflops.core.errors import InputError
 from traceflops.core.results import Analysis, Job, RankSummary
 from traceflops.core.vocab import PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
@@ -143,13 +144,22 @@ def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[Rank
             used.add(nxt)
             warnings.append(f"{s.path}: no rank in the trace or its name; assumed rank {nxt}")
         ranked.append(s)
-    summaries = ranked
-    seen: dict[int, str] = {}
-    for s in summaries:
-        if s.rank in seen:
-            warnings.append(f"{s.path}: rank {s.rank} also given by {seen[s.rank]}; both kept")
-        seen[s.rank] = s.path
-    return sorted(summaries, key=lambda s: s.rank)
+    seen: dict[int, RankSummary] = {}
+    for s in ranked:
+        first = seen.setdefault(s.rank, s)
+        if first is s:
+            continue
+        if not same_numbers(first, s):
+            raise InputError(s.path, f"rank {s.rank} is also given by {first.path}, with different numbers",
+                             "pass each rank's trace once")
+        warnings.append(f"{s.path}: the same rank {s.rank} trace as {first.path}; counted once")
+    return sorted(seen.values(), key=lambda s: s.rank)
+
+
+def same_numbers(a: RankSummary, b: RankSummary) -> bool:
+    """Two summaries of one capture (a file given twice, or `rank0.json` beside `rank0.json.gz`)."""
+    keys = ("flops", "wall_us", "time_us")
+    return all(a.totals.get(k) == b.totals.get(k) for k in keys) and a.steps.equals(b.steps)
 
 
 def per_rank_table(summaries: list[RankSummary]) -> pl.DataFrame:
@@ -163,6 +173,21 @@ def per_rank_table(summaries: list[RankSummary]) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def missing_ranks(world: int, ranks: list[int], show: int = 20) -> tuple[int, list[int]] | None:
+    """How many of ranks 0..world-1 are absent, and the first few: without building a set of the whole world."""
+    present = {r for r in ranks if 0 <= r < world}
+    count = world - len(present)
+    if count <= 0:
+        return None
+    first = []
+    r = 0
+    while len(first) < min(show, count):
+        if r not in present:
+            first.append(r)
+        r += 1
+    return count, first
+
+
 def job_steps(summaries: list[RankSummary], world: int, peak: float | None, global_model: dict[int, float] | None) -> pl.DataFrame:
     """Per step: the slowest rank's window is the job's step time."""
     frames = [s.steps.with_columns(rank=pl.lit(s.rank, pl.Int64)) for s in summaries]
@@ -171,9 +196,9 @@ def job_steps(summaries: list[RankSummary], world: int, peak: float | None, glob
         pl.col("window").max().alias("step_us"),
         pl.col("rank").sort_by("window").last().alias("slowest_rank"),
         pl.col("rank").n_unique().alias("ranks"),
-        pl.col("model_flops").sum().alias("model_flops_sum"),
+        pl.col("model_flops").cast(pl.Float64).sum().alias("model_flops_sum"),
         pl.col("model_flops").null_count().alias("model_unknown"),
-        pl.col("flops_executed").sum().alias("executed_flops"),
+        pl.col("flops_executed").cast(pl.Float64).sum().alias("executed_flops"),  # in floats: many ranks' int64 counts can wrap
     ).sort("step")
     model = pl.when(pl.col("model_unknown") == 0).then(pl.col("model_flops_sum"))
     if global_model is not None:
@@ -265,9 +290,10 @@ def job_view(
     summaries = assign_ranks(summaries, warnings)
     ranks = [s.rank for s in summaries]
     world = world_size or next((s.world_size for s in summaries if s.world_size), None) or len(summaries)
-    missing = sorted(set(range(world)) - set(ranks))
+    missing = missing_ranks(world, ranks)
     if missing:
-        warnings.append(f"ranks missing from the inputs: {missing[:20]}{' ...' if len(missing) > 20 else ''} (world size {world})")
+        warnings.append(f"{missing[0]} ranks missing from the inputs: {missing[1]}{' ...' if missing[0] > len(missing[1]) else ''} "
+                        f"(world size {world})")
     peaks = {(s.hardware or {}).get("peak_flops") for s in summaries}
     peak = next(iter(peaks)) if len(peaks) == 1 else None
     if len(peaks) > 1:
