@@ -5,8 +5,7 @@ Committed files only; jax and flax are not needed (only the generator needs them
 three checks: per-step FLOPs of every phase, per-step matmul counts of every phase (the truth
 counts dot / convolution instructions, each execution once), and that no matmul FLOPs vanish
 (the steps' executed FLOPs plus `outside_steps` equal the truth's executed FLOPs of the profiled
-steps). A check the analyzer fails today is a strict xfail whose reason gives truth vs analyzer
-per phase ("per step" lists differ from step to step), so the suite flips when it is fixed.
+steps). Every case is exact.
 """
 
 import json
@@ -32,30 +31,6 @@ CASES = (
     "flax_async",
 )
 
-_MLP = ("XLA CSE merged the recomputed h·w1 of the two plain pairs into the copies named rematted_computation "
-        "(their forward twins are gone); the four pairs' dots share name stack 'jit(step)/jvp()/dot_general' and "
-        "shapes, so each named copy finds a plain forward in its group and is counted recompute")
-_CONV = ("ynn_fusion.12 (op_name 'jit(…)/jvp(ConvNet)/reduce_sum') fuses the forward stage2 conv_a and conv_b: the "
-         "op takes conv_a's name stack, so the recomputed conv_b finds no forward twin and stands in for it")
-
-# case → check → reason; measured on the committed fixtures (truth vs analyzer).
-XFAIL = {
-    "mlp_pairs": {
-        "flops": "forward 3,064,320 vs 2,333,184; recompute 731,136 vs 1,462,272 (per step). " + _MLP,
-        "counts": "forward 10 vs 8; recompute 2 vs 4. " + _MLP,
-    },
-    "conv_remat_1jit": {
-        "flops": "forward 20,218,800 vs 25,402,800; recompute 9,331,200 vs 4,147,200 (per step). " + _CONV,
-        "counts": ("recompute 2 vs 1 (forward 5 vs 5 only by chance: the truth counts the fused pair as two "
-                   "convolutions, the analyzer one op, plus the stand-in). " + _CONV),
-    },
-    "conv_remat_2jit": {
-        "flops": "forward 20,218,800 vs 25,402,800; recompute 9,331,200 vs 4,147,200 (per step). " + _CONV,
-        "counts": "recompute 2 vs 1 (forward 5 vs 5 only by chance, as in conv_remat_1jit). " + _CONV,
-    },
-}
-
-
 def _truth() -> dict:
     if not TRUTH_PATH.exists():
         pytest.skip(f"{TRUTH_PATH.relative_to(ROOT)} is absent: run python fixtures/generate_flax.py")
@@ -78,14 +53,6 @@ def _analysis(case: str):
 
         _RUNS[case] = analyze(str(_path(case)))
     return _RUNS[case]
-
-
-def _params(check: str):
-    out = []
-    for c in CASES:
-        reason = XFAIL.get(c, {}).get(check)
-        out.append(pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else c)
-    return out
 
 
 def per_step(a, key):
@@ -124,7 +91,7 @@ def test_truth_is_consistent(case):
     assert _path(case).stat().st_size < 2 << 20
 
 
-@pytest.mark.parametrize("case", _params("flops"))
+@pytest.mark.parametrize("case", CASES)
 def test_phase_flops_equal_the_truth(case):
     a, truth = _analysis(case), _truth()
     t, n = truth["variants"][case]["per_step"], _steps(truth)
@@ -132,7 +99,7 @@ def test_phase_flops_equal_the_truth(case):
     assert got == {p: [t[p]] * n for p in PHASES}
 
 
-@pytest.mark.parametrize("case", _params("counts"))
+@pytest.mark.parametrize("case", CASES)
 def test_phase_matmul_counts_equal_the_truth(case):
     a, truth = _analysis(case), _truth()
     t, n = truth["variants"][case]["per_step"], _steps(truth)
@@ -140,7 +107,7 @@ def test_phase_matmul_counts_equal_the_truth(case):
     assert got == {p: [t[f"{p}_dots"]] * n for p in PHASES}
 
 
-@pytest.mark.parametrize("case", _params("total"))
+@pytest.mark.parametrize("case", CASES)
 def test_no_matmul_flops_vanish(case):
     """Whatever the phases and steps: every executed dot/convolution of the profiled steps is counted once."""
     a, truth = _analysis(case), _truth()

@@ -46,9 +46,10 @@ OPS_SCHEMA = {
     "matmul_hint": pl.Boolean,  # the op is (or fuses) a dot / convolution
     "recompute_hint": pl.Int64,  # of flops_hint, recomputed inside the kernel (a fused attention backward's Q·Kᵀ)
     "mask_hint": pl.Utf8,  # attention mask of a fused attention op: 'none' | 'causal' | 'unknown'
+    "feeds_forward_hint": pl.Boolean,  # a recomputed copy whose result the forward reads (its twin merged into it)
 }
 
-HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint")
+HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint", "feeds_forward_hint")
 
 
 def with_null_hints(ops: pl.DataFrame) -> pl.DataFrame:

@@ -18,6 +18,10 @@ OUTSIDE = -1  # step id of work outside every step
 PROFILER_STEP_RE = r"^ProfilerStep#\d+$"  # the profiler's own step spans
 STEP_MARKER_RE = rf"{PROFILER_STEP_RE}|^Optimizer\."  # host annotations that mark steps, not model code
 
+# JAX name stacks: `jax.checkpoint`'s recomputed forward, and the transposed JVP of `jax.grad` (the backward).
+JAX_REMAT_SCOPE_RE = r"(^|/)rematted_computation(/|$)"
+JAX_BACKWARD_SCOPE_RE = r"(^|/)transpose\("
+
 # A CPU backend's collective: the work as it ran (its worker thread's annotation), and the call that issued it.
 HOST_COMM_WORK_RE = r"^gloo:"
 HOST_COMM_CALL_RE = r"^c10d::"

@@ -46,6 +46,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError
+from traceflops.core.vocab import JAX_BACKWARD_SCOPE_RE, JAX_REMAT_SCOPE_RE
 from traceflops.core.trace import (
     KERNELS_SCHEMA,
     LAUNCHES_SCHEMA,
@@ -70,8 +71,11 @@ from traceflops.parsers.xspace import decode_xspace
 
 _U64 = (1 << 64) - 1
 _EPOCH_NS = 10**17  # line timestamps above this are wall-clock ns since 1970
-_MAX_CALL_DEPTH = 64
-_LINK_EPS_US = 1e-3  # link.nesting's tolerance  # fusion → nested fusion → ... walk bound
+_MAX_CALL_DEPTH = 64  # fusion → nested fusion → ... walk bound
+_REMAT_SCOPE = re.compile(JAX_REMAT_SCOPE_RE)
+_BACKWARD_SCOPE = re.compile(JAX_BACKWARD_SCOPE_RE)
+_MAX_USERS = 100_000  # instructions a dataflow walk visits at most
+_LINK_EPS_US = 1e-3  # link.nesting's tolerance
 
 # HLO element types as Kineto's `Input type` spells them (so dtype code reads both formats).
 _KINETO_TYPE = {
@@ -124,6 +128,8 @@ class OpFacts:
     mask: str | None = None  # attention mask of a fused attention op
     matmul: bool = False
     flops_reason: str | None = None  # why flops is None for a matmul op
+    parts: tuple[OpFacts, ...] = ()  # a fusion of matmuls from several name stacks: one OpFacts per name stack
+    feeds_forward: bool | None = None  # a recomputed copy: does the forward use its result (CSE merged its twin into it)?
 
 
 def _array(shape: Shape | None) -> Shape | None:
@@ -157,6 +163,7 @@ class ModuleFacts:
                 self.comp_of[id(ins)] = c.id
         self._local: dict[int, dict[int, HloInstruction]] = {}
         self._cache: dict[str, OpFacts | None] = {}
+        self._users: dict[int, dict[int, list[HloInstruction]]] = {}
 
     def operand(self, ins: HloInstruction, k: int) -> HloInstruction | None:
         if k >= len(ins.operand_ids):
@@ -181,6 +188,41 @@ class ModuleFacts:
         f = None if ins is None else self._facts(ins)
         self._cache[name] = f
         return f
+
+    def users(self, ins: HloInstruction) -> list[HloInstruction]:
+        """The instructions of `ins`'s computation that take it as an operand."""
+        cid = self.comp_of.get(id(ins))
+        if cid is None:
+            return []
+        if cid not in self._users:
+            table: dict[int, list[HloInstruction]] = {}
+            for u in self.comps[cid].instructions:
+                for k in range(len(u.operand_ids)):
+                    op = self.operand(u, k)
+                    if op is not None:
+                        table.setdefault(id(op), []).append(u)
+            self._users[cid] = table
+        return self._users[cid].get(id(ins), [])
+
+    def feeds_forward(self, ins: HloInstruction) -> bool:
+        """Whether a recomputed copy's result reaches a forward op, through other recomputed or unnamed ops.
+
+        A copy that only recomputes feeds the backward alone. When XLA's CSE merged
+        the forward twin into it, the forward's own consumers now read the copy:
+        then it is the forward, executed once for both.
+        """
+        todo, seen = list(self.users(ins)), {id(ins)}
+        while todo and len(seen) < _MAX_USERS:
+            u = todo.pop()
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            name = u.op_name or ""
+            if not name or _REMAT_SCOPE.search(name):  # the copy's own chain, or plumbing (tuple, bitcast)
+                todo.extend(self.users(u))
+            elif not _BACKWARD_SCOPE.search(name):
+                return True
+        return False
 
     # -- matmul-class work inside an op ------------------------------------------------
 
@@ -212,34 +254,43 @@ class ModuleFacts:
 
     def _facts(self, ins: HloInstruction) -> OpFacts:
         mms = self.matmuls(ins)
-        f = OpFacts(opcode=ins.opcode)
-        if mms:
-            f.matmul = True
-            total, recompute, masks, reasons = 0, 0, set(), []
-            for m in mms:
-                got, why = self.matmul_flops(m)
-                if got is None:
-                    reasons.append(why)
-                    continue
-                total += got.flops
-                recompute += got.recompute
-                if got.mask is not None:
-                    masks.add(got.mask)
-            f.flops = None if reasons else total
-            f.recompute_flops = None if reasons else recompute
-            f.mask = masks.pop() if len(masks) == 1 else ("unknown" if masks else None)
-            f.flops_reason = "; ".join(sorted(set(reasons))) or None
-            first = mms[0]
-            f.scope = first.op_name or ins.op_name or None
-            lhs, rhs = self.operand_shape(first, 0), self.operand_shape(first, 1)
-            shapes = [s for s in (lhs, rhs) if s is not None]
-        else:
-            f.scope = ins.op_name or None
+        if not mms:
+            f = OpFacts(opcode=ins.opcode, scope=ins.op_name or None)
             shapes = [self.operand_shape(ins, k) for k in range(min(len(ins.operand_ids), 16))]
-            shapes = [s for s in shapes if s is not None]
-        if shapes:
-            f.dims = orjson.dumps([list(s.dims) for s in shapes]).decode()
-            f.types = orjson.dumps([_ktype(s) for s in shapes]).decode()
+            _set_shapes(f, [s for s in shapes if s is not None])
+            return f
+        f = self._matmul_facts(ins, mms)
+        by_scope: dict[str | None, list[HloInstruction]] = {}
+        for m in mms:
+            by_scope.setdefault(m.op_name or ins.op_name or None, []).append(m)
+        if f.scope and _REMAT_SCOPE.search(f.scope):
+            f.feeds_forward = self.feeds_forward(ins)
+        if len(by_scope) > 1 and f.flops is not None:
+            # XLA fused matmuls of different layers (or of a forward and a recomputed copy) into one op: each
+            # part keeps its own name stack, so its phase is decided as if the fusion had not happened.
+            f.parts = tuple(self._matmul_facts(ins, group) for group in by_scope.values())
+        return f
+
+    def _matmul_facts(self, ins: HloInstruction, mms: list[HloInstruction]) -> OpFacts:
+        """Facts of matmuls `mms` inside `ins`: their FLOPs summed, the name stack and shapes of the first."""
+        f = OpFacts(opcode=ins.opcode, matmul=True)
+        total, recompute, masks, reasons = 0, 0, set(), []
+        for m in mms:
+            got, why = self.matmul_flops(m)
+            if got is None:
+                reasons.append(why)
+                continue
+            total += got.flops
+            recompute += got.recompute
+            if got.mask is not None:
+                masks.add(got.mask)
+        f.flops = None if reasons else total
+        f.recompute_flops = None if reasons else recompute
+        f.mask = masks.pop() if len(masks) == 1 else ("unknown" if masks else None)
+        f.flops_reason = "; ".join(sorted(set(reasons))) or None
+        first = mms[0]
+        f.scope = first.op_name or ins.op_name or None
+        _set_shapes(f, [s for s in (self.operand_shape(first, 0), self.operand_shape(first, 1)) if s is not None])
         return f
 
     def matmul_flops(self, m: HloInstruction) -> tuple[hlo.HloFlops | None, str]:
@@ -277,6 +328,12 @@ class ModuleFacts:
         backward = "backward" in m.custom_call_target
         out = self.operand_shape(m, 6) if backward else _array(m.shape)
         return hlo.te_attention(_te_config(m.backend_config), backward, None if out is None else out.dims)
+
+
+def _set_shapes(f: OpFacts, shapes: list[Shape]) -> None:
+    if shapes:
+        f.dims = orjson.dumps([list(s.dims) for s in shapes]).decode()
+        f.types = orjson.dumps([_ktype(s) for s in shapes]).decode()
 
 
 def _is_matmul_instr(ins: HloInstruction) -> bool:
@@ -482,7 +539,26 @@ class _Builder:
         own = facts is not None and flops == facts.flops  # the recompute share belongs to the parser's own count
         o["recompute_hint"].append(facts.recompute_flops if own else None)
         o["mask_hint"].append(facts.mask if facts else None)
+        o["feeds_forward_hint"].append(facts.feeds_forward if facts else None)
         return op_id
+
+    def add_host_xla_op(self, *, name, pid, tid, ts, dur, scope, facts: OpFacts | None, flops, bytes_) -> None:
+        """An op XLA:CPU ran on a host thread; a fusion of several name stacks' matmuls becomes one op per name stack.
+
+        The parts run back to back inside the op's span, each for its share of the
+        FLOPs (the profile times the fusion only), so the thread's busy time is unchanged.
+        """
+        given = _int(flops)
+        if facts is None or not facts.parts or (given is not None and given != facts.flops) or not facts.flops:
+            self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts, flops=flops,
+                        bytes_=bytes_)
+            return
+        at = ts
+        for k, part in enumerate(facts.parts):
+            share = dur * part.flops / facts.flops if k < len(facts.parts) - 1 else ts + dur - at
+            self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=at, dur=share, scope=scope, facts=part,
+                        bytes_=bytes_ if k == 0 else None)
+            at += share
 
     def add_kernel(self, *, name, kind, pid, device, stream, ts, dur, corr, ext_id, bytes_=None, collective=None):
         k = self.kernels
@@ -512,7 +588,8 @@ class _Builder:
 
 # The columns this parser fills; any other column of the model's schemas comes out null.
 _OP_COLS = ("op_id", "name", "cat", "pid", "tid", "ts", "dur", "ext_id", "seq", "fwd_tid", "dims", "types",
-            "concrete", "strides", "scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint")
+            "concrete", "strides", "scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint",
+            "feeds_forward_hint")
 _KERNEL_COLS = ("kernel_id", "name", "kind", "pid", "device", "stream", "ts", "dur", "correlation", "ext_id",
                 "bytes", "collective")
 _LAUNCH_COLS = ("name", "pid", "tid", "ts", "dur", "correlation", "ext_id")
@@ -741,8 +818,8 @@ def _scan_host_line(b: _Builder, p: XPlane, ln, tid: str, base_ns: int, launches
             prog = _stat(st, md.stats, "program_id")
             facts = b.facts(prog, module, hlo_op)
             scope = _stat(st, md.stats, "name") or _tf_scope(_stat(st, md.stats, "tf_op"))
-            b.add_op(name=hlo_op, cat="xla_op", pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts,
-                     flops=_stat(st, md.stats, "flops"), bytes_=_stat(st, md.stats, "bytes_accessed"))
+            b.add_host_xla_op(name=hlo_op, pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts,
+                              flops=_stat(st, md.stats, "flops"), bytes_=_stat(st, md.stats, "bytes_accessed"))
             continue
         step = _stat(st, md.stats, "step_num")
         if step is not None and _int(step) is not None:

@@ -22,17 +22,22 @@ if the step runs any op of that logical op that is not a candidate, every
 candidate is recompute (the program has its forward already); if it runs only
 candidates, the earliest-running candidate instruction is the forward twin
 (all its executions in the step: under ``scan`` that is once per iteration)
-and any other candidate instruction is recompute.
+and any other candidate instruction is recompute. Where the parser read the
+HLO's dataflow (`feeds_forward_hint`: a copy whose result a forward op reads
+is the forward, its twin merged into it), that decides copy by copy within the
+group instead: CSE may merge some copies of same-named, same-shaped ops and not others.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from traceflops.core.vocab import JAX_BACKWARD_SCOPE_RE, JAX_REMAT_SCOPE_RE
+
 REMAT = "rematted_computation"
-_JAX_REMAT = r"(^|/)rematted_computation(/|$)"
+_JAX_REMAT = JAX_REMAT_SCOPE_RE
 _XLA_REMAT = r"\.remat\d*(\.|$)"
-_BACKWARD = r"(^|/)transpose\("
+_BACKWARD = JAX_BACKWARD_SCOPE_RE
 _AUTODIFF = r"(^|/)(jvp|transpose|vjp|linearize)\("
 _DROP = frozenset({REMAT, "checkpoint", "remat"})
 
@@ -123,6 +128,7 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
             "_shape": ops["dims"].fill_null("") + "|" + ops["types"].fill_null(""),
             "cand": r["cand"],
             "base": r["base"],
+            "_ff": ops["feeds_forward_hint"] if "feeds_forward_hint" in ops.columns else pl.Series([None] * ops.height, dtype=pl.Boolean),
         }
     )
     if not df["cand"].any():
@@ -142,8 +148,12 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
         .group_by(group, maintain_order=True)
         .agg(_standin=pl.col("name").first())
     )
+    # Where the HLO's dataflow tells which copies the forward reads, it decides, copy by copy.
+    told = pl.col("_ff").fill_null(False)
     cands = cands.join(first, on=group, how="left").with_columns(
-        phase=pl.when((pl.col("_plain") == 0) & (pl.col("name") == pl.col("_standin")))
+        phase=pl.when(told).then(pl.col("base"))
+        .when(told.any().over(group)).then(pl.lit("recompute"))
+        .when((pl.col("_plain") == 0) & (pl.col("name") == pl.col("_standin")))
         .then(pl.col("base"))
         .otherwise(pl.lit("recompute"))
     )
