@@ -7,45 +7,59 @@ from pathlib import Path
 
 import click
 
-from traceflops.core.errors import EXIT_INTERNAL, TraceflopsError
+from traceflops.core.errors import EXIT_INTERNAL, InputError, TraceflopsError
+from traceflops.core.files import same_file
+from traceflops.core.fmt import printable
 
 
 def run_command(debug: bool, fn):
-    """`fn()`, with any error as one line on stderr and its exit code (a traceback only with --debug)."""
+    """`fn()`, with any error as one line on stderr and its exit code (a traceback only with --debug).
+
+    The line is `printable`: a file name or a trace string in it cannot send escape sequences to the terminal.
+    """
     try:
         return fn()
     except TraceflopsError as e:
         if debug:
             raise
-        click.echo(e.line(), err=True)
+        click.echo(printable(e.line()), err=True)
         sys.exit(e.exit_code)
     except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
         raise
-    except Exception as e:  # noqa: BLE001 - last line of defence: one clear line, never a traceback
+    except Exception as e:
         if debug:
             raise
         click.echo(
-            f"internal error: {type(e).__name__}: {e}; rerun with --debug and report it with the traceback",
+            printable(f"internal error: {type(e).__name__}: {e}; rerun with --debug and report it with the traceback"),
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
 
 
+def refuse_overwrite(inputs, **outputs) -> None:
+    """An output (by option name) that is one of the input files, however spelled or linked, is refused before any work."""
+    for option, out in outputs.items():
+        for path in [out] if isinstance(out, (str, Path)) else (out or []):
+            hit = next((i for i in inputs if same_file(path, i)), None)
+            if hit is not None:
+                raise InputError(str(path), f"{option} is the input {hit}", f"write {option} to another file; the input is never overwritten")
+
+
 def model_options(fn):
     """The model, hardware and step options shared by the commands that analyse traces."""
     opts = [
-        click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases)"),
-        click.option("--layers", type=int, help="transformer layers L"),
-        click.option("--heads", type=int, help="attention heads H"),
-        click.option("--head-dim", type=int, help="head dimension Q"),
-        click.option("--seq-len", type=int, help="sequence length T"),
+        click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases); a finite number from 1 to 1e+15"),
+        click.option("--layers", type=int, help="transformer layers L; a whole number from 1 to 1048576"),
+        click.option("--heads", type=int, help="attention heads H; a whole number from 1 to 1048576"),
+        click.option("--head-dim", type=int, help="head dimension Q; a whole number from 1 to 1048576"),
+        click.option("--seq-len", type=int, help="sequence length T; a whole number from 1 to 1073741824"),
         click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json"),
-        click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks)"),
-        click.option("--world-size", type=int, help="ranks in the job, when the trace does not say"),
+        click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks); a finite number from 1 to 1e+15"),
+        click.option("--world-size", type=int, help="ranks in the job, when the trace does not say; a whole number from 1 to 16777216"),
         click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode"),
         click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)"),
         click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"])),
-        click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs)"),
+        click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs); a finite number from 1e-06 to 1e+07"),
         click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)"),
         click.option("--cache-dir", type=click.Path(file_okay=False), help="where parsed traces are cached (default: the user cache)"),
         click.option("--no-cache", is_flag=True, help="parse again; do not read or write the cache"),

@@ -10,7 +10,13 @@ from traceflops.core.memory import prefer_prompt_release
 
 prefer_prompt_release()  # before anything loads polars
 
-from traceflops.cli.common import Progress, model_options, options_from, run_command
+from traceflops.cli.common import (
+    Progress,
+    model_options,
+    options_from,
+    refuse_overwrite,
+    run_command,
+)
 
 
 @click.group()
@@ -23,11 +29,11 @@ def main():
 @click.argument("traces", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
 @model_options
-@click.option("--jobs", type=int, default=1, show_default=True, help="ranks analysed in parallel processes")
+@click.option("--jobs", type=int, default=1, show_default=True, help="ranks analysed in parallel processes; a whole number from 1 to 1024")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="where ranks are summarised")
 @click.option("--ray-address", help="Ray cluster address for --executor ray (default: start or join a local one)")
-@click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1)")
-@click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble")
+@click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1); a whole number from 1 to 1048576")
+@click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble; a whole number from 1 to 1048576")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), help="also write the self-contained HTML report here")
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False), help="also write the tables (parquet and CSV) here")
 def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatches, html_out, tables_dir, **kw):
@@ -40,11 +46,15 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     progress = Progress(kw.get("quiet", False))
 
     def go():
+        from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.inputs import expand
         from traceflops.run.load import analyze as run_analysis
+        from traceflops.run.options import check_numbers
 
+        check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
         opts, cache_dir = options_from(kw)
         paths = expand(list(traces))
+        refuse_extras_over(paths, html_out, tables_dir)
         if len(paths) > 1:
             from traceflops.run.ranks import summarize_all
 
@@ -122,13 +132,18 @@ def summarize(trace, output, **kw):
     debug = kw.pop("debug")
 
     def go():
+        from traceflops.core.errors import InputError
         from traceflops.run.load import analyze as run_analysis
+        from traceflops.storage.summary import write_summary
         from traceflops.views.job import summarize as make_summary
 
         opts, cache_dir = options_from(kw)
-        from traceflops.storage.summary import write_summary
-
-        write_summary(make_summary(run_analysis(trace, opts, cache_dir)), output)
+        refuse_overwrite([trace], **{"-o": output})
+        summary = make_summary(run_analysis(trace, opts, cache_dir))
+        try:
+            write_summary(summary, output)
+        except OSError as e:
+            raise InputError(output, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
 
     run_command(debug, go)
 
@@ -136,10 +151,10 @@ def summarize(trace, output, **kw):
 @main.command()
 @click.argument("summaries", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
-@click.option("--world-size", type=int, help="ranks in the job, when the summaries do not say")
+@click.option("--world-size", type=int, help="ranks in the job, when the summaries do not say; a whole number from 1 to 16777216")
 @click.option("--exclude-step", "exclude_steps", type=int, multiple=True)
-@click.option("--pipeline-stages", type=int)
-@click.option("--microbatches", type=int)
+@click.option("--pipeline-stages", type=int, help="a whole number from 1 to 1048576")
+@click.option("--microbatches", type=int, help="a whole number from 1 to 1048576")
 @click.option("--debug", is_flag=True)
 def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatches, debug):
     """Merge per-rank summaries into the job report (the same as analysing all ranks at once)."""
@@ -147,8 +162,10 @@ def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatch
 
     def go():
         from traceflops.run.inputs import expand
+        from traceflops.run.options import check_numbers
         from traceflops.storage.summary import read_summary
 
+        check_numbers(world_size=world_size, pipeline_stages=pipeline_stages, microbatches=microbatches)
         paths = expand(list(summaries))
         opts = ModelOptions(world_size=world_size, exclude_steps=tuple(exclude_steps))
         _job([read_summary(p) for p in paths], opts, fmt, pipeline_stages, microbatches)
@@ -157,21 +174,30 @@ def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatch
 
 
 @main.command()
-@click.option("--tokens-per-second", type=float, required=True, help="global training throughput")
-@click.option("--params", type=float, required=True)
-@click.option("--layers", type=int, required=True)
-@click.option("--heads", type=int, required=True)
-@click.option("--head-dim", type=int, required=True)
-@click.option("--seq-len", type=int, required=True)
-@click.option("--devices", type=int, default=1, show_default=True)
+@click.option("--tokens-per-second", type=float, required=True, help="global training throughput; a finite number from 1e-06 to 1e+15")
+@click.option("--params", type=float, required=True, help="a finite number from 1 to 1e+15")
+@click.option("--layers", type=int, required=True, help="a whole number from 1 to 1048576")
+@click.option("--heads", type=int, required=True, help="a whole number from 1 to 1048576")
+@click.option("--head-dim", type=int, required=True, help="a whole number from 1 to 1048576")
+@click.option("--seq-len", type=int, required=True, help="a whole number from 1 to 1073741824")
+@click.option("--devices", type=int, default=1, show_default=True, help="a whole number from 1 to 16777216")
 @click.option("--hardware")
 @click.option("--precision", default="bf16", show_default=True)
-@click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device")
+@click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device; a finite number from 1e-06 to 1e+07")
 @click.option("--mode", type=click.Choice(["training", "inference"]), default="training", show_default=True)
-@click.option("--executed-flops-per-token", type=float, help="all FLOPs executed per token (recompute included), for HFU")
+@click.option("--executed-flops-per-token", type=float, help="all FLOPs executed per token (recompute included), for HFU; a finite number from 1 to 1e+21")
 @click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
 def mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt):
     """MFU (and HFU) from a throughput alone, as the PaLM paper computes it."""
+    from traceflops.run.options import check_numbers
+
+    run_command(False, lambda: check_numbers(
+        tokens_per_second=tokens_per_second, params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len,
+        devices=devices, peak_tflops=peak_tflops, executed_flops_per_token=executed_flops_per_token))
+    _mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt)
+
+
+def _mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt):
     from traceflops.core import hardware as hw
     from traceflops.flops import model as mf
 

@@ -12,12 +12,16 @@ README's exit codes (`cli.run_command`).
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from traceflops.cli.common import model_options, options_from, run_command
+from traceflops.cli.common import (
+    model_options,
+    options_from,
+    refuse_overwrite,
+    run_command,
+)
 from traceflops.core.errors import InputError
+from traceflops.core.fmt import printable
 
 
 def _opts(kw: dict):
@@ -28,6 +32,7 @@ def _opts(kw: dict):
 
 
 def _write_text(path: str, text: str) -> None:
+    """Every text file a command writes goes through here: atomic, never half a file, never a device replaced."""
     from pathlib import Path
 
     from traceflops.core.files import write_atomic
@@ -36,6 +41,13 @@ def _write_text(path: str, text: str) -> None:
         write_atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as e:
         raise InputError(path, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+
+
+def refuse_extras_over(inputs, html: str | None = None, tables: str | None = None) -> None:
+    """analyze's `--html` file and `--tables` files checked against the input traces, before any analysis."""
+    from traceflops.report.tables import table_files
+
+    refuse_overwrite(inputs, **{"--html": html, "--tables": table_files(tables) if tables else None})
 
 
 def _write_tables(fn, what, directory: str) -> dict:
@@ -54,13 +66,24 @@ def write_extras(result, html: str | None = None, tables: str | None = None) -> 
         from traceflops.api import to_html
 
         _write_text(html, to_html(result))
-        click.echo(f"wrote {html}", err=True)
+        click.echo(printable(f"wrote {html}"), err=True)
     if tables:
         from traceflops.core.results import Job
         from traceflops.report.tables import write_job_tables, write_tables
 
         done = _write_tables(write_job_tables if isinstance(result, Job) else write_tables, result, tables)
-        click.echo(f"wrote {len(done)} tables (parquet and csv) to {tables}", err=True)
+        click.echo(printable(f"wrote {len(done)} tables (parquet and csv) to {tables}"), err=True)
+
+
+def _terminal_text(render, value) -> str:
+    """What `render(value, console)` prints, as plain text 160 columns wide (for a file: no colours)."""
+    import io
+
+    from traceflops.report.terminal import console
+
+    buf = io.StringIO()
+    render(value, console(file=buf, width=160, color_system=None))
+    return buf.getvalue()
 
 
 @click.command("annotate")
@@ -84,12 +107,11 @@ def annotate_cmd(trace, output, **kw):
         from traceflops.views.rollup import module_of
 
         opts, cache_dir = options_from(kw)
-        if os.path.abspath(trace) == os.path.abspath(output):
-            raise InputError(output, "is the input trace", "write the annotated trace to another file")
+        refuse_overwrite([trace], **{"-o": output})
         a = analyze(trace, opts, cache_dir)
         s = annotate(trace, a, output, module_of(a.ops) if a.kernels.height else None)
-        click.echo(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
-                   f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted", err=True)
+        click.echo(printable(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
+                   f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted"), err=True)
 
     run_command(debug, go)
 
@@ -117,23 +139,15 @@ def diff_cmd(before, after, fmt, output, **kw):
         from traceflops.views.diff import diff
 
         opts, cache_dir = options_from(kw)
+        refuse_overwrite([before, after], **{"-o": output})
         d = diff(analyze(before, opts, cache_dir), analyze(after, opts, cache_dir))
-        if fmt == "terminal":
-            if output:
-                from rich.console import Console
-
-                try:
-                    with open(output, "w", encoding="utf-8") as f:
-                        render_terminal(d, Console(file=f, width=160))
-                except OSError as e:
-                    raise InputError(output, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
-            else:
-                render_terminal(d)
+        if fmt == "terminal" and not output:
+            render_terminal(d)
             return
-        text = render_json(d) if fmt == "json" else render_diff_html(d)
+        text = _terminal_text(render_terminal, d) if fmt == "terminal" else render_json(d) if fmt == "json" else render_diff_html(d)
         if output:
             _write_text(output, text)
-            click.echo(f"wrote {output}", err=True)
+            click.echo(printable(f"wrote {output}"), err=True)
         else:
             click.echo(text)
 

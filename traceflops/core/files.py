@@ -1,16 +1,48 @@
-"""Writing a file so that a reader never sees half of it: a temporary file beside it, then one rename."""
+"""Writing a file so that a reader never sees half of it: a temporary file beside it, then one rename.
+
+Only a regular file (or nothing) is ever replaced: a character device or a FIFO
+(`/dev/null`, `/dev/stdout`, a named pipe) is written in place once the whole
+output exists, a block device is refused, and a symlink keeps being a symlink
+(its target is replaced).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether `a` and `b` are one existing file (same device and inode: links and spellings included)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False  # one does not exist (yet): writing it cannot overwrite the other
+
+
+def _mode(path: Path) -> int | None:
+    """The file type bits of what `path` points at, None when nothing is there."""
+    try:
+        return os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
-    """`write(tmp)` fills a temporary file in `path`'s folder, which then replaces `path`; on failure nothing is left."""
+    """`write(tmp)` fills a temporary file, which then replaces `path`; on failure nothing is left and `path` is untouched."""
     path = Path(path)
+    mode = _mode(path)
+    if mode is not None and stat.S_ISBLK(mode):
+        raise OSError(errno.EPERM, "a block device; reports are never written to one", str(path))
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        return _write_through(path, write)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(name)
@@ -20,3 +52,12 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _write_through(path: Path, write: Callable[[Path], None]) -> None:
+    """A device or a FIFO: the whole output in a private temporary folder first, then copied into it (never replaced)."""
+    with tempfile.TemporaryDirectory(prefix="traceflops-") as d:
+        tmp = Path(d) / "out"
+        write(tmp)
+        with open(tmp, "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)

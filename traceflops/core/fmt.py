@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 NONE = "—"  # what an unknown number reads as
+
+# C0 controls (newline and tab included: a name must not forge a line), DEL and the C1 controls (0x9b is a one-byte CSI)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
 def pct(v, digits: int = 1, keep_small: bool = True) -> str:
@@ -72,6 +77,16 @@ def short(s: Any, n: int = 48, none: str = "(none)") -> str:
     """A name cut to `n` characters, the cut marked with an ellipsis."""
     s = none if s is None else str(s)
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def printable(s: Any, n: int | None = None, keep_newlines: bool = False) -> str:
+    """Text from a trace made safe for a terminal: control characters as visible `\\xNN`, then cut to `n` (escaping first, so a cut never leaves half an escape sequence).
+
+    `keep_newlines` is for whole lines a renderer composed itself, never for one value.
+    """
+    pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
+    s = pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
+    return s if n is None else short(s, n)
 
 
 def flops(v) -> str:

@@ -27,13 +27,14 @@ def largest_change_text(d: dict[str, Any]) -> str:
 
 
 def render_terminal(d: dict[str, Any], console=None) -> None:
-    from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
-    c = console or Console()
-    c.print(f"[bold]before[/bold] {escape(str(d['before']['path']))}  ({d['before']['steps']} steps)")
-    c.print(f"[bold]after[/bold]  {escape(str(d['after']['path']))}  ({d['after']['steps']} steps)")
+    from traceflops.report.terminal import console as printable_console
+    from traceflops.report.terminal import text
+
+    c = console or printable_console()
+    c.print(f"[bold]before[/bold] {text(d['before']['path'])}  ({text(d['before']['steps'])} steps)")
+    c.print(f"[bold]after[/bold]  {text(d['after']['path'])}  ({text(d['after']['steps'])} steps)")
     h = d["headline"]
     ht = Table(title="Headline")
     for col in ("", "before", "after", "delta"):
@@ -43,23 +44,23 @@ def render_terminal(d: dict[str, Any], console=None) -> None:
     s = h["step_us"]
     ht.add_row("step time", fmt.ms(s["before"]), fmt.ms(s["after"]), fmt.ms(s["delta"], True))
     for p, v in d["flops_per_step"].items():
-        ht.add_row(f"{p} FLOPs/step", fmt.flops(v["before"]), fmt.flops(v["after"]), fmt.flops(v["delta"]))
+        ht.add_row(f"{text(p)} FLOPs/step", fmt.flops(v["before"]), fmt.flops(v["after"]), fmt.flops(v["delta"]))
     for p, v in (d.get("flops_per_token") or {}).items():
-        ht.add_row(f"{p} FLOPs/token", fmt.flops(v["before"]), fmt.flops(v["after"]), fmt.flops(v["delta"]))
+        ht.add_row(f"{text(p)} FLOPs/token", fmt.flops(v["before"]), fmt.flops(v["after"]), fmt.flops(v["delta"]))
     c.print(ht)
-    c.print(f"[bold]{escape(largest_change_text(d))}[/bold]")
+    c.print(f"[bold]{text(largest_change_text(d))}[/bold]")
     bt = Table(title="Loss budget terms, by size of change")
     for col in ("term", "before", "after", "delta"):
         bt.add_column(col, justify="right")
     for r in d["loss_budget"]:
-        bt.add_row(r["term"], fmt.pp(r["before"]), fmt.pp(r["after"]), fmt.pp(r["delta"], True))
+        bt.add_row(text(r["term"]), fmt.pp(r["before"]), fmt.pp(r["after"]), fmt.pp(r["delta"], True))
     c.print(bt)
     if d["kernels"]:
         kt = Table(title="Kernels whose time per step moved most")
         for col in ("kernel", "before", "after", "delta"):
             kt.add_column(col, justify="right" if col != "kernel" else "left", overflow="fold")
         for r in d["kernels"]:
-            kt.add_row(escape(str(r["name"])), fmt.ms(r["before_per_step"]), fmt.ms(r["after_per_step"]), fmt.ms(r["delta_per_step"], True))
+            kt.add_row(text(r["name"]), fmt.ms(r["before_per_step"]), fmt.ms(r["after_per_step"]), fmt.ms(r["delta_per_step"], True))
         c.print(kt)
     if d["modules"]:
         mt = Table(title="Modules whose time per step moved most")
@@ -67,13 +68,13 @@ def render_terminal(d: dict[str, Any], console=None) -> None:
             mt.add_column(col, justify="right" if col != "module" else "left", overflow="fold")
         for r in d["modules"]:
             rc = r["recompute_per_step"]
-            mt.add_row(escape(str(r["module"])), fmt.ms(r["before_per_step"]), fmt.ms(r["after_per_step"]), fmt.ms(r["delta_per_step"], True),
+            mt.add_row(text(r["module"]), fmt.ms(r["before_per_step"]), fmt.ms(r["after_per_step"]), fmt.ms(r["delta_per_step"], True),
                        fmt.ms(rc["before"]), fmt.ms(rc["after"]))
         c.print(mt)
     for n in d["notes"]:
-        c.print(f"[dim]{escape(n)}[/dim]")
+        c.print(f"[dim]{text(n)}[/dim]")
     for w in d["warnings"]:
-        c.print(f"[yellow]warning:[/yellow] {escape(w)}")
+        c.print(f"[yellow]warning:[/yellow] {text(w)}")
 
 
 def render_diff_html(d: dict[str, Any]) -> str:

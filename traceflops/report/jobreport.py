@@ -7,12 +7,13 @@ from typing import Any
 import orjson
 import polars as pl
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from traceflops.core import fmt
 from traceflops.core.results import Job
 from traceflops.report.jsonreport import SCHEMA
+from traceflops.report.terminal import console as printable_console
+from traceflops.report.terminal import text
 
 
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
@@ -48,9 +49,9 @@ def render_json(job: Job) -> str:
 
 
 def render(job: Job, console: Console | None = None) -> None:
-    c = console or Console()
+    c = console or printable_console()
     t = job.totals
-    c.print(f"[bold]job of {t['world_size']} ranks[/bold] ({len(job.summaries)} traces)")
+    c.print(f"[bold]job of {text(t['world_size'])} ranks[/bold] ({len(job.summaries)} traces)")
     src = t.get("model_source")
     label = {"trace": "model FLOPs from the trace (forward + backward matmuls)", "flags": "model FLOPs from flags", "config": "model FLOPs from the config"}.get(src, "model FLOPs unknown")
     c.print(f"[bold]MFU {fmt.pct(t['mfu'])}   HFU {fmt.pct(t['hfu'])}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
@@ -62,7 +63,7 @@ def render(job: Job, console: Console | None = None) -> None:
     for col in ("rank", "wall (ms)", "device MFU", "HFU", "matmul", "other", "comm exposed", "idle"):
         rt.add_column(col, justify="right")
     for r in job.ranks.iter_rows(named=True):
-        rt.add_row(str(r["rank"]), f"{(r['wall_us'] or 0) / 1e3:.3f}", fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]),
+        rt.add_row(text(r["rank"]), f"{(r['wall_us'] or 0) / 1e3:.3f}", fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]),
                    *[f"{(r.get(f'time_{k}') or 0) / 1e3:.2f}" for k in ("matmul", "other_compute", "communication_exposed", "idle")])
     c.print(rt)
     if job.steps.height:
@@ -70,7 +71,7 @@ def render(job: Job, console: Console | None = None) -> None:
         for col in ("step", "step time (ms)", "slowest rank", "ranks", "MFU", "HFU"):
             jt.add_column(col, justify="right")
         for r in job.steps.iter_rows(named=True):
-            jt.add_row(str(r["step"]), f"{r['step_us'] / 1e3:.3f}", str(r["slowest_rank"]), str(r["ranks"]), fmt.pct(r["mfu"]), fmt.pct(r["hfu"]))
+            jt.add_row(text(r["step"]), f"{r['step_us'] / 1e3:.3f}", text(r["slowest_rank"]), text(r["ranks"]), fmt.pct(r["mfu"]), fmt.pct(r["hfu"]))
         c.print(jt)
     if job.collectives.height:
         ct = Table(title="Collectives (clock-aligned; longest arrival skew first)")
@@ -78,19 +79,19 @@ def render(job: Job, console: Console | None = None) -> None:
             ct.add_column(col, justify="right")
         for r in job.collectives.sort("arrival_skew_us", descending=True).head(12).iter_rows(named=True):
             bw = "—" if r.get("busbw_gbps") is None else f"{r['busbw_gbps']:.1f}"
-            ct.add_row(escape(str(r["pg"])), str(r["seq"]), escape(str(r["kind"])), str(r["step"]), str(r["ranks"]),
-                       f"{r['arrival_skew_us']:.1f}", f"{r['transfer_us']:.1f}", str(r["last_rank"]), bw)
+            ct.add_row(text(r["pg"]), text(r["seq"]), text(r["kind"]), text(r["step"]), text(r["ranks"]),
+                       f"{r['arrival_skew_us']:.1f}", f"{r['transfer_us']:.1f}", text(r["last_rank"]), bw)
         c.print(ct)
     if job.stragglers.height:
         st = Table(title="Stragglers (the rank others waited for)")
         for col in ("step", "rank", "others waited (ms)", "why"):
             st.add_column(col, justify="right")
         for r in job.stragglers.iter_rows(named=True):
-            st.add_row(str(r["step"]), str(r["rank"]), f"{r['wait_us'] / 1e3:.3f}", escape(str(r["reason"])))
+            st.add_row(text(r["step"]), text(r["rank"]), f"{r['wait_us'] / 1e3:.3f}", text(r["reason"]))
         c.print(st)
     if job.pipeline is not None and job.pipeline.height and job.pipeline["ideal_bubble"][0] is not None:
         p = job.pipeline
         ideal = p["ideal_bubble"][0]
         c.print(f"pipeline: P2P time {fmt.pct(p['bubble'].mean())} of step time (ideal bubble {fmt.pct(ideal)})")
     for w in job.warnings:
-        c.print(f"[yellow]warning:[/yellow] {escape(w)}")
+        c.print(f"[yellow]warning:[/yellow] {text(w)}")

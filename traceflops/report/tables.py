@@ -5,6 +5,11 @@ Each table is written twice, `NAME.parquet` and `NAME.csv`. Parquet keeps
 nested list columns; CSV cannot hold them, so there list and struct columns
 are JSON text. Object columns (a step's `loss_budget` dict) are JSON text in
 both. Row counts are the frames' own.
+
+A CSV text cell that a spreadsheet would run as a formula (one starting with
+`=`, `+`, `-`, `@`, a tab or a carriage return: a kernel named
+`=HYPERLINK(...)`) is written with a leading `'`, as OWASP advises; number
+columns are written as numbers. Parquet keeps every value as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ import polars as pl
 
 from traceflops.core.files import write_atomic
 from traceflops.core.results import Analysis
+
+# every table a report can write, one analysis's and a job's (`frames`, `job_frames`)
+TABLE_NAMES = ("kernels", "ops", "steps", "partition", "idle_gaps", "launch_stats", "collectives", "roofline", "top_kernels",
+               "by_kernel", "by_module", "ranks", "job_steps", "rank_steps", "stragglers", "pipeline")
 
 # --- per-kernel frames (computed by the analysis; None on a CPU-only trace) ---
 
@@ -111,6 +120,23 @@ def flat(df: pl.DataFrame, *, nested: bool) -> pl.DataFrame:
     return pl.DataFrame(cols) if cols else df
 
 
+FORMULA_START = r"^[=+\-@\t\r]"  # what a spreadsheet reads as the start of a formula
+
+
+def spreadsheet_safe(df: pl.DataFrame) -> pl.DataFrame:
+    """Text columns with a `'` before any cell a spreadsheet would evaluate; other columns as they are."""
+    text = [n for n, t in df.schema.items() if t in (pl.Utf8, pl.Categorical) or isinstance(t, pl.Enum)]
+    guarded = (pl.when(pl.col(n).cast(pl.Utf8).str.contains(FORMULA_START)).then(pl.lit("'") + pl.col(n).cast(pl.Utf8))
+               .otherwise(pl.col(n).cast(pl.Utf8)).alias(n) for n in text)
+    return df.with_columns(guarded) if text else df
+
+
+def table_files(directory: str | os.PathLike) -> list[Path]:
+    """Every file `write_frames` may write in `directory`, whichever tables a report has."""
+    d = Path(directory)
+    return [d / f"{name}.{ext}" for name in TABLE_NAMES for ext in ("parquet", "csv")]
+
+
 def write_frames(named: dict[str, pl.DataFrame], directory: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """Write each frame as NAME.parquet and NAME.csv under `directory` (created if needed).
 
@@ -122,7 +148,7 @@ def write_frames(named: dict[str, pl.DataFrame], directory: str | os.PathLike) -
     for name, df in named.items():
         pq, csv = d / f"{name}.parquet", d / f"{name}.csv"
         write_atomic(pq, lambda p, df=df: flat(df, nested=True).write_parquet(p))
-        write_atomic(csv, lambda p, df=df: flat(df, nested=False).write_csv(p))
+        write_atomic(csv, lambda p, df=df: spreadsheet_safe(flat(df, nested=False)).write_csv(p))
         written[name] = {"rows": df.height, "parquet": str(pq), "csv": str(csv)}
     return written
 

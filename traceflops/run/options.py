@@ -7,6 +7,8 @@ Inconsistent input is an `OptionsError` (exit 2 on the command line; a
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,49 @@ from traceflops.core.results import ModelOptions
 from traceflops.flops import model as mf
 
 MODES = (None, "training", "inference")
+
+# The numbers a user gives, each with the range that can describe a real run (the command line's help texts state them).
+# name: (whole number?, lowest, highest)
+BOUNDS: dict[str, tuple[bool, float, float]] = {
+    "params": (False, 1.0, 1e15),
+    "layers": (True, 1, 1 << 20),
+    "heads": (True, 1, 1 << 20),
+    "head_dim": (True, 1, 1 << 20),
+    "seq_len": (True, 1, 1 << 30),
+    "tokens_per_step": (False, 1.0, 1e15),
+    "tokens_per_second": (False, 1e-6, 1e15),
+    "executed_flops_per_token": (False, 1.0, 1e21),
+    "world_size": (True, 1, 1 << 24),
+    "devices": (True, 1, 1 << 24),
+    "peak_tflops": (False, 1e-6, 1e7),
+    "pipeline_stages": (True, 1, 1 << 20),
+    "microbatches": (True, 1, 1 << 20),
+    "jobs": (True, 1, 1024),
+}
+
+
+def bounds_text(name: str) -> str:
+    """The accepted range of option `name`, as the help text and the error say it."""
+    whole, lo, hi = BOUNDS[name]
+    return f"a whole number from {lo:d} to {hi:d}" if whole else f"a finite number from {lo:g} to {hi:g}"
+
+
+def check_number(name: str, value: Any) -> None:
+    """`value` of option `name` within BOUNDS, else an OptionsError naming the flag and the keyword (None passes: not given)."""
+    if value is None:
+        return
+    whole, lo, hi = BOUNDS[name]
+    kind = numbers.Integral if whole else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
+    if not ok:
+        flag = "--" + name.replace("_", "-")
+        raise OptionsError(None, f"{flag} ({name}) must be {bounds_text(name)}, got {value!r}", f"give {flag} a value in that range")
+
+
+def check_numbers(**values: Any) -> None:
+    """Every given number within its BOUNDS (one place for the command line and the Python API)."""
+    for name, value in values.items():
+        check_number(name, value)
 
 
 def read_config(model_config: str | os.PathLike | dict) -> dict[str, Any]:
@@ -61,6 +106,8 @@ def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_le
     """The `ModelOptions` of one analysis, the same from the command line and from Python."""
     if mode not in MODES:
         raise OptionsError(None, f"mode must be 'training' or 'inference', got {mode!r}", "leave it out to detect it")
+    check_numbers(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len,
+                  tokens_per_step=tokens_per_step, world_size=world_size, peak_tflops=peak_tflops)
     return ModelOptions(
         spec=model_spec(params, layers, heads, head_dim, seq_len, model_config),
         tokens_per_step=tokens_per_step,
