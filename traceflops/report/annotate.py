@@ -23,13 +23,17 @@
     running matmul kernels' rates, per device) and "traceflops: MFU %" /
     "traceflops: HFU %" per step.
 
-Metadata: the other top-level keys are kept (it is the user's own trace), but
-secrets are redacted wherever they sit outside `traceEvents`: every value of a
-mapping named `env` / `environ` / `environment` (e.g. `metadata.system.env`),
-and the value of any key whose name looks like a credential (token, secret,
-password, passwd, credential, auth, api key, private key, access key, or
-ending in `key`). A top-level `traceflops` key records what was added and how
-many values were redacted.
+Secrets (rules in `core/redact.py`): annotate never adds one and never copies
+one from the metadata. The other top-level keys are kept (it is the user's own
+trace) but redacted by key name and by value shape (`core.redact.redact`:
+environments, credential-named keys, URL passwords, secret query parameters,
+flags and `KEY=value` pairs, token-shaped strings), and so are the args of every
+metadata ('M') event (process and thread labels). The recorded events' own
+args and names (shapes, types, ids the parser reads) are not redacted by key,
+but the whole written trace, added events included, passes the shape rules
+(`core.redact.redact_bytes`: URL passwords and known token shapes), so no
+token-shaped string reaches the output wherever it sat. A top-level
+`traceflops` key records what was added and how many values were redacted.
 
 The output is written atomically (a temporary file beside it, then a rename),
 gzipped unless the name ends in plain `.json`.
@@ -47,7 +51,6 @@ from __future__ import annotations
 import gzip
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,7 @@ import polars as pl
 
 from traceflops.core.errors import FormatError, InputError
 from traceflops.core.files import write_atomic
+from traceflops.core.redact import redact, redact_bytes, redact_text
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.parsers.io import read_bytes
@@ -64,12 +68,6 @@ from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS
 
 CAT = "traceflops"
 PROCESS = "traceflops"
-REDACTED = "<redacted by traceflops>"
-ENV_KEYS = frozenset({"env", "environ", "environment", "env_vars", "environment_variables"})
-SECRET_RE = re.compile(
-    r"token|secret|passw(or)?d|credential|auth|api[_\-]?key|private[_\-]?key|access[_\-]?key|(^|[_\-.\s])key$|^key$",
-    re.IGNORECASE,
-)
 
 
 # --- reading and numbering ----------------------------------------------------
@@ -133,37 +131,6 @@ def _check(events: list, where: np.ndarray, frame: pl.DataFrame, id_col: str, wh
         if e.get("name") != name or (check_ts and float(e.get("ts")) != ts):
             raise FormatError(path, f"{what} {k} is '{e.get('name')}' here but '{name}' in the analysis",
                               "annotate a trace with the analysis of that same trace")
-
-
-# --- redaction ------------------------------------------------------------------
-
-
-def redact(value: Any) -> tuple[Any, int]:
-    """A copy of `value` with secrets replaced (rules in the module doc), and how many were replaced."""
-    n = 0
-
-    def walk(v: Any, in_env: bool) -> Any:
-        nonlocal n
-        if isinstance(v, dict):
-            out = {}
-            for k, x in v.items():
-                key = str(k)
-                if SECRET_RE.search(key) and x not in (None, "", {}, []):
-                    out[k] = REDACTED
-                    n += 1
-                elif key.lower() in ENV_KEYS:
-                    out[k] = walk(x, True)
-                else:
-                    out[k] = walk(x, in_env)
-            return out
-        if isinstance(v, list):
-            return [walk(x, in_env) for x in v]
-        if in_env and v is not None:
-            n += 1
-            return REDACTED
-        return v
-
-    return walk(value, False), n
 
 
 # --- what is added ----------------------------------------------------------------
@@ -356,11 +323,7 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
     new = added_events(analysis, pid)
     events.extend(new)
 
-    redacted = 0
-    for key in list(doc):
-        if key != "traceEvents":
-            doc[key], n = redact(doc[key])
-            redacted += n
+    doc, redacted = redact_metadata(doc)
     summary = {
         "events_in": n_in,
         "events_added": len(new),
@@ -369,9 +332,8 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
         "pid": pid,
         "redacted_values": redacted,
     }
-    doc["traceflops"] = {"annotated_from": Path(str(trace_path)).name, **summary,
-                         "note": "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"}
-    write_trace(out_path, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+    summary = write_redacted(out_path, doc, summary, trace_path,
+                             "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'")
     return {**summary, "path": str(out_path)}
 
 
@@ -427,13 +389,44 @@ def annotate_xla(trace_path: str, analysis: Analysis, out_path: str) -> dict[str
     n_in = len(events)
     pid = _new_pid(events)
     new = added_events(analysis, pid)
+    doc, redacted = redact_metadata({"traceEvents": events + new, "displayTimeUnit": "ms"})
     summary = {"events_in": n_in, "events_added": len(new), "kernels_annotated": analysis.kernels.height,
-               "ops_annotated": analysis.ops.height, "pid": pid, "redacted_values": 0}
-    doc = {"traceEvents": events + new, "displayTimeUnit": "ms",
-           "traceflops": {"annotated_from": Path(str(trace_path)).name, **summary,
-                          "note": "an XLA profile's ops and device activities; args prefixed 'traceflops.'"}}
-    write_trace(out_path, orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+               "ops_annotated": analysis.ops.height, "pid": pid, "redacted_values": redacted}
+    summary = write_redacted(out_path, doc, summary, trace_path, "an XLA profile's ops and device activities; args prefixed 'traceflops.'")
     return {**summary, "path": str(out_path)}
+
+
+def redact_metadata(doc: dict) -> tuple[dict, int]:
+    """The document with its metadata redacted (the keys beside traceEvents, their names included; metadata events' args), and the count.
+
+    The events list is the same object, its metadata events' args replaced in place;
+    the top-level keys keep their order around it.
+    """
+    events = doc["traceEvents"]
+    n = 0
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "M" and isinstance(e.get("args"), dict):
+            e["args"], m = redact(e["args"])
+            n += m
+    keys = [k for k in doc if k != "traceflops"]  # a trace annotated before: its record is replaced
+    at = keys.index("traceEvents")
+    before, m1 = redact({k: doc[k] for k in keys[:at]})
+    after, m2 = redact({k: doc[k] for k in keys[at + 1:]})
+    return {**before, "traceEvents": events, **after}, n + m1 + m2
+
+
+def write_redacted(out_path: str, doc: dict, summary: dict[str, Any], trace_path: str, note: str) -> dict[str, Any]:
+    """Serialize `doc`, pass every byte through the shape rules, append the `traceflops` record (the final count in it), write.
+
+    The record is added after the pass so it can hold the pass's own count; it holds
+    only numbers, the note and the input's file name (itself redacted).
+    """
+    data, n = redact_bytes(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+    name, m = redact_text(Path(str(trace_path)).name)
+    summary = {**summary, "redacted_values": summary["redacted_values"] + n + m}
+    record = orjson.dumps({"annotated_from": name, **summary, "note": note}, option=orjson.OPT_SERIALIZE_NUMPY)
+    write_trace(out_path, data[:-1] + (b',"traceflops":' if len(data) > 2 else b'"traceflops":') + record + b"}")
+    return summary
 
 
 def write_trace(path: str, data: bytes) -> None:
