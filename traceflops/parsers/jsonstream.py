@@ -6,6 +6,12 @@ cut; where it does not, numpy finds the string, escape and nesting structure
 of the chunk. The rest of the top-level object (device
 properties, distributed info) comes out as a small document of its own. Neither the whole file nor its decoded form is held
 at once. A document cut short yields every event that was complete.
+
+Hostile layouts are bounded, not trusted: a UTF-8 byte-order mark is dropped,
+a second root-level traceEvents array is read too (and counted), an entry
+longer than `MAX_ENTRY_BYTES` is skipped by the structural scan without being
+held (and counted), and top-level fields beside the events longer than
+`MAX_HEAD_BYTES` refuse the file.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import msgspec
@@ -21,10 +28,16 @@ import numpy as np
 from traceflops.core.errors import FormatError
 from traceflops.parsers.io import chunks
 
-_QUOTE, _BSLASH = ord('"'), ord("\\")
+_QUOTE, _BSLASH, _COMMA = ord('"'), ord("\\"), ord(",")
 _OPEN = (ord("{"), ord("["))
 _CLOSE = (ord("}"), ord("]"))
 _KEY = b'"traceEvents"'
+_BOM = b"\xef\xbb\xbf"
+# No profiler writes one event this long (the largest real ones, ops of thousands of tensors, are kilobytes);
+# a longer entry is a corrupt or hostile value and holding it would cost its size several times over.
+MAX_ENTRY_BYTES = 16 << 20
+# deviceProperties and distributedInfo are kilobytes: more beside the events is not a trace to read.
+MAX_HEAD_BYTES = 64 << 20
 
 
 @dataclass
@@ -33,6 +46,8 @@ class StreamResult:
     truncated: bool = False  # the document ended before it was closed
     stray: int = 0  # array entries after the last object that are not objects
     events_complete: bool = False  # the traceEvents array closed: a cut, if any, came after it
+    arrays: int = 0  # root-level traceEvents arrays found (a merged or rewritten file may hold two)
+    oversized: int = 0  # entries longer than MAX_ENTRY_BYTES, skipped unread
     notes: list[str] = field(default_factory=list)
 
 
@@ -43,23 +58,28 @@ class _Scanner:
         self.in_string = False
         self.escaped = False  # the previous chunk ended inside an odd run of backslashes
         self.depth = 0
-        self.state = "before"  # before | key | array | after
+        self.state = "before"  # before (looking for a traceEvents array) | array
         self.head = bytearray()
         self.pending = bytearray()  # bytes of the event in progress (array state)
         self.prefix = bytearray()  # bytes before the array, while looking for it
         self.stray = 0
+        self.arrays = 0  # traceEvents arrays closed so far
+        self.rest = b""  # what followed the array that just closed, to look for another
+        self.waiting = False  # a root-level key was found whose value has not arrived
 
-    def structure(self, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def structure(self, buf: np.ndarray, commas: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Positions of structural (outside-string) braces/brackets, and the depth after each.
 
         Works on the sparse positions of quotes, backslashes and braces only: a
         quote is escaped by an odd run of backslashes before it (runs carry over
         chunks), a brace is structural when an even number of real quotes precede it.
+        With `commas`, structural commas are among the positions too (depth unchanged).
         """
         n = len(buf)
         quotes = np.flatnonzero(buf == _QUOTE)
         bs = np.flatnonzero(buf == _BSLASH)
-        braces = np.flatnonzero((buf == _OPEN[0]) | (buf == _OPEN[1]) | (buf == _CLOSE[0]) | (buf == _CLOSE[1]))
+        marks = (buf == _OPEN[0]) | (buf == _OPEN[1]) | (buf == _CLOSE[0]) | (buf == _CLOSE[1])
+        braces = np.flatnonzero(marks | (buf == _COMMA) if commas else marks)
         # Backslash runs: start position of the run each backslash belongs to.
         if len(bs):
             new_run = np.empty(len(bs), dtype=bool)
@@ -83,7 +103,8 @@ class _Scanner:
             real = quotes
         before = np.searchsorted(real, braces) + (1 if self.in_string else 0)
         struct = braces[before % 2 == 0]
-        delta = np.where((buf[struct] == _OPEN[0]) | (buf[struct] == _OPEN[1]), 1, -1)
+        ch = buf[struct]
+        delta = np.where((ch == _OPEN[0]) | (ch == _OPEN[1]), 1, np.where(ch == _COMMA, 0, -1))
         depth_after = self.depth + np.cumsum(delta, dtype=np.int64)
         # Carry the state into the next chunk.
         self.in_string = (len(real) + (1 if self.in_string else 0)) % 2 == 1
@@ -97,10 +118,17 @@ class _Scanner:
         return struct, depth_after
 
     def enter(self, data: bytes) -> bytes | None:
-        """Before the array: the bytes after its '[' once it has arrived, else None (kept for the next chunk)."""
-        # The prefix before the array is small: rescan it whole until the key and '[' are in.
+        """Before an array: the bytes after its '[' once it has arrived, else None (kept for the next chunk).
+
+        After an array closed, the rest of the root object is searched the same way
+        for another traceEvents array (its depth starts at 1, inside the root).
+        """
+        # Rescan the prefix whole only when a key may have arrived: a long head is then read once, not per chunk.
+        seam = bytes(self.prefix[-(len(_KEY) - 1) :])
         self.prefix += data
-        at = _locate(bytes(self.prefix))
+        if not self.waiting and _KEY not in seam + data:
+            return None
+        at, self.waiting = _locate(bytes(self.prefix), 1 if self.arrays else 0)
         if at is None:
             return None
         self.head += self.prefix[:at]
@@ -109,11 +137,16 @@ class _Scanner:
         self.state, self.depth, self.in_string, self.escaped = "array", 2, False, False
         return rest
 
+    def take_rest(self) -> bytes:
+        rest, self.rest = self.rest, b""
+        return rest
+
     def feed(self, data: bytes) -> list[bytes]:
-        """Consume a chunk inside the array (see `enter`); return the complete events it closed (raw JSON objects)."""
-        if self.state == "after":
-            self.head += data
-            return []
+        """Consume a chunk inside the array (see `enter`); return the complete events it closed (raw JSON objects).
+
+        When the array closes, what follows it is left in `rest` and the state
+        is back to "before": the root object may hold another array.
+        """
         buf = np.frombuffer(data, dtype=np.uint8)
         if len(buf) == 0:
             return []
@@ -137,9 +170,10 @@ class _Scanner:
             if leftover:
                 self.stray += leftover.count(b",") + 1
             self.pending.clear()
-            self.state = "after"
+            self.state = "before"
+            self.arrays += 1
             self.head += b"[]"  # the head stays a valid object: "traceEvents": []
-            self.head += data[stop + 1 :]
+            self.rest = data[stop + 1 :]
         else:
             # between events only separators: keep nothing until an event starts
             self.pending += data[start:] if self.pending else data[start:].lstrip(b", \n\r\t")
@@ -166,25 +200,55 @@ def split_events(block: bytes) -> list[bytes]:
     return out
 
 
-def _locate(prefix: bytes) -> int | None:
-    """Offset of the '[' that opens the root object's traceEvents array, once it has arrived."""
+def root_members(doc: bytes) -> list[bytes]:
+    """The `"key": value` texts of a JSON object's root level, split at its structural commas.
+
+    Lets a head whose whole decode fails (one field nested too deeply, one
+    number out of range) be read field by field, keeping the fields that decode.
+    """
+    buf = np.frombuffer(doc, dtype=np.uint8)
+    struct, depth_after = _Scanner().structure(buf, commas=True)
+    ch = buf[struct] if len(struct) else buf[:0]
+    opens = np.flatnonzero((ch == _OPEN[0]) & (depth_after == 1))
+    if len(opens) == 0:
+        return []
+    start = int(struct[opens[0]])
+    closes = np.flatnonzero((ch == _CLOSE[0]) & (depth_after == 0))
+    end = int(struct[closes[-1]]) if len(closes) else len(doc)
+    cuts = struct[(ch == _COMMA) & (depth_after == 1) & (struct > start) & (struct < end)].tolist()
+    bounds = [start, *cuts, end]
+    pieces = (doc[a + 1 : b].strip() for a, b in pairwise(bounds))
+    return [p for p in pieces if p]
+
+
+def _locate(prefix: bytes, depth: int = 0) -> tuple[int | None, bool]:
+    """Offset of the '[' that opens a root-level traceEvents array once it has arrived, and whether one may still arrive.
+
+    `depth` is the nesting at the prefix's start: 0 before the root object, 1 inside it.
+    The second answer is True when a root-level key was found whose value is not in yet.
+    """
     sc = _Scanner()
+    sc.depth = depth
     struct, depth_after = sc.structure(np.frombuffer(prefix, dtype=np.uint8))
     at = prefix.find(_KEY)
     while at != -1:
         i = np.searchsorted(struct, at)
-        depth_here = int(depth_after[i - 1]) if i > 0 else 0
+        depth_here = int(depth_after[i - 1]) if i > 0 else depth
         in_root = depth_here == 1 and _outside_string(prefix, at, struct)
         colon = prefix.find(b":", at + len(_KEY))
+        if in_root and colon == -1 and not prefix[at + len(_KEY) :].strip():
+            return None, True  # the key's colon has not arrived yet
         if in_root and colon != -1 and not prefix[at + len(_KEY) : colon].strip():
             j = colon + 1
             while j < len(prefix) and prefix[j : j + 1].isspace():
                 j += 1
             if j < len(prefix):
-                return j if prefix[j : j + 1] == b"[" else None
-            return None  # the value has not arrived yet
+                if prefix[j : j + 1] == b"[":
+                    return j, False
+            else:
+                return None, True  # the value has not arrived yet
         at = prefix.find(_KEY, at + 1)
-    return None
+    return None, False
 
 
 def _outside_string(prefix: bytes, at: int, struct: np.ndarray) -> bool:
@@ -242,7 +306,7 @@ def _whole(text: bytearray) -> bool:
     try:
         _PROOF.decode(text)
         return True
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # too deep: the scanner's to split
         return False
 
 
@@ -256,7 +320,52 @@ class Claimed:
     value: Any
 
 
-def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, claim=None) -> Iterator[tuple[list, StreamResult]]:
+def _without_bom(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """The pieces with a leading UTF-8 byte-order mark dropped (editors on Windows write one; JSON allows it)."""
+    head = b""
+    for piece in pieces:
+        if head is None:
+            yield piece
+            continue
+        head += piece
+        if len(head) < len(_BOM) and _BOM.startswith(head):
+            continue  # too short to tell yet
+        rest = head.removeprefix(_BOM)
+        head = None
+        if rest:
+            yield rest
+    if head:
+        yield head
+
+
+def _skip_entry(sc: _Scanner, data: bytes) -> int | None:
+    """Where the entry being skipped ends in `data` (the offset of what follows it), else None.
+
+    The scanner's state carries across chunks, so nothing of the entry is held.
+    An entry ends where the depth returns to the array's (2) on a close, or
+    where a new entry opens at the array's depth (the skipped one was not an
+    object), or at the array's own ']' (left for the caller to see).
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if len(buf) == 0:
+        return None
+    struct, depth_after = sc.structure(buf)
+    if len(struct) == 0:
+        return None
+    opens = np.isin(buf[struct], _OPEN)
+    before = depth_after - np.where(opens, 1, -1)
+    ends = (opens & (before == 2)) | (~opens & (depth_after <= 2))
+    hit = np.flatnonzero(ends)
+    if len(hit) == 0:
+        sc.depth = int(depth_after[-1])
+        return None
+    k = int(hit[0])
+    closed_entry = not opens[k] and depth_after[k] == 2
+    return int(struct[k]) + (1 if closed_entry else 0)
+
+
+def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, claim=None,
+                  max_entry: int = MAX_ENTRY_BYTES) -> Iterator[tuple[list, StreamResult]]:
     """The traceEvents array as JSON arrays of whole entries, chunk by chunk; the last yield carries the head.
 
     The fast path cuts each chunk at its last likely event boundary and proves
@@ -268,6 +377,13 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
     that chunk through the structural scanner. Either way each array yielded
     holds whole entries; entries that are not events are the decoder's to count.
 
+    Every root-level traceEvents array is read, in file order (`res.arrays`
+    says how many). An entry of which more than `max_entry` bytes are pending
+    (it runs on past the chunks read) is skipped as it streams, unheld
+    (`res.oversized`): with chunks no longer than the bound, every entry longer
+    than twice the bound is skipped and none shorter than it. Top-level fields
+    beside the events longer than MAX_HEAD_BYTES are a FormatError.
+
     `claim(text)`, if given, may decode a cut array strictly itself: a decode
     that succeeds is the proof (no skim), and the stream yields `Claimed(value)`
     in its place; REFUSED sends the chunk to the scanner; None leaves the array
@@ -276,7 +392,7 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
     sc = _Scanner()
     res = StreamResult()
     pending = b""  # bytes from the start of an entry (between entries) to the end of what was read
-    first = True
+    skipping = False  # inside an entry over max_entry: scanned for its end, not kept
 
     def scan(data: bytes) -> list[bytes]:
         nonlocal pending
@@ -286,45 +402,86 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
         sc.pending.clear()
         return out
 
-    for data in chunks(path, limit, chunk, progress):
+    def bound_pending() -> Iterator[tuple[list, StreamResult]]:
+        """An entry in progress past max_entry: its complete predecessors out, then it is skipped as it streams."""
+        nonlocal pending, skipping
+        if len(pending) <= max_entry or sc.state != "array":
+            return
+        yield scan(pending), res  # leaves the scanner's state at the end of what was read
+        if sc.state == "before":
+            yield from advance(sc.take_rest())  # the array closed inside what was pending
+        elif len(pending) > max_entry:
+            pending, skipping = b"", True
+            res.oversized += 1
+
+    def advance(data: bytes) -> Iterator[tuple[list, StreamResult]]:
+        """Consume one piece of the document; after an array closes, what follows it is read on."""
+        nonlocal pending, skipping
+        while data:
+            if sc.state == "before":
+                data = sc.enter(data)
+                if len(sc.prefix) + len(sc.head) > MAX_HEAD_BYTES:
+                    raise FormatError(path, f"its top-level fields beside traceEvents exceed {MAX_HEAD_BYTES >> 20} MiB",
+                                      "pass a PyTorch profiler trace as the profiler wrote it")
+                if data is None:
+                    return
+                data, pending = data.lstrip(_SEP), b""  # the rest of the chunk takes the fast path like any other
+                continue
+            if skipping:
+                at = _skip_entry(sc, data)
+                if at is None:
+                    return
+                data, skipping = data[at:].lstrip(_SEP), False
+                continue
+            cut = last_cut(data)
+            if cut >= 0:
+                text = _as_array(pending, data, cut)
+                got = claim(text) if claim is not None else None
+                if got is None:
+                    proven, item = _whole(text), text
+                else:
+                    proven, item = got is not REFUSED, Claimed(got)
+                if proven:
+                    pending = data[cut:].lstrip(_SEP)
+                    yield [item], res
+                    return
+            elif len(pending) < 4 * chunk:
+                pending = pending + data if pending else data.lstrip(_SEP)  # no boundary yet: an entry longer than a chunk
+                yield from bound_pending()
+                return
+            yield scan(pending + data), res
+            if sc.state == "before":
+                data = sc.take_rest()
+                continue
+            yield from bound_pending()
+            return
+
+    first = True
+    for data in _without_bom(chunks(path, limit, chunk, progress)):
         if first:
+            if not data.strip():
+                continue  # blank so far: the document starts in a later piece
             if not data.lstrip().startswith(b"{"):
                 raise FormatError(path, "not a JSON object (a Kineto trace is a JSON object with traceEvents)", "pass a PyTorch profiler trace")
             first = False
-        if sc.state == "before":
-            data = sc.enter(data)
-            if data is None:
-                continue
-            data = data.lstrip(_SEP)  # the rest of the chunk takes the fast path like any other
-        if sc.state == "after":
-            sc.head += data
-            continue
-        cut = last_cut(data)
-        if cut >= 0:
-            text = _as_array(pending, data, cut)
-            got = claim(text) if claim is not None else None
-            if got is None:
-                proven, item = _whole(text), text
-            else:
-                proven, item = got is not REFUSED, Claimed(got)
-            if proven:
-                pending = data[cut:].lstrip(_SEP)
-                yield [item], res
-                continue
-        elif len(pending) < 4 * chunk:
-            pending = pending + data if pending else data.lstrip(_SEP)  # no boundary yet: an entry longer than a chunk
-            continue
-        yield scan(pending + data), res
+        yield from advance(data)
     if first:
         raise FormatError(path, "the file is empty", "re-export the trace")
-    if sc.state == "array" and pending:
-        yield scan(pending), res
+    while sc.state == "array" and pending and not skipping:
+        last, pending = pending, b""
+        yield scan(last), res
+        if sc.state != "before":
+            break  # the document ends inside the array: what is pending is a cut entry
+        yield from advance(sc.take_rest())  # the tail may hold another array
     res.stray = sc.stray
-    res.events_complete = sc.state == "after"
-    res.truncated = sc.state in ("before", "array") or (sc.state == "after" and not bytes(sc.head).rstrip().endswith(b"}"))
-    if sc.state == "before":
+    res.arrays = sc.arrays
+    if sc.state == "before" and not sc.arrays:
         raise FormatError(path, "no traceEvents array found", "pass a PyTorch profiler (Kineto) trace")
     head = bytes(sc.head)
+    if sc.state == "before":
+        head += bytes(sc.prefix)  # the rest of the root object after its last array
+    res.events_complete = sc.state == "before"
+    res.truncated = sc.state == "array" or not head.rstrip().endswith(b"}")
     if sc.state == "array":
         head += b"[]"
     if res.truncated:

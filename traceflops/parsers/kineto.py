@@ -3,13 +3,17 @@
 Decodes with a typed msgspec schema that names only the fields the analysis
 reads, so no Python dict is built per event and unknown args are skipped in C.
 Every field is typed loosely (`Any`) and validated when columns are built: one
-badly typed event is counted in `warnings`, it never aborts the decode.
+badly typed event is counted in `warnings`, it never aborts the decode. So is
+an event nested too deeply to decode, an integer beyond 64 bits, a step number
+or rank out of range, and the top-level fields are read one by one when they
+do not decode together.
 """
 
 from __future__ import annotations
 
 import gc
 import re
+import reprlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +26,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.memory import return_freed_memory
+from traceflops.core.redact import redact
 from traceflops.core.trace import (
     COLLECTIVE_COLUMNS,
     KERNELS_SCHEMA,
@@ -39,7 +44,12 @@ from traceflops.core.vocab import PROFILER_STEP_RE
 from traceflops.parsers import helper
 from traceflops.parsers.helper import decode_in_order
 from traceflops.parsers.io import max_bytes_default
-from traceflops.parsers.jsonstream import split_events, stream_events
+from traceflops.parsers.jsonstream import (
+    MAX_ENTRY_BYTES,
+    root_members,
+    split_events,
+    stream_events,
+)
 from traceflops.parsers.values import as_int as _int
 
 
@@ -99,7 +109,7 @@ _OTHER_PHASES = tuple(
 _ARGS = tuple(_Args.__struct_fields__)
 
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[Union[(_X, *_OTHER_PHASES)]])  # noqa: UP007
+_EVENTS_DECODER = msgspec.json.Decoder(list[Union[(_X, *_OTHER_PHASES)]])
 
 
 class _Head(msgspec.Struct):
@@ -137,7 +147,7 @@ IGNORED_CATS = frozenset(
     }
 )
 
-_COMM_RE = re.compile(r"(?i)nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.I)
+_COMM_RE = re.compile(r"(?i)nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.IGNORECASE)
 
 
 def kernel_kinds(cat: pl.Expr, name: pl.Expr) -> pl.Expr:
@@ -150,6 +160,12 @@ _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _HEAD_DECODER = msgspec.json.Decoder(_Head)
 _SEP = b", \n\r\t"
 NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
+TOO_DEEP = "events nested too deeply to decode (skipped)"
+OVERSIZED = f"traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB (skipped unread)"
+# More ranks than any machine has: a world or rank beyond it is corrupt, and later stages size tables by it.
+MAX_RANKS = 1 << 24
+# msgspec refuses nesting deeper than the interpreter's recursion limit with RecursionError, not DecodeError.
+_UNREADABLE = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 
 
 def decode_block(text: bytes | bytearray, warnings: Warnings) -> dict[str, pl.DataFrame]:
@@ -161,7 +177,7 @@ def decode_block(text: bytes | bytearray, warnings: Warnings) -> dict[str, pl.Da
     try:
         events = _EVENTS_DECODER.decode(text)
         return split_tables([e for e in events if e.__class__ is _X], warnings)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except _UNREADABLE:
         pass
     pieces = _decode_pieces(split_events(bytes(text).strip()[1:-1]), warnings)
     return split_tables([e for e in pieces if e.ph == "X"], warnings)
@@ -172,7 +188,7 @@ def decode_strict(text: bytes | bytearray) -> tuple[dict[str, pl.DataFrame], Cou
     with _collector_paused():
         try:
             events = _EVENTS_DECODER.decode(text)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except _UNREADABLE:
             return None
         warnings = Warnings()
         return split_tables([e for e in events if e.__class__ is _X], warnings), warnings.counts
@@ -191,10 +207,12 @@ def _decode_pieces(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
     for p in pieces:
         try:
             out.append(_EVENT_DECODER.decode(p))
+        except RecursionError:
+            warnings.add(TOO_DEEP)
         except msgspec.ValidationError:
             try:
                 out.append(msgspec.convert(_loose(p), _Event))
-            except (msgspec.ValidationError, msgspec.DecodeError, TypeError):
+            except (msgspec.ValidationError, msgspec.DecodeError, TypeError, RecursionError):
                 warnings.add("event that is not a chrome-trace object (skipped)")
         except msgspec.DecodeError:
             warnings.add("event that is not valid JSON (skipped)")
@@ -225,9 +243,22 @@ def _loose(piece: bytes):
 
 
 def decode_head(head: bytes, warnings: Warnings) -> _Head:
+    """The top-level fields; when they do not decode together, field by field, each one that fails counted and ignored."""
     try:
         return _HEAD_DECODER.decode(head)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except _UNREADABLE:
+        pass
+    kept = []
+    for member in root_members(head):
+        try:
+            _HEAD_DECODER.decode(b"{" + member + b"}")
+            kept.append(member)
+        except _UNREADABLE as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else "not valid JSON"
+            warnings.add(f"top-level fields beside traceEvents that could not be read ({why}; ignored)")
+    try:
+        return _HEAD_DECODER.decode(b"{" + b",".join(kept) + b"}")
+    except _UNREADABLE:
         warnings.add("the top-level fields (deviceProperties, distributedInfo) could not be read")
         return _Head()
 
@@ -271,6 +302,9 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> 
     elif res.truncated:
         warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
     warnings.add(NOT_AN_OBJECT, res.stray)
+    warnings.add(OVERSIZED, res.oversized)
+    if res.arrays > 1:
+        warnings.add(f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): the events of all were read")
     trace = build_trace(frames, head, warnings, source=str(path))
     frames.clear()
     return_freed_memory()
@@ -379,6 +413,9 @@ _BUILD = {
     "dims": _json_col, "types": _json_col, "concrete": _json_col, "strides": _json_col,
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
+# Columns whose unread values are counted, and what those values were.
+_UNREAD = {_integer: "that are not 64-bit integers", _json_col: "with integers beyond 64 bits or nesting too deep"}
+_ARG_NAMES = {f: _Args.__struct_encode_fields__[i] for i, f in enumerate(_Args.__struct_fields__)}  # as the trace spells them
 _COLLECTIVE = COLLECTIVE_COLUMNS
 # What each table reads; `cat` is kept until bad rows are counted by it.
 _COLUMNS = {
@@ -392,8 +429,11 @@ _TABLE_OF = {c: "ops" for c in OP_CATS} | {c: "kernels" for c in KERNEL_CATS} | 
 TABLES = ("ops", "kernels", "launches", "markers")
 
 
-def event_table(events: list, columns: tuple[str, ...] = tuple(_BUILD)) -> pl.DataFrame:
-    """Complete events as a typed table of `columns`, each built by one C-level map over the events."""
+def event_table(events: list, columns: tuple[str, ...] = tuple(_BUILD), warnings: Warnings | None = None) -> pl.DataFrame:
+    """Complete events as a typed table of `columns`, each built by one C-level map over the events.
+
+    With `warnings`, integer values that could not be read are counted per field.
+    """
     data = {}
     rows = [e.args or _EMPTY_ARGS for e in events] if any(c not in _EVENT_FIELDS for c in columns) else []
     for c in columns:
@@ -406,6 +446,9 @@ def event_table(events: list, columns: tuple[str, ...] = tuple(_BUILD)) -> pl.Da
                 if not _all_none(old):
                     values = tuple(n if n is not None else o for n, o in zip(values, old))
         data[c] = _BUILD[c](values)
+        why = _UNREAD.get(_BUILD[c]) if warnings is not None else None
+        if why:  # values given but not read (C-level counts, no loop over the events)
+            warnings.add(f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", data[c].null_count() - values.count(None))
     return pl.DataFrame(data)
 
 
@@ -447,7 +490,7 @@ def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
     event and every field is ever built.
     """
     groups, unknown = _by_table(events)
-    out = {t: _usable(event_table(groups[t], _COLUMNS[t]), warnings) for t in TABLES}
+    out = {t: _usable(event_table(groups[t], _COLUMNS[t], warnings), warnings) for t in TABLES}
     out["launches"] = out["launches"].drop("cat")
     if unknown:
         for cat, n in _usable(event_table(unknown, _COLUMNS["unknown"]), warnings).group_by("cat").len().iter_rows():
@@ -482,16 +525,17 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
     launches_df = tables["launches"].select(list(LAUNCHES_SCHEMA))
     markers_df = tables["markers"].with_columns(device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False))).select(list(MARKERS_SCHEMA))
     del tables
-    steps_df = profiler_steps(ops_df)
+    steps_df = profiler_steps(ops_df, warnings)
 
     dist = head.distributedInfo if isinstance(head.distributedInfo, dict) else {}
     props = head.deviceProperties if isinstance(head.deviceProperties, list) else []
+    rank, world = distributed_ranks(dist, warnings)
     meta = {
         "format": "kineto",
         "path": source,
-        "rank": _int(dist.get("rank")),
-        "world_size": _int(dist.get("world_size")),
-        "device_properties": [p for p in props if isinstance(p, dict)],
+        "rank": rank,
+        "world_size": world,
+        "device_properties": [redact(p)[0] for p in props if isinstance(p, dict)],  # kept in the cache: no secret in it
         "schema_version": head.schemaVersion if isinstance(head.schemaVersion, (int, str)) else None,
     }
     if kernels_df.height and kernels_df["correlation"].null_count():
@@ -502,12 +546,42 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
     return Trace(ops_df, kernels_df, launches_df, markers_df, steps_df, meta, warnings)
 
 
-def profiler_steps(ops: pl.DataFrame) -> pl.DataFrame:
-    """Host step spans from `ProfilerStep#N` annotations."""
-    steps = (
-        ops.filter(pl.col("name").str.contains(PROFILER_STEP_RE))
-        .with_columns(step=pl.col("name").str.extract(r"#(\d+)$").cast(pl.Int64))
-        .select(list(STEPS_SCHEMA))
-        .sort("ts")
+def distributed_ranks(dist: dict, warnings: Warnings) -> tuple[int | None, int | None]:
+    """The trace's rank and world size from distributedInfo; each None, with a warning, unless usable.
+
+    Usable: a whole number, a rank in [0, world), a world in [1, MAX_RANKS].
+    Later stages divide by the world and size tables by it, so a negative,
+    fractional or huge value would give a negative MFU or allocate gigabytes;
+    no real job writes one. A rank not below its world leaves both unknown:
+    which of the two is wrong cannot be told.
+    """
+    given = {k: dist.get(k) for k in ("rank", "world_size")}
+    rank, world = _int(given["rank"]), _int(given["world_size"])
+    if rank is not None and not 0 <= rank < MAX_RANKS:
+        rank = None
+    if world is not None and not 1 <= world <= MAX_RANKS:
+        world = None
+    for key, got in (("rank", rank), ("world_size", world)):
+        if got is None and given[key] is not None:
+            warnings.add(f"distributedInfo {key} {reprlib.repr(given[key])} is not a whole number in range (ignored)")
+    if rank is not None and world is not None and rank >= world:
+        warnings.add(f"distributedInfo rank {rank} is not below world_size {world} (both ignored)")
+        return None, None
+    return rank, world
+
+
+def profiler_steps(ops: pl.DataFrame, warnings: Warnings | None = None) -> pl.DataFrame:
+    """Host step spans from `ProfilerStep#N` annotations.
+
+    A number beyond 64 bits is no count the profiler wrote (it counts steps
+    from 0), so no key for it is faithful: its span is left out, counted, and
+    the work inside it is reported under outside_steps.
+    """
+    found = ops.filter(pl.col("name").str.contains(PROFILER_STEP_RE)).with_columns(
+        step=pl.col("name").str.extract(r"#(\d+)$").cast(pl.Int64, strict=False)
     )
+    if warnings is not None:
+        warnings.add("ProfilerStep spans whose number is beyond 64 bits (left out: their work is outside every step)",
+                     found["step"].null_count())
+    steps = found.filter(pl.col("step").is_not_null()).select(list(STEPS_SCHEMA)).sort("ts")
     return steps.cast(STEPS_SCHEMA)

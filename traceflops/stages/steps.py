@@ -5,11 +5,13 @@ thread launched it (backward launches come from the autograd thread). On the
 device, step N runs from its first device activity to step N+1's first device
 activity, so host-side time between steps stays inside a step; the last step
 ends at its last device activity. Without device work, the host span is the window.
+Every step span has its own number: one that repeats an earlier span's is renumbered (see `distinct_steps`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 import polars as pl
@@ -18,11 +20,51 @@ from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE
 
+_I64_MAX = (1 << 63) - 1
+
+
+def distinct_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, list[int]], int]:
+    """Step spans with distinct numbers: (spans, {repeated number: its later spans' new numbers}, spans left out).
+
+    Two spans with one number (two profiler sessions in one file, a counter
+    that restarted) are two stretches of work. Merging them would make one
+    window cover whatever ran between them, other steps included; dropping one
+    would move its work outside every step. So the first span in time keeps the
+    number and each later one is numbered after the largest, in time order:
+    every span is reported, under a number the warning maps back. A span
+    whose new number would pass 64 bits is left out (its work outside every step).
+    """
+    if steps.height < 2 or steps["step"].n_unique() == steps.height:
+        return steps, {}, 0
+    top = int(steps["step"].max() or 0)  # no number at all (every span unnumbered): count from 1
+    room = _I64_MAX - top  # how many numbers are left after the largest
+    ordered = (
+        steps.with_row_index("_row")
+        .sort("ts", "_row", nulls_last=True)
+        .with_columns(_later=pl.int_range(pl.len()).over("step") > 0)
+        .with_columns(_k=pl.col("_later").cast(pl.Int64).cum_sum())
+    )
+    kept = ordered.filter(~pl.col("_later") | (pl.col("_k") <= room))
+    kept = kept.with_columns(_new=pl.when("_later").then(pl.lit(top, pl.Int64) + pl.col("_k")).otherwise(pl.col("step")))
+    mapping: dict[int, list[int]] = {}
+    for old, num in kept.filter("_later").select("step", "_new").iter_rows():  # the few repeated spans only
+        mapping.setdefault(old, []).append(num)
+    out = kept.with_columns(step=pl.col("_new")).sort("_row").drop("_row", "_later", "_k", "_new")
+    left_out = steps.height - out.height
+    return out, mapping, left_out
+
 
 def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
-    """Host spans of steps, and where they came from."""
+    """Host spans of steps, and where they came from; repeated step numbers are renumbered, with a warning."""
     if trace.steps.height:
-        return trace.steps.select("step", "name", "ts", "dur"), "ProfilerStep"
+        spans, renumbered, left_out = distinct_steps(trace.steps.select("step", "name", "ts", "dur"))
+        if renumbered:
+            shown = "; ".join(f"{old} → {', '.join(map(str, nums[:3]))}{', …' if len(nums) > 3 else ''}"
+                              for old, nums in list(renumbered.items())[:5])
+            trace.warnings.add(f"step numbers used by more than one step span: the later spans renumbered after the largest ({shown})",
+                               sum(map(len, renumbered.values())))
+        trace.warnings.add("step spans whose new number would pass 64 bits (left out: their work is outside every step)", left_out)
+        return spans, "ProfilerStep"
     opt = trace.ops.filter(pl.col("name").str.starts_with("Optimizer.step#")).sort("ts")
     if opt.height:
         ends = (opt["ts"] + opt["dur"]).to_list()
@@ -130,7 +172,7 @@ def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.Da
         return {}, unsure
     first_kept = dict(work.join(found, on="correlation", how="semi").group_by("step").agg(pl.col("ts").min()).iter_rows())
     first_lost = dict(lost.group_by("step").agg(pl.col("ts").min()).iter_rows())
-    for prev, nxt in zip(order, order[1:]):
+    for prev, nxt in pairwise(order):
         if nxt in cut and (nxt not in first_kept or nxt not in first_lost or first_lost[nxt] <= first_kept[nxt]):
             unsure.add(prev)
     return cut, unsure - set(cut)
