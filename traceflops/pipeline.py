@@ -26,6 +26,7 @@ from traceflops.metrics.stepstats import step_stats
 from traceflops.stages import roofline
 from traceflops.stages import timeline as tl
 from traceflops.stages.clean import clean
+from traceflops.stages.critical_path import critical_path
 from traceflops.stages.count import (
     TOTAL_FLOPS_MAX,
     classify_kernels,
@@ -96,6 +97,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
     return_freed_memory()
     stats = tl.launch_stats(kernels, steps) if device_trace else None
+    path = critical_path(kernels, linked.launches, ops, steps) if device_trace else None
     steps = steptime.attach_launch_stats(steptime.attach_time(steps, part, peak_all, devices), stats)
     known_hw = hw.lookup(hardware["name"]) if hardware and hardware.get("source") != "--peak-tflops" else None
     roof = roofline.roofline(kernels, ops, known_hw, precision) if device_trace else None
@@ -126,6 +128,6 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
         by_kernel=rollup.by_kernel(kernels) if device_trace else None,
         by_module=rollup.by_module(ops, kernels) if device_trace else None,
         by_gemm_shape=rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
-        step_stats=step_stats(steps),
+        step_stats=step_stats(steps), critical_path=path,
     )
     return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))

@@ -51,6 +51,7 @@ class Analysis:
     by_gemm_shape: pl.DataFrame | None = None  # per GEMM shape, with wave-quantization hints
     advice: list[dict[str, Any]] = field(default_factory=list)  # ranked by the share of step time it would recover
     step_stats: dict[str, Any] | None = None  # variance, outlier and warm-up steps
+    critical_path: pl.DataFrame | None = None  # per step: the contiguous segments of what bounded it (stages.critical_path)
 
     @property
     def meta(self) -> dict[str, Any]:

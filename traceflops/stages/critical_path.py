@@ -1,0 +1,294 @@
+"""What bounded each step: the chain of dependent work, walked back from the step's end, whose length is the step.
+
+The graph is what the trace records: stream order on the device (a kernel waits
+for the one before it on its stream), launch → kernel (correlation: a kernel
+cannot start before its runtime call enqueued it), host order on each thread (a
+launch happens when the thread gets to it), host synchronisation (a synchronizing
+call returns when the device work it waited for ends), and, where no recorded edge
+explains a kernel's start, a wait on another stream of the device (a kernel of
+another stream ended just before it started: what `cudaStreamWaitEvent` does; the
+events themselves are not in Kineto traces).
+
+The walk starts at the step's end: the last step's last device activity, or the
+next step's first one (whose predecessor filled the end of this step's window).
+At each kernel the binding predecessor is the one that became ready last; the
+gap between it and the kernel is launch latency (after a launch), a cross-stream
+wait (`sync`) or `idle` (nothing recorded explains it). At a launch the walk goes
+to the host thread: back to the latest synchronizing call that returned before
+it (then to the device work that call waited for), or to the window's start. So
+the path is a contiguous chain of segments from the window's start to its end:
+its length is the window by construction, and what no edge explains is `idle`.
+
+Vectorized where it counts: a stream's back-to-back kernels whose binding
+predecessor is the kernel before them form a run, emitted in one slice; the
+Python loop steps only from run to run (a launch, a synchronisation, a wait).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from traceflops.core.vocab import PROFILER_STEP_RE
+from traceflops.stages.timeline import is_sync_call
+
+# What a segment of the path ran through.
+KINDS = ("host", "launch", "device_matmul", "device_other", "memcpy", "communication", "sync", "idle")
+_DEVICE_KIND = {"matmul": "device_matmul", "other_compute": "device_other", "memcpy": "memcpy", "memset": "memcpy",
+                "communication": "communication"}
+_EPS = 0.5  # µs: ready this much after a start still counts as ready (timestamp rounding)
+_CROSS_WINDOW = 50.0  # µs: another stream's kernel ending this close before a start explains it
+
+SEGMENT_SCHEMA = {"step": pl.Int64, "start": pl.Float64, "end": pl.Float64, "dur": pl.Float64, "kind": pl.Utf8,
+                  "name": pl.Utf8}
+
+_STREAM, _LAUNCH, _CROSS, _NONE = 0, 1, 2, 3
+
+
+@dataclass
+class _Graph:
+    """Kernels in (device, stream, ts) order with each one's binding predecessor, and the host's synchronizing calls."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    kind: list[str]
+    name: list[str]
+    pred: np.ndarray  # _STREAM | _LAUNCH | _CROSS | _NONE
+    cross: np.ndarray  # the other stream's kernel, for _CROSS
+    ready: np.ndarray  # when the binding predecessor was ready
+    run_head: np.ndarray  # first kernel of the stream run this one ends
+    launch_ts: np.ndarray
+    launch_tid: list
+    launch_name: list[str]
+    by_end: np.ndarray  # kernel indices sorted by end
+    ends_sorted: np.ndarray
+    syncs: dict  # tid -> (starts, ends, names) sorted by end
+
+
+def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> _Graph:
+    k = kernels.filter(pl.col("ts").is_not_null() & pl.col("dur").is_not_null()).sort("device", "stream", "ts")
+    ts = k["ts"].to_numpy().astype(np.float64)
+    end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)
+    dev = k["device"].fill_null(-1).to_numpy()
+    stream = k["stream"].cast(pl.Utf8).fill_null("").to_list()
+    same = np.zeros(len(ts), dtype=bool)
+    if len(ts) > 1:
+        same[1:] = (dev[1:] == dev[:-1]) & (np.array(stream[1:], dtype=object) == np.array(stream[:-1], dtype=object))
+    s_ready = np.where(same, np.r_[-np.inf, end[:-1]], -np.inf)
+
+    has_launch = k["launch_ts"].is_not_null().to_numpy() if "launch_ts" in k.columns else np.zeros(len(ts), bool)
+    lts = k["launch_ts"].fill_null(np.nan).to_numpy() if "launch_ts" in k.columns else np.full(len(ts), np.nan)
+    ldur = k["launch_dur"].fill_null(0.0).to_numpy() if "launch_dur" in k.columns else np.zeros(len(ts))
+    l_ready = np.where(has_launch, np.minimum(lts + ldur, ts), -np.inf)
+
+    # The latest end of any kernel of the same device at or before each start (+ rounding): another stream's wait.
+    order = np.lexsort((end, dev))
+    d_sorted, e_sorted = dev[order], end[order]
+    x_ready = np.full(len(ts), -np.inf)
+    cross = np.full(len(ts), -1, dtype=np.int64)
+    for d in np.unique(dev):
+        lo, hi = np.searchsorted(d_sorted, d, "left"), np.searchsorted(d_sorted, d, "right")
+        mine = np.flatnonzero(dev == d)
+        at = np.searchsorted(e_sorted[lo:hi], ts[mine] + _EPS, "right") - 1
+        ok = at >= 0
+        idx = order[lo:hi][at[ok]]
+        cross[mine[ok]] = idx
+        x_ready[mine[ok]] = end[idx]
+    own = cross == np.arange(len(ts))
+    x_ready[own], cross[own] = -np.inf, -1
+    explained = np.maximum(s_ready, l_ready)
+    use_cross = (x_ready > explained + _EPS) & (x_ready >= ts - _CROSS_WINDOW)
+
+    pred = np.where(use_cross, _CROSS, np.where(s_ready >= l_ready - _EPS, np.where(same, _STREAM, _NONE), _LAUNCH))
+    pred = np.where((pred == _LAUNCH) & ~has_launch, _NONE, pred)
+    ready = np.select([pred == _STREAM, pred == _LAUNCH, pred == _CROSS], [s_ready, l_ready, x_ready], -np.inf)
+    head_mark = np.where(pred != _STREAM, np.arange(len(ts)), 0)
+    run_head = np.maximum.accumulate(head_mark) if len(ts) else head_mark
+
+    syncs: dict = {}
+    sync = launches.filter(is_sync_call(pl.col("name")) & pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
+    for (tid,), g in sync.with_columns(_end=pl.col("ts") + pl.col("dur")).sort("_end").group_by("tid", maintain_order=True):
+        syncs[tid] = (g["ts"].to_numpy(), g["_end"].to_numpy(), g["name"].to_list())
+
+    by_end = np.argsort(end, kind="stable")
+    cls = k["cls"].fill_null("other_compute").to_list() if "cls" in k.columns else ["other_compute"] * len(ts)
+    return _Graph(
+        ts=ts, end=end, kind=[_DEVICE_KIND.get(c, "device_other") for c in cls], name=k["name"].fill_null("").to_list(),
+        pred=pred, cross=cross, ready=ready, run_head=run_head, launch_ts=lts,
+        launch_tid=k["launch_tid"].to_list() if "launch_tid" in k.columns else [None] * len(ts),
+        launch_name=k["launch_name"].fill_null("launch").to_list() if "launch_name" in k.columns else ["launch"] * len(ts),
+        by_end=by_end, ends_sorted=end[by_end], syncs=syncs,
+    )
+
+
+class _Path:
+    """Segments emitted from the end backwards; `cur` is where the next (earlier) one must end."""
+
+    def __init__(self, step: int, lo: float, hi: float):
+        self.step, self.lo, self.cur = step, lo, hi
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.kinds: list[str] = []
+        self.names: list[str] = []
+        self.tids: list = []  # the host thread of a host segment (None elsewhere)
+
+    @property
+    def done(self) -> bool:
+        return self.cur <= self.lo
+
+    def add(self, start: float, kind: str, name: str, tid=None) -> None:
+        start = min(max(start, self.lo), self.cur)
+        if start < self.cur:
+            self.starts.append(start)
+            self.ends.append(self.cur)
+            self.kinds.append(kind)
+            self.names.append(name)
+            self.tids.append(tid)
+        self.cur = start
+
+
+def _walk_run(g: _Graph, i: int, p: _Path) -> int:
+    """Emit the stream run ending at kernel i (busy time and the idle gaps between), back to its head; return the head."""
+    h = int(g.run_head[i])
+    # Only the run's tail that ends after the window's start matters.
+    first = h + int(np.searchsorted(g.end[h : i + 1], p.lo, "right"))
+    for j in range(i, max(first, h) - 1, -1):
+        p.add(g.ts[j], g.kind[j], g.name[j])
+        if p.done or j == h:
+            break
+        p.add(g.end[j - 1], "idle", "idle")
+    return h
+
+
+def _host(g: _Graph, tid, t: float, p: _Path) -> int | None:
+    """From a launch at t on thread tid back to the sync call before it; the kernel that sync waited for, if any."""
+    while not p.done:
+        s = g.syncs.get(tid)
+        k = -1 if s is None else int(np.searchsorted(s[1], t + _EPS, "right")) - 1
+        while s is not None and k >= 0 and s[0][k] >= t:  # a sync that starts at the launch is not before it
+            k -= 1
+        if k < 0 or s[1][k] <= p.lo:
+            p.add(p.lo, "host", "host", tid)
+            return None
+        s_ts, s_end, s_name = float(s[0][k]), float(s[1][k]), s[2][k]
+        p.add(min(s_end, t), "host", "host", tid)
+        # The device work the sync waited for: the latest kernel that ended while it blocked.
+        at = int(np.searchsorted(g.ends_sorted, s_end + _EPS, "right")) - 1
+        if at >= 0 and g.ends_sorted[at] >= s_ts - _EPS:
+            kernel = int(g.by_end[at])
+            p.add(min(g.end[kernel], p.cur), "sync", s_name)
+            return kernel
+        p.add(s_ts, "sync", s_name)  # it returned without waiting: host time spent in the call
+        t = s_ts
+    return None
+
+
+def _walk(g: _Graph, start_kernel: int, p: _Path, skip_busy: bool) -> None:
+    i, guard = start_kernel, 4 * len(g.ts) + 16
+    while i is not None and not p.done and guard > 0:
+        guard -= 1
+        if skip_busy:  # the next step's first kernel: only what it waited for lies in this window
+            h, skip_busy = i, False
+        else:
+            h = _walk_run(g, i, p)
+            if p.done:
+                return
+        kind = int(g.pred[h])
+        if kind != _STREAM:  # the gap before the run: launch latency, a cross-stream wait, or nothing recorded
+            p.add(g.ready[h], {_LAUNCH: "launch", _CROSS: "sync"}.get(kind, "idle"),
+                  {_LAUNCH: g.launch_name[h], _CROSS: "wait on another stream"}.get(kind, "idle"))
+        if kind == _STREAM:  # a run head in the middle of a stream only after skip_busy
+            p.add(g.end[h - 1], "idle", "idle")
+            i = h - 1
+        elif kind == _LAUNCH:
+            p.add(g.launch_ts[h], "launch", g.launch_name[h])
+            i = _host(g, g.launch_tid[h], float(g.launch_ts[h]), p)
+        elif kind == _CROSS:
+            i = int(g.cross[h])
+        else:
+            p.add(p.lo, "idle", "idle")
+            i = None
+    if not p.done:
+        p.add(p.lo, "idle", "idle")
+
+
+def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Segments of every step's critical path (SEGMENT_SCHEMA), contiguous over the step's device window.
+
+    `kernels` carry `cls`, `step` and their launch (`launch_ts`, `launch_dur`,
+    `launch_tid`, `launch_name`, `op_row`); `steps` carry `step`, `start`, `window`.
+    """
+    if kernels.height == 0 or steps.height == 0:
+        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+    g = _graph(kernels, launches, ops)
+    win = steps.filter(pl.col("start").is_not_null() & pl.col("window").is_not_null()).sort("start")
+    frames = []
+    for step, lo, width in win.select("step", "start", "window").iter_rows():
+        hi = lo + width
+        p = _Path(step, lo, hi)
+        # The step ends at its last device activity, or where the next step's first one starts.
+        at = int(np.searchsorted(g.ends_sorted, hi + _EPS, "right")) - 1
+        nxt = np.flatnonzero((g.ts >= hi - _EPS) & (g.ts <= hi + _EPS))
+        if nxt.size and (at < 0 or g.ends_sorted[at] < hi - _EPS):
+            _walk(g, int(nxt[np.argmin(g.ts[nxt])]), p, skip_busy=True)
+        elif at >= 0:
+            _walk(g, int(g.by_end[at]), p, skip_busy=False)
+        if not p.done:
+            p.add(lo, "idle", "idle")
+        frames.append(pl.DataFrame({"step": [step] * len(p.starts), "start": p.starts, "end": p.ends,
+                                    "kind": p.kinds, "name": p.names, "tid": p.tids},
+                                   schema={**_BASE, "tid": launches.schema.get("tid", pl.Utf8)}))
+    if not frames:
+        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+    seg = _name_host(pl.concat(frames), ops)
+    return seg.with_columns(dur=pl.col("end") - pl.col("start")).select(list(SEGMENT_SCHEMA)).sort("step", "start")
+
+
+_BASE = {k: v for k, v in SEGMENT_SCHEMA.items() if k != "dur"}
+
+
+def outer_ops(ops: pl.DataFrame) -> pl.DataFrame:
+    """Each host thread's outermost ops below the step annotation: what a stretch of host time was running."""
+    if ops is None or ops.height == 0 or "parent" not in ops.columns:
+        return pl.DataFrame(schema={"tid": pl.Utf8, "ts": pl.Float64, "end": pl.Float64, "name": pl.Utf8})
+    marker = ops["name"].str.contains(PROFILER_STEP_RE).fill_null(False)
+    parent = ops["parent"].to_numpy()
+    top = (parent < 0) | np.where(parent >= 0, marker.to_numpy()[np.maximum(parent, 0)], False)
+    return (ops.filter(pl.Series(top) & ~marker & pl.col("ts").is_not_null())
+            .select("tid", "ts", end=pl.col("ts") + pl.col("dur").fill_null(0.0), name="name").sort("tid", "ts"))
+
+
+def _name_host(seg: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Host segments cut at the thread's outermost ops, each piece named by the op it ran (or 'host' between ops)."""
+    host = seg.filter(pl.col("kind") == "host")
+    if host.height == 0:
+        return seg.drop("tid")
+    outer = outer_ops(ops).with_columns(pl.col("tid").cast(host.schema["tid"], strict=False))
+    pieces = []
+    for step, start, end, tid in host.select("step", "start", "end", "tid").iter_rows():
+        o = outer.filter((pl.col("tid") == tid) & (pl.col("end") > start) & (pl.col("ts") < end))
+        cuts = sorted({start, end, *[min(max(x, start), end) for x in o["ts"].to_list() + o["end"].to_list()]})
+        lo, hi = np.array(cuts[:-1]), np.array(cuts[1:])
+        names = ["host"] * len(lo)
+        ots, oend, oname = o["ts"].to_numpy(), o["end"].to_numpy(), o["name"].to_list()
+        for j in range(len(oname)):  # outermost ops do not overlap on one thread: each piece has at most one
+            inside = (lo >= ots[j]) & (hi <= oend[j])
+            for q in np.flatnonzero(inside):
+                names[q] = oname[j]
+        pieces.append(pl.DataFrame({"step": [step] * len(lo), "start": lo, "end": hi, "kind": ["host"] * len(lo), "name": names},
+                                   schema=_BASE))
+    return pl.concat([seg.filter(pl.col("kind") != "host").drop("tid"), *pieces]).filter(pl.col("end") > pl.col("start"))
+
+
+def breakdown(segments: pl.DataFrame) -> pl.DataFrame:
+    """Per step, the path's µs by kind (every kind a column, zeros included) and its length."""
+    wide = segments.group_by("step").agg([pl.col("dur").filter(pl.col("kind") == k).sum().alias(k) for k in KINDS])
+    return wide.with_columns(length=pl.sum_horizontal(list(KINDS))).sort("step")
+
+
+def top_segments(segments: pl.DataFrame, n: int = 5) -> pl.DataFrame:
+    """Per step, the n longest (kind, name) pairs of the path, their µs summed over the path."""
+    return (segments.group_by("step", "kind", "name").agg(pl.col("dur").sum(), pl.len().alias("segments"))
+            .sort(["step", "dur"], descending=[False, True]).group_by("step", maintain_order=True).head(n))
