@@ -127,3 +127,17 @@ def test_every_step_of_a_real_trace_has_a_contiguous_path_as_long_as_its_window(
         assert host_share > 0.5, (host_share, reasons)
     if host_share < 0.1:
         assert host_caused < 0.1 * a.totals["wall_us"], (host_share, reasons)
+
+
+def test_a_tpu_profile_has_a_device_only_path():
+    """TPU profiles record no host launches: the path runs on the chips' op lines alone, and still spans each window."""
+    path = shared_fixtures() / "xplane" / "tpu_v6e_inference.xplane.pb"
+    if not path.exists():
+        pytest.skip(f"shared fixture {path} absent (set TRACEFLOPS_FIXTURES)")
+    a = analyze(str(path))
+    seg = a.critical_path
+    assert not set(seg["kind"]) & {"host", "launch"}
+    window = a.steps["window"].sum()
+    assert float(seg["dur"].sum()) == pytest.approx(window, abs=1e-3)
+    # The chips were busy most of the window (the partition's idle is 13.7 s of 92.5 s a chip): so is the path.
+    assert float(seg.filter(pl.col("kind") == "idle")["dur"].sum()) < 0.25 * window

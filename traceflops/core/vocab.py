@@ -18,6 +18,9 @@ OUTSIDE = -1  # step id of work outside every step
 PROFILER_STEP_RE = r"^ProfilerStep#\d+$"  # the profiler's own step spans
 STEP_MARKER_RE = rf"{PROFILER_STEP_RE}|^Optimizer\."  # host annotations that mark steps, not model code
 
+# The launch a parser adds to link a device op to itself (TPU profiles record no host launch): not host work.
+DEVICE_SIDE_LAUNCH = "device op (no host launch recorded)"
+
 # JAX name stacks: `jax.checkpoint`'s recomputed forward, and the transposed JVP of `jax.grad` (the backward).
 JAX_REMAT_SCOPE_RE = r"(^|/)rematted_computation(/|$)"
 JAX_BACKWARD_SCOPE_RE = r"(^|/)transpose\("

@@ -46,7 +46,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError
-from traceflops.core.vocab import JAX_BACKWARD_SCOPE_RE, JAX_REMAT_SCOPE_RE
+from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, JAX_BACKWARD_SCOPE_RE, JAX_REMAT_SCOPE_RE
 from traceflops.core.trace import (
     KERNELS_SCHEMA,
     LAUNCHES_SCHEMA,
@@ -921,7 +921,7 @@ def _tpu_ops(b: _Builder, p: XPlane, ln, tid: str, device: int | None, base_ns: 
         # The launch sits inside the op's span (the op itself ran it): at its midpoint, past any
         # zero-length op that starts at the same instant; at the start of a padded short op.
         at = ts + dur / 2 if dur > 4 * _LINK_EPS_US else ts
-        b.add_launch(name="XLA Ops", pid=p.name, tid=tid, ts=at, dur=0.0, corr=corr, ext_id=op)
+        b.add_launch(name=DEVICE_SIDE_LAUNCH, pid=p.name, tid=tid, ts=at, dur=0.0, corr=corr, ext_id=op)
 
 
 # --------------------------------------------------------------------------------------

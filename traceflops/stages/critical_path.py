@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceflops.core.vocab import PROFILER_STEP_RE
+from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PROFILER_STEP_RE
 from traceflops.stages.timeline import is_sync_call
 
 # What a segment of the path ran through.
@@ -79,6 +79,8 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> 
     s_ready = np.where(same, np.r_[-np.inf, end[:-1]], -np.inf)
 
     has_launch = k["launch_ts"].is_not_null().to_numpy() if "launch_ts" in k.columns else np.zeros(len(ts), bool)
+    if "launch_name" in k.columns:  # a link the parser made from a device op to itself is no host launch
+        has_launch &= (k["launch_name"] != DEVICE_SIDE_LAUNCH).fill_null(True).to_numpy()
     lts = k["launch_ts"].fill_null(np.nan).to_numpy() if "launch_ts" in k.columns else np.full(len(ts), np.nan)
     ldur = k["launch_dur"].fill_null(0.0).to_numpy() if "launch_dur" in k.columns else np.zeros(len(ts))
     l_ready = np.where(has_launch, np.minimum(lts + ldur, ts), -np.inf)
@@ -96,8 +98,11 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> 
         idx = order[lo:hi][at[ok]]
         cross[mine[ok]] = idx
         x_ready[mine[ok]] = end[idx]
-    own = cross == np.arange(len(ts))
-    x_ready[own], cross[own] = -np.inf, -1
+    # Only another stream's kernel that started before this one can be waited for.
+    stream_arr = np.array(stream, dtype=object)
+    safe = np.maximum(cross, 0)
+    bad = (cross < 0) | (stream_arr[safe] == stream_arr) | (ts[safe] >= ts)
+    x_ready[bad], cross[bad] = -np.inf, -1
     explained = np.maximum(s_ready, l_ready)
     use_cross = (x_ready > explained + _EPS) & (x_ready >= ts - _CROSS_WINDOW)
 
@@ -188,7 +193,7 @@ def _host(g: _Graph, tid, t: float, p: _Path) -> int | None:
 def _walk(g: _Graph, start_kernel: int, p: _Path, skip_busy: bool) -> None:
     i, guard = start_kernel, 4 * len(g.ts) + 16
     while i is not None and not p.done and guard > 0:
-        guard -= 1
+        guard -= 1  # every round moves `cur` back or to an earlier kernel; the guard only bounds a bug
         if skip_busy:  # the next step's first kernel: only what it waited for lies in this window
             h, skip_busy = i, False
         else:
