@@ -14,7 +14,7 @@ import pytest
 
 from tests.builders import Builder, shared_fixtures
 from traceflops.run.load import analyze
-from traceflops.stages.critical_path import KINDS, breakdown
+from traceflops.stages.critical_path import BETWEEN_OPS, KINDS, breakdown
 
 ELT = "void at::native::vectorized_elementwise_kernel<4>"
 
@@ -90,7 +90,7 @@ def test_a_step_that_is_not_the_last_ends_where_the_next_one_starts(tmp_path):
     first = a.critical_path.filter(pl.col("step") == 0).sort("start")
     assert [(k, s, e) for k, s, e in first.select("kind", "start", "end").iter_rows()] == [
         ("host", 100.0, 290.0), ("host", 290.0, 310.0), ("host", 310.0, 390.0), ("launch", 390.0, 392.0), ("launch", 392.0, 400.0)]
-    assert first["name"].to_list()[:3] == ["aten::mul", "host", "aten::add"]  # named by the op the host ran
+    assert first["name"].to_list()[:3] == ["aten::mul", BETWEEN_OPS, "aten::add"]  # named by the op the host ran
 
 
 KINETO = ("a100_ddp_resnet_rank0", "a100_torchrec_rank3", "b200_inference_rank0", "h100_qwen_inference", "mi250_toy_train",
@@ -114,7 +114,7 @@ def test_every_step_of_a_real_trace_has_a_contiguous_path_as_long_as_its_window(
         assert sum(g["dur"]) == pytest.approx(s["window"], abs=1e-3)
     assert set(seg["kind"]) <= set(KINDS)
     # Named segments are events of the trace: kernels, runtime calls, host ops.
-    names = set(a.kernels["name"]) | set(a.trace.launches["name"]) | set(a.ops["name"]) | {"host", "idle", "wait on another stream"}
+    names = set(a.kernels["name"]) | set(a.trace.launches["name"]) | set(a.ops["name"]) | {BETWEEN_OPS, "idle", "wait on another stream"}
     assert set(seg["name"]) <= names
     # Direction: a device idle mostly for the host (host-bound, input pipeline) goes with a path mostly on the host,
     # and a path almost never on the host with little host-caused idle. (A busy device can still end a step behind

@@ -36,6 +36,7 @@ from traceflops.stages.timeline import is_sync_call
 
 # What a segment of the path ran through.
 KINDS = ("host", "launch", "device_matmul", "device_other", "memcpy", "communication", "sync", "idle")
+BETWEEN_OPS = "between ops (Python)"  # host time on the path outside every op the profiler recorded
 _DEVICE_KIND = {"matmul": "device_matmul", "other_compute": "device_other", "memcpy": "memcpy", "memset": "memcpy",
                 "communication": "communication"}
 _EPS = 0.5  # µs: ready this much after a start still counts as ready (timestamp rounding)
@@ -266,7 +267,7 @@ def outer_ops(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _name_host(seg: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Host segments cut at the thread's outermost ops, each piece named by the op it ran (or 'host' between ops)."""
+    """Host segments cut at the thread's outermost ops, each piece named by the op it ran (or BETWEEN_OPS)."""
     host = seg.filter(pl.col("kind") == "host")
     if host.height == 0:
         return seg.drop("tid")
@@ -276,7 +277,7 @@ def _name_host(seg: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         o = outer.filter((pl.col("tid") == tid) & (pl.col("end") > start) & (pl.col("ts") < end))
         cuts = sorted({start, end, *[min(max(x, start), end) for x in o["ts"].to_list() + o["end"].to_list()]})
         lo, hi = np.array(cuts[:-1]), np.array(cuts[1:])
-        names = ["host"] * len(lo)
+        names = [BETWEEN_OPS] * len(lo)
         ots, oend, oname = o["ts"].to_numpy(), o["end"].to_numpy(), o["name"].to_list()
         for j in range(len(oname)):  # outermost ops do not overlap on one thread: each piece has at most one
             inside = (lo >= ots[j]) & (hi <= oend[j])

@@ -1,0 +1,62 @@
+"""The critical path as the reports show it: per step what bounded it by kind, and the longest stretches by name.
+
+Renderers read this; they compute nothing. Kinds are `stages.critical_path.KINDS`;
+the unit is µs of step time (the path's length is the step's window).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from traceflops.core.results import Analysis
+from traceflops.stages.critical_path import KINDS, breakdown, top_segments
+
+# What each kind of path segment means, in one line (reports and their explanations).
+MEANING = {
+    "host": "the host thread ran Python and framework code (named by the outermost op it ran)",
+    "launch": "runtime launch calls and the latency until the device started the kernel",
+    "device_matmul": "device matmul kernels back to back on the stream that ended the step",
+    "device_other": "device non-matmul kernels on that chain",
+    "memcpy": "copies and memsets on that chain",
+    "communication": "collective kernels on that chain (transfer and waiting for other ranks together, in one trace)",
+    "sync": "the host blocked in a synchronising call, or a stream waited for another stream",
+    "idle": "nothing recorded explains the wait (no launch, stream or sync edge)",
+}
+
+NOT_AVAILABLE = ("no device activities: a CPU-only trace (PyTorch on CPU, XLA:CPU) runs on the host threads alone, "
+                 "so there is no host → device chain to follow")
+
+
+def path_summary(a: Analysis, exclude_steps=(), top: int = 5) -> dict[str, Any]:
+    """`available`, the totals by kind over the steps, and per step its kinds and top segments."""
+    seg = a.critical_path
+    if seg is None or seg.height == 0:
+        return {"available": False, "why": NOT_AVAILABLE}
+    seg = seg.filter(~pl.col("step").is_in(list(exclude_steps)))
+    per = breakdown(seg)
+    tops = top_segments(seg, top)
+    steps = []
+    for row in per.iter_rows(named=True):
+        t = tops.filter(pl.col("step") == row["step"])
+        steps.append({
+            "step": row["step"],
+            "length_us": row["length"],
+            "us": {k: row[k] for k in KINDS},
+            "top": [{"kind": k, "name": n, "us": d, "segments": c} for k, n, d, c in t.select("kind", "name", "dur", "segments").iter_rows()],
+        })
+    total = {k: float(per[k].sum()) for k in KINDS}
+    length = sum(total.values())
+    overall = top_segments(seg.with_columns(step=pl.lit(0, pl.Int64)), top)
+    out: dict[str, Any] = {
+        "available": True,
+        "us": total,
+        "share": {k: (v / length if length else None) for k, v in total.items()},
+        "top": [{"kind": k, "name": n, "us": d, "segments": c} for k, n, d, c in overall.select("kind", "name", "dur", "segments").iter_rows()],
+        "steps": steps,
+        "meaning": MEANING,
+    }
+    if not (seg["kind"].is_in(["host", "launch"])).any() and a.meta.get("format") == "xplane":
+        out["note"] = "the profile records no host launches for these devices (TPU): the path runs on the devices' op lines only"
+    return out
