@@ -149,6 +149,19 @@ def test_secrets_are_redacted_and_the_file_is_gzipped_atomically(gpu):
     assert sorted(p.name for p in out.parent.iterdir()) == ["annotated.json.gz"]  # no temp file left
 
 
+def test_the_critical_path_is_a_track_of_back_to_back_slices(gpu):
+    doc, a, got, summary, _ = gpu
+    new = got["traceEvents"][len(doc["traceEvents"]):]
+    tid = next(e["tid"] for e in new if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "traceflops: critical path")
+    path = sorted((e for e in new if e["ph"] == "X" and e["tid"] == tid), key=lambda e: e["ts"])
+    window = a.steps.row(0, named=True)
+    assert path[0]["ts"] == pytest.approx(window["start"]) and path[-1]["ts"] + path[-1]["dur"] == pytest.approx(window["start"] + window["window"])
+    assert all(abs(p["ts"] + p["dur"] - q["ts"]) < 1e-6 for p, q in zip(path, path[1:]))  # back to back: followable in Perfetto
+    kernel_names = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel"}
+    on_device = [e for e in path if e["args"]["traceflops.path_kind"].startswith(("device", "communication"))]
+    assert on_device and all(e["name"].split(": ", 1)[1] in kernel_names for e in on_device)
+
+
 def test_achieved_rate_sums_concurrent_kernels():
     from traceflops.report.annotate import _achieved_counter
 

@@ -19,6 +19,8 @@
     overlap); on a CPU trace the executed matmul ops instead, per phase and thread;
   - a "traceflops: steps" track with each step's device window, MFU, HFU and
     loss budget in its args;
+  - a "traceflops: critical path" track: each step's path as back-to-back
+    slices named "<kind>: <what>" (host op, runtime call, kernel, sync, idle);
   - counter ('C') tracks: "traceflops: achieved TFLOP/s" (the sum of the
     running matmul kernels' rates, per device) and "traceflops: MFU %" /
     "traceflops: HFU %" per step.
@@ -227,6 +229,12 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
             "args": {"traceflops.mfu": s.get("mfu"), "traceflops.hfu": s.get("hfu"), "traceflops.window_source": s.get("window_source"),
                      "traceflops.last": bool(s.get("last")), "traceflops.loss_budget": s.get("loss_budget")},
         })
+
+    if a.critical_path is not None and a.critical_path.height:
+        path_tid = track(("critical path",), "traceflops: critical path", 0)
+        for r in a.critical_path.iter_rows(named=True):
+            out.append({"ph": "X", "cat": CAT, "name": f"{r['kind']}: {r['name']}", "pid": pid, "tid": path_tid, "ts": r["start"],
+                        "dur": r["dur"], "args": {"traceflops.path_kind": r["kind"], "traceflops.step": r["step"]}})
 
     rate: dict[str, list[tuple[float, float, float]]] = {}
     if a.kernels.height:
