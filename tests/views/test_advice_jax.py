@@ -9,7 +9,7 @@ import pytest
 from tests.builders import FIXTURES, shared_fixtures
 from traceflops.run.load import analyze
 
-PYTORCH = re.compile(r"torch|CUDA/HIP graph|cuda graph|Input type|record_shapes|DataLoader|non_blocking", re.I)
+PYTORCH = re.compile(r"torch|CUDA/HIP graph|cuda graph|Input type|record_shapes|DataLoader|non_blocking", re.IGNORECASE)
 PROFILES = sorted(FIXTURES.glob("jax/*.xplane.pb*")) + (sorted((shared_fixtures() / "xplane").glob("*.xplane.pb"))
                                                        if (shared_fixtures() / "xplane").is_dir() else [])
 

@@ -1,18 +1,37 @@
-"""Advice a user can act on, from what the trace shows, ranked by the time it would give back.
+"""Advice a user can act on, from what the trace shows, ranked by the share of peak × step time it would give back.
 
 `advise(a)` reads an `Analysis` and returns a list of items, largest first:
 
-    {"kind", "title", "recoverable", "recoverable_us", "mfu_after",
+    {"kind", "title", "recoverable", "share", "unit", "term", "recoverable_us", "mfu_after",
      "evidence": [str, ...], "remedies": [str, ...], "data": {...}}
 
-`recoverable` is a fraction of the step time (the summed windows of the steps
-counted, on the device the trace drives, as in the loss budget). Every time
-term of the loss budget is its time over the window, so the same number is
-the share of peak × time the item's waste costs; `mfu_after` is the MFU if
-that time went away with the FLOPs unchanged (mfu / (1 - recoverable)), so
+and, on a loss-budget entry, also "findings" (the rules' items folded into it),
+"cause_known" and "record" (what to record next time when the trace cannot
+tell the cause; those lines are also the first remedies).
+
+The headline `recoverable` (= `share`) is a fraction of peak × step time (the
+summed windows of the steps counted, on the devices the trace drives), the
+unit of the loss budget (`unit` says it in words). Every time term of the
+budget is its time over the window, so for the rules below the same number is
+the share of step time the item's waste costs; `mfu_after` is the MFU if that
+share went away with the FLOPs unchanged (mfu / (1 - recoverable)), so
 ranking by `recoverable` is ranking by MFU recovered. Items can overlap (an
 unfused attention's softmax is memory-bound too): their recoverable values
 are not additive.
+
+Loss-budget entries: every budget term (non_matmul, idle, matmul_below_peak,
+communication_exposed, recompute, memcpy_exposed, matmul_flops_unknown,
+extra_executed) of at least BUDGET_MIN_SHARE (5%) is an entry whose headline
+is the term's value, exactly (the budget is added up here as the totals add
+theirs), with the rules' items that explain part of it folded in (`TERM_OF`):
+non_matmul names the kernels (on a CPU trace the aten ops) that take it, the
+fusion candidates (runs of short kernels back to back), the memory-bound and
+unfused-attention items; idle splits by gap reason with the host-bound, sync
+and data-loader items; matmul_below_peak names GEMM shapes, dtypes, wave
+quantization and small tiles, with the fp32 item; communication and recompute
+are their rules' items headed by the budget's number. Rules' items of smaller
+terms stand alone from MIN_SHARE. Remedies and what to record are worded for
+PyTorch (Kineto) or JAX (XLA profiles).
 
 Rules, each raising an item only when its evidence is in the trace and worth
 at least MIN_SHARE (1%) of the step time:
@@ -35,9 +54,10 @@ at least MIN_SHARE (1%) of the step time:
                   their time × (1 - fp32 peak / TF32 peak): the same fraction
                   of a faster peak.
   communication   the partition's communication_exposed.
-  recompute       the recompute overlay (time with a recompute kernel running):
-                  all of it is given back without checkpointing, most of it
-                  with selective checkpointing.
+  recompute       headed by the budget's recompute term (the recomputed
+                  FLOPs at peak); the recompute overlay (time with a recompute
+                  kernel running) is evidence, as time, and the headline when
+                  no peak is known (then `unit` says so).
   input_pipeline  idle gaps with reason input_pipeline (a DataLoader op over
                   the gap).
   sync            idle gaps with reason sync (a synchronizing runtime call over
@@ -58,12 +78,16 @@ from traceflops.core import fmt
 from traceflops.core import hardware as hw
 from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
 from traceflops.core.results import Analysis
-from traceflops.core.vocab import OVERLAYS, PARTITION
+from traceflops.core.vocab import GAP_REASONS, OVERLAYS, PARTITION
+from traceflops.metrics import budget as bd
 from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
 from traceflops.stages.link import nearest
+from traceflops.views.rollup import GEMM_TIME_MATTERS
 
 MIN_SHARE = 0.01
+BUDGET_MIN_SHARE = 0.05  # a loss-budget term from this share of peak × step time gets an entry of its own
+UNIT = "of step time at peak"  # the unit of every headline: a share of peak × step time, as the loss budget's terms
 SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch and ramp-up
 TOP = 5
 
@@ -88,6 +112,8 @@ class _Ctx:
     gaps: pl.DataFrame | None  # idle gaps of those steps on that device
     time: dict[str, float]  # partition and overlays, µs
     mfu: float | None
+    budget: dict[str, float | None] | None = None  # the loss budget of these steps (as the report's totals)
+    peak: float | None = None  # FLOP/s of every device that ran the program
 
     def share(self, us: float) -> float:
         return float(us) / self.window if self.window else 0.0
@@ -114,61 +140,80 @@ def _context(a: Analysis, exclude_steps) -> _Ctx | None:
     mfu = None
     if peak and steps["model_flops"].null_count() == 0:
         mfu = float(steps["model_flops"].sum()) / (window * 1e-6 * peak)
-    return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu)
+    return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu, _budget(steps, peak), peak)
+
+
+def _budget(steps: pl.DataFrame, peak: float | None) -> dict[str, float | None] | None:
+    """The loss budget of these steps, added up as the totals add theirs, so every term is the report's number."""
+    cols = (*PARTITION, *OVERLAYS)
+    rows = [bd.inputs_from_row(r, {"window": r["window"], **{c: r.get(f"time_{c}") or 0.0 for c in cols}}, peak)
+            for r in steps.iter_rows(named=True)]  # one row per step
+    total = bd.sum_inputs(rows)
+    return bd.loss_budget(total) if total is not None else None
 
 
 # What to try in a JAX program (an XLA profile), where the PyTorch remedies name the wrong tools.
 JAX_REMEDIES = {
     "host_bound": [
         "Put the whole step (model, loss, jax.grad and the optax update) under one jax.jit: one program dispatch per step",
-        "Keep the host ahead: no jax.device_get / float(x) / printing arrays inside the loop, and prefetch the next "
-        "batch to the device (jax.device_put) while this step runs",
+        ("Keep the host ahead: no jax.device_get / float(x) / printing arrays inside the loop, and prefetch the next "
+        "batch to the device (jax.device_put) while this step runs"),
         "A larger batch per step: the same dispatch, more work",
     ],
     "memory_bound": [
-        "Keep the step in one jit so XLA fuses the elementwise ops; host callbacks (jax.debug.print, pure_callback) and "
-        "jit boundaries split fusions: check the optimized HLO (XLA_FLAGS=--xla_dump_to=DIR) for unfused ops",
+        ("Keep the step in one jit so XLA fuses the elementwise ops; host callbacks (jax.debug.print, pure_callback) and "
+        "jit boundaries split fusions: check the optimized HLO (XLA_FLAGS=--xla_dump_to=DIR) for unfused ops"),
         "Apply the optax update inside the same jit as the gradient, so its elementwise chain fuses",
     ],
     "fp32_matmul": [
-        "Compute in bfloat16: flax modules with dtype=jnp.bfloat16 (param_dtype float32), or cast activations; "
-        "jax.default_matmul_precision('bfloat16') (or 'tensorfloat32' on GPUs) for matmuls left in float32",
+        ("Compute in bfloat16: flax modules with dtype=jnp.bfloat16 (param_dtype float32), or cast activations; "
+        "jax.default_matmul_precision('bfloat16') (or 'tensorfloat32' on GPUs) for matmuls left in float32"),
     ],
     "communication": [
-        "Let XLA overlap collectives with compute: shard with jax.sharding (NamedSharding, PartitionSpec) inside one jit; "
-        "on GPUs XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true",
-        "Move less: shard parameters and optimizer state (FSDP-style PartitionSpecs), accumulate gradients over "
-        "micro-batches before reducing them",
+        ("Let XLA overlap collectives with compute: shard with jax.sharding (NamedSharding, PartitionSpec) inside one jit; "
+        "on GPUs XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true"),
+        ("Move less: shard parameters and optimizer state (FSDP-style PartitionSpecs), accumulate gradients over "
+        "micro-batches before reducing them"),
     ],
     "recompute": [
-        "Rematerialize selectively: jax.checkpoint(policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable) "
+        ("Rematerialize selectively: jax.checkpoint(policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable) "
         "(or checkpoint_dots, or save_only_these_names with jax.ad_checkpoint.checkpoint_name) saves the matmul "
-        "outputs and recomputes only cheap ops; flax: nn.remat(Block, policy=...)",
+        "outputs and recomputes only cheap ops; flax: nn.remat(Block, policy=...)"),
         "Remat fewer blocks (every other layer) where memory allows",
     ],
     "sync": [
-        "Drop host reads inside the step (float(loss), jax.device_get, printing arrays): log every N steps; "
-        "block_until_ready only where you time",
+        ("Drop host reads inside the step (float(loss), jax.device_get, printing arrays): log every N steps; "
+        "block_until_ready only where you time"),
     ],
 }
 
 
 def _item(ctx: _Ctx, kind: str, title: str, recoverable_us: float, evidence: list[str], remedies: list[str],
-          data: dict[str, Any] | None = None) -> dict[str, Any]:
-    if ctx.a.meta.get("format") == "xplane" and kind in JAX_REMEDIES:
+          data: dict[str, Any] | None = None, share: float | None = None, unit: str = UNIT) -> dict[str, Any]:
+    """One item; `share` (default: recoverable_us over the window) is its headline, taken as given so that a
+    budget term's value is printed exactly."""
+    if _jax(ctx) and kind in JAX_REMEDIES:
         remedies = JAX_REMEDIES[kind]
-    rec = ctx.share(recoverable_us)
+    rec = ctx.share(recoverable_us) if share is None else float(share)
     after = ctx.mfu / (1.0 - rec) if ctx.mfu is not None and rec < 1.0 else None
     return {
         "kind": kind,
         "title": title,
         "recoverable": rec,
+        "share": rec,
+        "unit": unit,
+        "term": TERM_OF.get(kind, kind),
         "recoverable_us": float(recoverable_us),
         "mfu_after": after,
         "evidence": evidence,
         "remedies": remedies,
         "data": data or {},
     }
+
+
+def _jax(ctx: _Ctx) -> bool:
+    """An XLA profile (JAX): remedies and what to record name JAX's tools, never PyTorch's."""
+    return ctx.a.meta.get("format") == "xplane"
 
 
 # ---------------------------------------------------------------- rules
@@ -534,8 +579,13 @@ def _recompute(ctx: _Ctx) -> dict | None:
         return None
     flops = float(ctx.steps["flops_recompute"].fill_null(0).sum()) if "flops_recompute" in ctx.steps.columns else 0.0
     executed = float(ctx.steps["flops_executed"].fill_null(0).sum()) if "flops_executed" in ctx.steps.columns else 0.0
-    ev = [f"recompute kernels ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time)"
+    term = (ctx.budget or {}).get("recompute")
+    what = "kernels" if ctx.kernels.height else "ops"
+    ev = [f"recompute {what} ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time, as time)"
           + (f", redoing {flops / 1e9:.1f} GFLOP ({fmt.pct(flops / executed, keep_small=False)} of the executed matmul FLOPs)" if flops and executed else "")]
+    if term is not None:
+        ev.insert(0, f"the recomputed matmul FLOPs take {fmt.pct(term, keep_small=False)} {UNIT} (the loss budget's recompute term); "
+                     "the rest of the recompute time is counted in non_matmul and matmul_below_peak")
     rk = ctx.kernels.filter(pl.col("phase") == "recompute")
     if rk.height:
         by = dict(rk.group_by("cls").agg(pl.col("dur").sum()).iter_rows())
@@ -553,8 +603,11 @@ def _recompute(ctx: _Ctx) -> dict | None:
         "your framework's checkpoint policy)"),
         "Checkpoint fewer blocks (e.g. every other layer) where memory allows: the blocks left out cost no recompute",
     ]
-    data = {"time_us": t, "flops": flops, "executed_flops": executed}
-    return _item(ctx, "recompute", "Recompute costs time: checkpoint selectively", t, ev, remedies, data)
+    data = {"time_us": t, "time_share": ctx.share(t), "flops": flops, "executed_flops": executed}
+    if term is None:  # no peak: the budget has no recompute term, so the headline is the recompute time
+        return _item(ctx, "recompute", "Recompute costs time: checkpoint selectively", t, ev, remedies, data,
+                     unit="of step time (recompute time: without a peak the loss budget has no recompute term)")
+    return _item(ctx, "recompute", "Recompute costs time: checkpoint selectively", t, ev, remedies, data, share=term)
 
 
 def _gap_item(ctx: _Ctx, reason: str) -> tuple[pl.DataFrame, list[str]] | None:
@@ -675,17 +728,452 @@ def _sync(ctx: _Ctx) -> dict | None:
                  {"gaps": g.height, "time_us": float(g["dur"].sum()), "callers": callers[:20]})
 
 
+# ---------------------------------------------------------------- loss-budget entries
+#
+# Every loss-budget term of at least BUDGET_MIN_SHARE gets an entry whose headline is the term itself; the rules'
+# items that explain part of a term are folded into its entry (`findings`), so the largest losses always say what
+# to do next, and a cause the trace cannot tell is said with what to record next time.
+
+TERM_OF = {  # the budget term a rule's item explains part of
+    "host_bound": "idle", "input_pipeline": "idle", "sync": "idle",
+    "memory_bound": "non_matmul", "attention": "non_matmul",
+    "fp32_matmul": "matmul_below_peak",
+    "communication": "communication_exposed", "recompute": "recompute",
+}
+ENTRY_KIND = {"communication_exposed": "communication"}  # a term whose entry keeps its rule's kind (else: the term)
+LOSS_TERMS = ("non_matmul", "idle", "matmul_below_peak", "communication_exposed", "recompute", "memcpy_exposed",
+              "matmul_flops_unknown", "extra_executed")  # mfu is no loss; the mask credit is never positive
+FUSE_GAP_US = 5.0  # short kernels this close on one stream run back to back
+FUSE_RUN = 3  # so many short non-matmul kernels in a row are one fusion candidate
+
+RECORD = {  # what to record next time, by framework
+    "shapes": ("profile with record_shapes=True: the ops' input shapes give FLOPs and GEMM shapes",
+               ("FLOPs and shapes come from the HLO in the profile: capture it with jax.profiler.trace around jitted "
+               "steps of this process, so the profile holds the programs' HLO modules")),
+    "stack": (("profile with with_stack=True (and a schedule over several steps after warm-up): the Python stack "
+              "shows what the host ran over the gaps"),
+              ("profile with jax.profiler.trace over several steps after warm-up, with the Python tracer on "
+              "(jax.profiler.ProfileOptions: python_tracer_level=1, host_tracer_level=2): it shows what the host ran "
+              "over the gaps")),
+    "device": (("profile on the accelerator with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]: the "
+               "kernels, their launches and the idle gaps between them are then in the trace"),
+               ("profile on the accelerator (jax.profiler.trace on a GPU or TPU backend): the device's ops and the "
+               "idle gaps between them are then in the profile")),
+    "hardware": (("name the device (--hardware NAME) instead of a bare --peak-tflops: the roofline, tensor-core "
+                 "dtypes and wave quantization need its bandwidth and SM count"),) * 2,
+}
+
+
+def _record(ctx: _Ctx, *what: str) -> list[str]:
+    """What to record next time, worded for the trace's framework."""
+    return [RECORD[w][1 if _jax(ctx) else 0] for w in what]
+
+
+def _say(ctx: _Ctx, pytorch: list[str], jax: list[str]) -> list[str]:
+    return jax if _jax(ctx) else pytorch
+
+
+def _activities(ctx: _Ctx) -> pl.DataFrame:
+    """What did the work in the counted steps: the device's kernels, or on a CPU trace the ops as the partition took them."""
+    if ctx.kernels.height or ctx.a.ops.height == 0:
+        return ctx.kernels
+    return tl.cpu_activities(ctx.a.ops).filter(pl.col("step").is_in(ctx.ids))
+
+
+def _cpu_other(ctx: _Ctx) -> pl.DataFrame:
+    """A CPU trace's non-matmul work by op: the outermost aten (or XLA) ops that are not matmuls, each with the time
+    of the matmuls nested in it taken out (the partition counts that time as matmul). Autograd nodes and module
+    wrappers are looked through, so the names are the ops a fuser would merge."""
+    ops = ctx.a.ops
+    parent = ops["parent"].to_numpy()
+    unit = (ops["name"].str.starts_with("aten::") | (ops["cat"] == "xla_op")).fill_null(False).to_numpy()
+    outer = unit & ~np.where(parent >= 0, nearest(parent, unit)[np.maximum(parent, 0)] >= 0, False)
+    mm = (ops["matmul"] & ops["ran"]).to_numpy()
+    dur = ops["dur"].cast(pl.Float64).fill_null(0.0).to_numpy()
+    inner = np.flatnonzero(mm & (parent >= 0))
+    anc = nearest(parent, outer)[parent[inner]]
+    keep = anc >= 0
+    nested = np.bincount(anc[keep], weights=dur[inner[keep]], minlength=len(dur))
+    sel = outer & ~mm & ops["ran"].to_numpy()
+    own = pl.DataFrame({"_i": np.flatnonzero(sel).astype(np.uint32), "_own": np.maximum(dur - nested, 0.0)[sel]})
+    cpu = ops.with_row_index("_i").join(own, on="_i", how="inner").filter(pl.col("step").is_in(ctx.ids) & (pl.col("_own") > 0))
+    return cpu.select("name", pl.lit(None, pl.Int64).alias("device"), pl.col("tid").alias("stream"), "ts",
+                      pl.col("_own").alias("dur"), pl.lit("other_compute").alias("cls"), "phase", "step")
+
+
+def _top_names(frame: pl.DataFrame, ctx: _Ctx, n: int = TOP) -> list[str]:
+    """The names that took the most time, with their count, time and share of step time (as time)."""
+    if frame.height == 0:
+        return []
+    top = (frame.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"), pl.col("dur").median().alias("med"))
+           .sort(["t", "name"], descending=[True, False]).head(n))
+    return [f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} ({fmt.pct(ctx.share(r['t']), keep_small=False)} "
+            f"of step time, as time), median {fmt.duration(r['med'])}" for r in top.iter_rows(named=True)]
+
+
+def short_runs(acts: pl.DataFrame, short_us: float = SHORT_KERNEL_US, gap_us: float = FUSE_GAP_US,
+               min_run: int = FUSE_RUN) -> pl.DataFrame:
+    """Runs of at least `min_run` short non-matmul activities back to back on one stream: what a fuser merges.
+
+    Columns: run, n (activities), t (their time, µs), names (distinct, most frequent first).
+    """
+    out = {"run": pl.UInt32, "n": pl.UInt32, "t": pl.Float64, "names": pl.List(pl.Utf8)}
+    if acts.height == 0:
+        return pl.DataFrame(schema=out)
+    lanes = [c for c in ("device", "stream") if c in acts.columns]
+    s = acts.filter(pl.col("dur").is_not_null()).sort([*lanes, "ts"], nulls_last=True).with_columns(
+        _short=((pl.col("cls") == "other_compute") & (pl.col("dur") < short_us)).fill_null(False))
+    same = pl.int_range(pl.len()) > 0
+    for c in lanes:
+        same = same & pl.col(c).eq_missing(pl.col(c).shift(1))
+    close = ((pl.col("ts") - (pl.col("ts") + pl.col("dur")).shift(1)) <= gap_us).fill_null(False)
+    goes_on = pl.col("_short") & pl.col("_short").shift(1).fill_null(False) & same & close
+    runs = (
+        s.with_columns(run=(~goes_on).cast(pl.UInt32).cum_sum())
+        .filter(pl.col("_short"))
+        .group_by("run")
+        .agg(pl.len().alias("n"), pl.col("dur").sum().cast(pl.Float64).alias("t"),
+             pl.col("name").value_counts(sort=True).struct.field("name").alias("names"))
+        .filter(pl.col("n") >= min_run)
+        .sort("t", descending=True)
+    )
+    return runs.select(list(out)).cast(out)
+
+
+def _folded(findings: list[dict], ctx: _Ctx) -> list[str]:
+    """One line per folded item: its headline share and its first piece of evidence."""
+    return [f"{it['title']}: {fmt.pct(it['recoverable'], keep_small=False)} {UNIT}"
+            + (f" ({it['evidence'][0]})" if it["evidence"] else "") for it in findings]
+
+
+def _remedies_of(findings: list[dict]) -> list[str]:
+    out = []
+    for it in findings:
+        out += it["remedies"][:2]
+    return out
+
+
+def _unique(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+def _by_phase(frame: pl.DataFrame, ctx: _Ctx) -> str | None:
+    if frame.height == 0 or "phase" not in frame.columns:
+        return None
+    by = frame.group_by("phase").agg(pl.col("dur").sum()).sort("dur", descending=True)
+    total = float(by["dur"].sum())
+    if not total:
+        return None
+    return "by phase (as time): " + ", ".join(f"{p} {fmt.pct(t / total, keep_small=False)}" for p, t in by.iter_rows())
+
+
+def _non_matmul(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
+    device = ctx.kernels.height > 0
+    if device or ctx.a.ops.height == 0:
+        other = ctx.kernels.filter(pl.col("cls") == "other_compute") if device else ctx.kernels
+    else:
+        other = _cpu_other(ctx)
+    what = "kernels" if device else "ops"
+    t_other = float(other["dur"].sum()) if other.height else 0.0
+    ev = [f"non-matmul compute (elementwise, normalization, reductions, softmax, copies) takes "
+          f"{fmt.pct(value, keep_small=False)} {UNIT}: {other.height} {what}, {fmt.duration(t_other)} of time"
+          + ("" if device else f" inside ops (the rest of the {fmt.duration(value * ctx.window)} in autograd nodes and "
+                               "wrappers around them)")]
+    ev += _folded(findings, ctx)
+    ev += _top_names(other, ctx, 3)
+    runs = short_runs(other)
+    data: dict[str, Any] = {"activities": other.height, "time_us": float(other["dur"].sum()) if other.height else 0.0,
+                            "fusion_runs": runs.height, "fusion_run_activities": int(runs["n"].sum()) if runs.height else 0,
+                            "top": other.group_by("name").agg(pl.col("dur").sum().alias("t")).sort(["t", "name"], descending=[True, False])
+                            .head(TOP)["name"].to_list() if other.height else []}
+    if runs.height:
+        names = pl.Series("name", [n for ns in runs["names"].to_list() for n in ns[:3]]).value_counts(sort=True).head(3)["name"].to_list()
+        ev.append(f"fusion candidates: {runs.height} runs of {FUSE_RUN} or more {what} shorter than {SHORT_KERNEL_US:.0f} µs back to back "
+                  f"({int(runs['n'].sum())} {what}, {fmt.duration(runs['t'].sum())}), e.g. "
+                  + ", ".join(fmt.short(n, 50, '?') for n in names))
+        data["fusion_names"] = names
+    phase = _by_phase(other, ctx)
+    if phase:
+        ev.append(phase)
+    opt = float(other.filter(pl.col("phase") == "optimizer")["dur"].sum()) if other.height and "phase" in other.columns else 0.0
+    total = float(other["dur"].sum()) if other.height else 0.0
+    remedies = _remedies_of(findings)
+    remedies += _say(ctx, [
+        ("torch.compile the model (or its hot blocks): Inductor fuses chains of elementwise and normalization ops into one kernel, "
+        "so the intermediates never go through memory"),
+        ("Fused kernels for the common chains: fused LayerNorm/RMSNorm, fused activations (e.g. Liger, Apex, Transformer Engine), "
+        "SDPA for attention"),
+    ], [
+        ("Keep the whole step in one jax.jit so XLA fuses the elementwise chains; host callbacks and jit boundaries split "
+        "fusions: check the optimized HLO (XLA_FLAGS=--xla_dump_to=DIR) for unfused ops"),
+        "Fused attention (jax.nn.dot_product_attention, or a Pallas / cuDNN kernel) instead of einsum + softmax + einsum",
+    ])
+    if total and opt >= 0.2 * total:
+        remedies.insert(0, _say(ctx, [(f"The optimizer is {fmt.pct(opt / total, keep_small=False)} of it: a fused or foreach optimizer "
+                                      "(torch.optim.AdamW(..., fused=True))")],
+                                [(f"The optimizer is {fmt.pct(opt / total, keep_small=False)} of it: apply the optax update inside "
+                                 "the same jit as the gradient, so its elementwise chain fuses")])[0])
+    record: list[str] = []
+    if not device and not _jax(ctx):
+        record = _record(ctx, "device")
+        ev.append("a CPU trace: which of these ops would be memory-bound kernels on the device, and which fuse, cannot be told from it")
+    elif device and ("bound" not in ctx.kernels.columns or ctx.kernels["bound"].null_count() == ctx.kernels.height):
+        record = _record(ctx, "hardware")
+        ev.append("the hardware is not known (a bare peak was given): which kernels are memory-bound cannot be told")
+    return "Non-matmul compute: fuse the small kernels", ev, remedies, data, record, other.height > 0
+
+
+def _idle(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
+    ev = [(f"{'the device did nothing' if ctx.kernels.height else 'no work ran'} for {fmt.pct(value, keep_small=False)} {UNIT} "
+          f"({fmt.duration(value * ctx.window)})")]
+    data: dict[str, Any] = {}
+    record: list[str] = []
+    remedies = _remedies_of(findings)
+    if ctx.gaps is not None and ctx.gaps.height:
+        got = dict(ctx.gaps.group_by("reason").agg(pl.col("dur").sum()).iter_rows())
+        by = {r: float(got.get(r, 0.0)) for r in GAP_REASONS}
+        data["by_reason_us"] = by
+        ev.append("by reason: " + ", ".join(f"{r} {fmt.pct(ctx.share(t), keep_small=False)}"
+                                            for r, t in sorted(by.items(), key=lambda x: -x[1]) if t > 0))
+        ev += _folded(findings, ctx)
+        unknown = by["unknown"]
+        if ctx.share(unknown) >= MIN_SHARE:
+            ev.append(f"{fmt.pct(ctx.share(unknown), keep_small=False)} of step time is idle with no cause in the trace "
+                      "(no launch, synchronising call or data-loader op over the gap): it cannot be told what the host did")
+            record = _record(ctx, "stack")
+    elif ctx.kernels.height == 0 and not _jax(ctx):
+        ev.append("a CPU trace: idle is time when no op ran (Python between ops, waits outside ops); why cannot be told "
+                  "from a CPU trace")
+        record = _record(ctx, "stack", "device")
+    elif ctx.kernels.height == 0:
+        ev.append("an XLA:CPU profile: idle is time when no XLA op ran (dispatch between programs, Python); why cannot "
+                  "be told from it")
+        record = _record(ctx, "stack", "device")
+    else:
+        ev.append("no idle gap inside the steps holds a cause: it cannot be told what the host did")
+        record = _record(ctx, "stack")
+    if not remedies:
+        remedies = _say(ctx, [
+            "Find what the host runs over the longest gaps (with_stack=True) and move it out of the step or overlap it",
+            "torch.compile / CUDA graphs where the host launches many small kernels",
+        ], [
+            "Find what the host runs over the longest gaps (the Python tracer) and move it out of the step",
+            "Put the whole step under one jax.jit, and keep the host ahead: no jax.device_get / float(x) inside the loop",
+        ])
+    return "The device sits idle: keep it fed", ev, remedies, data, record, not record
+
+
+def _gemm_lines(ctx: _Ctx) -> tuple[list[str], dict[str, Any]]:
+    """The GEMM shapes that took the most matmul time, their throughput and wave quantization (device traces)."""
+    g = ctx.a.by_gemm_shape
+    peak1 = (ctx.a.hardware or {}).get("peak_flops")
+    if g is None or g.height == 0 or float(g["time_us"].sum()) <= 0:
+        return [], {}
+    ev = []
+    for r in g.filter(pl.col("time_us") > 0).head(3).iter_rows(named=True):
+        dims = f"{r['M']}×{r['N']}×{r['K']}" + (f" ×{r['batch']}" if r["batch"] > 1 else "")
+        rate = (f", {r['tflops']:.1f} TFLOP/s" + (f" ({fmt.pct(r['tflops'] * 1e12 / peak1, keep_small=False)} of peak)" if peak1 else "")
+                if r["tflops"] is not None else "")
+        ev.append(f"GEMM M×N×K {dims} ({r['dtype'] or '?'}): {r['count']} calls, {fmt.duration(r['time_us'])} "
+                  f"({fmt.pct(r['share'], keep_small=False)} of matmul time){rate}")
+    by_dtype = g.group_by("dtype").agg(pl.col("time_us").sum()).sort("time_us", descending=True)
+    tot = float(by_dtype["time_us"].sum())
+    by_dtype = by_dtype.filter(pl.col("time_us") >= GEMM_TIME_MATTERS * tot) if tot else by_dtype
+    if by_dtype.height > 1 or (by_dtype.height == 1 and by_dtype["dtype"][0] == "fp32"):
+        ev.append("matmul time by dtype: " + ", ".join(f"{d or '?'} {fmt.pct(t / tot, keep_small=False)}" for d, t in by_dtype.iter_rows()))
+    waves = g.filter(pl.col("wave_hint").fill_null(False))
+    if waves.height:
+        ev.append(f"wave quantization: {waves.height} shapes ({fmt.pct(waves['share'].sum(), keep_small=False)} of matmul time) leave "
+                  f"the last wave under half full, e.g. {waves['hint'][0]}")
+    small = g.filter(pl.col("waves").is_not_null() & (pl.col("waves") < 1) & (pl.col("share") >= GEMM_TIME_MATTERS))
+    if small.height:
+        ev.append(f"{small.height} shapes ({fmt.pct(small['share'].sum(), keep_small=False)} of matmul time) have fewer output "
+                  "tiles than the device has SMs: too small to fill it")
+    return ev, {"wave_hint_shapes": waves.height, "small_shapes": small.height,
+                "dtypes": {str(d): float(t) for d, t in by_dtype.iter_rows()}}
+
+
+def _matmul_ops(ctx: _Ctx) -> list[str]:
+    """The matmul ops (a CPU trace) or kernels (XLA) that took the most time, with their achieved rate."""
+    acts = _activities(ctx)
+    mm = acts.filter(pl.col("cls") == "matmul") if acts.height else acts
+    if mm.height == 0:
+        return []
+    if ctx.kernels.height == 0 and not _jax(ctx) and "dims" in ctx.a.ops.columns:  # a CPU trace: each op with its shapes
+        ops = ctx.a.ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("step").is_in(ctx.ids))
+        mm = ops.with_columns(name=pl.col("name") + pl.lit(" ") + pl.col("dims").fill_null("[?]"))
+    top = (mm.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"),
+                                   pl.col("flops").cast(pl.Float64).sum().alias("f"), pl.col("flops").null_count().alias("u"))
+           .sort(["t", "name"], descending=[True, False]).head(3))
+    per = (ctx.a.hardware or {}).get("peak_flops")  # one device's: these ops ran on one
+    out = []
+    for r in top.iter_rows(named=True):
+        rate = r["f"] / (r["t"] * 1e-6) if r["t"] and r["f"] and not r["u"] else None
+        out.append(f"{fmt.short(r['name'], 90, '?')}: {r['n']}×, {fmt.duration(r['t'])}"
+                   + (f", {fmt.si(rate, 'FLOP/s')}" + (f" ({fmt.pct(rate / per, keep_small=False)} of peak)" if per else "") if rate else ""))
+    return out
+
+
+def _matmul_below_peak(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
+    known = ctx.share(ctx.time.get("matmul_known", 0.0))
+    at_peak = known - value
+    ev = [f"matmuls with known FLOPs ran {fmt.pct(known, keep_small=False)} of step time; at peak they would take "
+          f"{fmt.pct(at_peak, keep_small=False)}: {fmt.pct(value, keep_small=False)} {UNIT} is lost to matmuls below peak"
+          + (f" (they ran at {fmt.pct(at_peak / known, keep_small=False)} of peak on average)" if known > 0 else "")]
+    ev += _folded(findings, ctx)
+    lines, data = _gemm_lines(ctx)
+    shown = lines or _matmul_ops(ctx)
+    ev += shown
+    acts = _activities(ctx)
+    mm = acts.filter(pl.col("cls") == "matmul") if acts.height else acts
+    tiny = mm.filter(pl.col("dur") < SHORT_KERNEL_US) if ctx.kernels.height else mm.head(0)
+    if tiny.height:
+        ev.append(f"{tiny.height} matmul kernels shorter than {SHORT_KERNEL_US:.0f} µs ({fmt.duration(tiny['dur'].sum())}): "
+                  "small tiles that cannot fill the device")
+    data["short_matmul_kernels"] = tiny.height
+    phase = _by_phase(mm, ctx)
+    if phase:
+        ev.append(phase)
+    record: list[str] = []
+    h = ctx.a.hardware or {}
+    if ctx.kernels.height == 0:
+        ev.append("a CPU trace (or XLA:CPU): tensor-core dtypes and wave quantization cannot be told from it")
+        record = _record(ctx, "device")
+    elif h.get("source") == "--peak-tflops" or hw.lookup(h.get("name") or "") is None:
+        ev.append("the hardware is not known (a bare peak was given): wave quantization and tensor-core dtypes cannot be told")
+        record = _record(ctx, "hardware")
+    elif not lines and not _jax(ctx):
+        ev.append("no GEMM shape is recorded: which shapes run slowly cannot be told")
+        record = _record(ctx, "shapes")
+    remedies = _remedies_of(findings) + _say(ctx, [
+        "Shapes the tensor cores like: hidden, FFN, vocab and batch × sequence sizes in multiples of 64 (128 better)",
+        ("bf16 or fp16 for the matmuls (torch.autocast), and TF32 for what stays fp32 "
+        "(torch.set_float32_matmul_precision(\"high\"))"),
+        "Larger matmuls: a larger batch per step, or fewer, fused GEMMs (torch.compile(mode=\"max-autotune\") picks tiles)",
+    ], [
+        "Shapes the matrix units like: feature, hidden and batch sizes in multiples of 128 (256 on newer TPUs)",
+        "Compute in bfloat16 (flax dtype=jnp.bfloat16), and jax.default_matmul_precision for what stays float32",
+        "A larger batch per device: small dots cannot fill the matrix units",
+    ])
+    return "Matmuls run below peak: shapes, dtypes and tiles", ev, remedies, data, record, bool(lines or shown)
+
+
+def _from_finding(kind: str, title: str, what: str):
+    """An entry that is one rule's item (communication, recompute), with the budget's number as its headline."""
+    def entry(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
+        own = [f for f in findings if f["kind"] == kind]
+        rest = [f for f in findings if f["kind"] != kind]
+        if own:
+            it = own[0]
+            head = [] if any(UNIT in e for e in it["evidence"]) else [f"{what} takes {fmt.pct(value, keep_small=False)} {UNIT}"]
+            return (it["title"], head + it["evidence"] + _folded(rest, ctx), it["remedies"] + _remedies_of(rest), it["data"],
+                    [], True)
+        return (title, [f"{fmt.pct(value, keep_small=False)} {UNIT}: the trace holds no detail of it"], [], {},
+                _record(ctx, "stack"), False)
+    return entry
+
+
+def _memcpy_exposed(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
+    mc = ctx.kernels.filter(pl.col("cls").is_in(["memcpy", "memset"])) if ctx.kernels.height else ctx.kernels
+    ev = [f"copies and memsets with no compute beside them take {fmt.pct(value, keep_small=False)} {UNIT}"]
+    ev += _top_names(mc, ctx, 3)
+    data: dict[str, Any] = {}
+    if mc.height and "bytes" in mc.columns and mc["bytes"].null_count() < mc.height:
+        b = float(mc["bytes"].sum())
+        t = float(mc["dur"].sum())
+        data = {"bytes": b, "time_us": t}
+        ev.append(f"{fmt.nbytes(b)} moved in {fmt.duration(t)} ({b / (t * 1e-6) / 1e9:.1f} GB/s)" if t else f"{fmt.nbytes(b)} moved")
+    remedies = _say(ctx, [
+        "Host-to-device copies: pin_memory=True in the DataLoader and .to(device, non_blocking=True), so the copy overlaps compute",
+        "Device-to-host copies (.cpu(), .item(), .tolist()) once per step at most, or on a side stream",
+        "Copies inside the model (.contiguous(), dtype casts, torch.cat): fuse them away (torch.compile) or keep one layout",
+    ], [
+        "Prefetch the next batch to the device (jax.device_put, or a prefetching iterator) while this step runs",
+        ("Keep arrays on the device between steps: no jax.device_get / np.asarray inside the loop; donate buffers "
+        "(jax.jit(..., donate_argnums=...)) so XLA does not copy them"),
+    ])
+    record = [] if mc.height else _record(ctx, "device")
+    return "Memory copies stall compute: overlap or drop them", ev, remedies, data, record, mc.height > 0
+
+
+def _matmul_flops_unknown(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
+    acts = _activities(ctx)
+    mm = acts.filter((pl.col("cls") == "matmul") & pl.col("flops").is_null()) if acts.height else acts
+    ev = [(f"matmul time whose FLOPs are unknown takes {fmt.pct(value, keep_small=False)} {UNIT}: how far below peak it "
+          "ran cannot be told")]
+    ev += _top_names(mm, ctx, 3)
+    if ctx.a.ops.height == 0:
+        ev.append("the trace holds device activity only: no op gives these kernels' shapes")
+        record = _record(ctx, "device", "shapes")
+    else:
+        record = _record(ctx, "shapes")
+    remedies = ["Once their FLOPs are known, the matmul_below_peak entry says which shapes and dtypes to change"]
+    return "Matmul time of unknown FLOPs: record shapes to judge it", ev, remedies, {"kernels": mm.height}, record, False
+
+
+def _extra_executed(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
+    model = float(ctx.steps["model_flops"].sum())
+    executed = float(ctx.steps["flops_executed"].fill_null(0).sum()) if "flops_executed" in ctx.steps.columns else 0.0
+    recompute = float(ctx.steps["flops_recompute"].fill_null(0).sum()) if "flops_recompute" in ctx.steps.columns else 0.0
+    ev = [(f"matmuls did {fmt.pct(value, keep_small=False)} {UNIT} of work the model's FLOP count does not hold: "
+          f"{executed / 1e9:.1f} GFLOP executed, {recompute / 1e9:.1f} of them recompute, {model / 1e9:.1f} GFLOP of model")]
+    remedies = _say(ctx, [
+        ("Check the model description (--model, sequence length, vocabulary, layers): the executed matmuls may be right and the "
+        "model FLOPs low"),
+        "Padding: pack sequences or bucket by length, so the matmuls do not work on padding tokens",
+        "Work outside the model's formula (an extra head, a loss projection, a second forward): drop what is not needed",
+    ], [
+        ("Check the model description (--model, sequence length, vocabulary, layers): the executed dots may be right and the "
+        "model FLOPs low"),
+        "Padding: pack sequences or bucket by length, so the dots do not work on padding tokens",
+    ])
+    return "Matmuls do more work than the model needs", ev, remedies, {"model_flops": model, "executed_flops": executed}, [], True
+
+
+ENTRIES = {
+    "non_matmul": _non_matmul,
+    "idle": _idle,
+    "matmul_below_peak": _matmul_below_peak,
+    "communication_exposed": _from_finding("communication", "Communication is exposed: overlap it with compute",
+                                           "communication with no compute beside it"),
+    "recompute": _from_finding("recompute", "Recompute costs time: checkpoint selectively", "recomputed work"),
+    "memcpy_exposed": _memcpy_exposed,
+    "matmul_flops_unknown": _matmul_flops_unknown,
+    "extra_executed": _extra_executed,
+}
+
+
+def _entry(ctx: _Ctx, term: str, value: float, findings: list[dict]) -> dict[str, Any]:
+    """The entry of one budget term: its value as the headline, the items that explain it folded in."""
+    title, ev, remedies, data, record, known = ENTRIES[term](ctx, value, findings)
+    kind = ENTRY_KIND.get(term, term)
+    it = _item(ctx, kind, title, value * ctx.window, ev, _unique(remedies + record if known else record + remedies), data,
+               share=value)
+    it["term"] = term
+    it["findings"] = [f for f in findings if f["kind"] != kind]
+    it["cause_known"] = bool(known)
+    it["record"] = record
+    return it
+
+
 RULES = (_host_bound, _memory_bound, _attention, _fp32_matmul, _communication, _recompute, _input_pipeline, _sync)
 
 
-def advise(a: Analysis, exclude_steps=(), min_share: float = MIN_SHARE) -> list[dict[str, Any]]:
-    """Items of advice the trace supports, largest recoverable share of step time first.
+def advise(a: Analysis, exclude_steps=(), min_share: float = MIN_SHARE,
+           term_share: float = BUDGET_MIN_SHARE) -> list[dict[str, Any]]:
+    """Items of advice the trace supports, largest share of peak × step time first.
 
-    `exclude_steps`: steps left out (pass the analysis' ModelOptions.exclude_steps);
-    `min_share`: the smallest recoverable share that raises an item.
+    Every loss-budget term of at least `term_share` is an entry headed by the term's value, the rules' items that
+    explain it folded in (`findings`); the rules' items of smaller terms stand alone when they reach `min_share`.
+    `exclude_steps`: steps left out (pass the analysis' ModelOptions.exclude_steps).
     """
     ctx = _context(a, exclude_steps)
     if ctx is None:
         return []
-    items = [it for rule in RULES if (it := rule(ctx)) is not None and it["recoverable"] >= min_share]
-    return sorted(items, key=lambda it: (-it["recoverable"], it["kind"]))
+    found = [it for rule in RULES if (it := rule(ctx)) is not None and it["recoverable"] >= min_share]
+    budget = ctx.budget or {}
+    big = [t for t in LOSS_TERMS if budget.get(t) is not None and budget[t] >= term_share]
+    entries = [_entry(ctx, t, budget[t], sorted((f for f in found if f["term"] == t), key=lambda f: -f["recoverable"]))
+               for t in big]
+    alone = [f for f in found if f["term"] not in big]
+    return sorted(entries + alone, key=lambda it: (-it["recoverable"], it["kind"]))
