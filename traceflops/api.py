@@ -38,9 +38,11 @@ def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int
 def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, microbatches: int | None = None, **model: Any):
     """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does."""
     from traceflops.run.inputs import expand
+    from traceflops.run.options import check_numbers
     from traceflops.run.ranks import summarize_all
     from traceflops.views.job import global_model_flops, job_view
 
+    check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
     files = expand([str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)])
     summaries = summarize_all(files, opts, jobs)

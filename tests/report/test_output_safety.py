@@ -370,3 +370,13 @@ def test_help_texts_state_the_bounds():
                 assert bounds_text(p.name) in (p.help or ""), (name, p.name, p.help)
                 checked += 1
     assert checked >= 20
+
+
+@pytest.mark.parametrize("kw", [{"jobs": 0}, {"pipeline_stages": -1}, {"microbatches": 0}])
+def test_the_job_api_refuses_bad_numbers_before_reading(kw, tmp_path):
+    from traceflops.api import analyze_job
+    from traceflops.core.errors import OptionsError
+
+    with pytest.raises(OptionsError) as e:
+        analyze_job(tmp_path / "no-such-dir", **kw)  # refused before the path is looked at
+    assert next(iter(kw)) in str(e.value)
