@@ -26,7 +26,7 @@ from traceflops.metrics.stepstats import step_stats
 from traceflops.stages import roofline
 from traceflops.stages import timeline as tl
 from traceflops.stages.clean import clean
-from traceflops.stages.critical_path import critical_path
+from traceflops.stages.critical_path import critical_path, with_path_columns
 from traceflops.stages.count import (
     TOTAL_FLOPS_MAX,
     classify_kernels,
@@ -98,6 +98,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     return_freed_memory()
     stats = tl.launch_stats(kernels, steps) if device_trace else None
     path = critical_path(kernels, linked.launches, ops, steps) if device_trace else None
+    steps = with_path_columns(steps, path)
     steps = steptime.attach_launch_stats(steptime.attach_time(steps, part, peak_all, devices), stats)
     known_hw = hw.lookup(hardware["name"]) if hardware and hardware.get("source") != "--peak-tflops" else None
     roof = roofline.roofline(kernels, ops, known_hw, precision) if device_trace else None

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from traceflops.core.contract import PATH_PREFIX
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PROFILER_STEP_RE
 from traceflops.stages.timeline import is_sync_call
 
@@ -298,3 +299,12 @@ def top_segments(segments: pl.DataFrame, n: int = 5) -> pl.DataFrame:
     """Per step, the n longest (kind, name) pairs of the path, their µs summed over the path."""
     return (segments.group_by("step", "kind", "name").agg(pl.col("dur").sum(), pl.len().alias("segments"))
             .sort(["step", "dur"], descending=[False, True]).group_by("step", maintain_order=True).head(n))
+
+
+def with_path_columns(steps: pl.DataFrame, segments: pl.DataFrame | None) -> pl.DataFrame:
+    """The steps with the path's µs by kind as `path_<kind>` columns (null where the trace has no path)."""
+    cols = [f"{PATH_PREFIX}{k}" for k in KINDS]
+    if segments is None or segments.height == 0:
+        return steps.with_columns([pl.lit(None, pl.Float64).alias(c) for c in cols])
+    per = breakdown(segments).select("step", *[pl.col(k).alias(f"{PATH_PREFIX}{k}") for k in KINDS])
+    return steps.join(per, on="step", how="left", maintain_order="left")

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import polars as pl
 
+from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
 from traceflops.core.errors import InputError
 from traceflops.core.results import Analysis, Job, RankSummary
-from traceflops.core.vocab import PARTITION, PHASES
+from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
+from traceflops.stages.critical_path import KINDS
 from traceflops.views.collectives import collectives
 
 # Bus-bandwidth factors (NCCL tests' convention): bytes each rank moves over its links per byte of payload.
@@ -30,8 +32,10 @@ _BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "all_reduce": lambda n: 2 * (n -
 _RANK_RE = re.compile(r"rank[_\-]?(\d+)", re.I)
 
 
-STEP_COLUMNS = ["step", "name", "start", "window", "model_flops", "flops_executed", "mfu", "hfu",
-                *[f"flops_{p}" for p in PHASES], *[f"time_{c}" for c in PARTITION], "time_communication_overlapped"]
+STEP_COLUMNS = ["step", "name", "ts", "dur", "start", "window", "window_source", "last", "model_flops", "flops_executed",
+                "mfu", "mfu_no_attention", "hfu", *[f"flops_{p}" for p in PHASES], *[f"count_{p}" for p in PHASES],
+                *[f"time_{c}" for c in (*PARTITION, *OVERLAYS)], "launch_kernels", "launch_median_kernel_us",
+                "launch_median_delay_us", *[f"{PATH_PREFIX}{k}" for k in KINDS]]
 
 
 def rank_from_path(path: str) -> int | None:
@@ -39,8 +43,18 @@ def rank_from_path(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def with_budget_columns(steps: pl.DataFrame) -> pl.DataFrame:
+    """The per-step loss budget (a dict column) as `budget_<term>` float columns: a summary is stored as parquet."""
+    if "loss_budget" not in steps.columns:
+        return steps
+    rows = steps["loss_budget"].to_list()
+    terms = list(dict.fromkeys(t for r in rows if isinstance(r, dict) for t in r))
+    cols = {f"{BUDGET_PREFIX}{t}": pl.Series([r.get(t) if isinstance(r, dict) else None for r in rows], dtype=pl.Float64) for t in terms}
+    return steps.drop("loss_budget").with_columns(**cols)
+
+
 def summarize(a: Analysis) -> RankSummary:
-    steps = a.steps.select([c for c in STEP_COLUMNS if c in a.steps.columns])
+    steps = with_budget_columns(a.steps.select([c for c in [*STEP_COLUMNS, "loss_budget"] if c in a.steps.columns]))
     if a.idle_gaps is not None and a.idle_gaps.height:
         idle = a.idle_gaps.group_by("step", "reason").agg(pl.col("dur").sum())
     else:

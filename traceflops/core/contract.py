@@ -1,0 +1,84 @@
+"""The JSON report's row shapes, one for a single trace and a job alike (`schema/report.schema.json` validates them).
+
+A step row is built from a step table's row: the Analysis's `steps`, or a rank
+summary's (which carries the loss budget as `budget_<term>` columns, since a
+summary is stored as parquet). Keys a source lacks are null, never absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
+
+BUDGET_PREFIX = "budget_"
+PATH_PREFIX = "path_"
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def loss_budget(row: Mapping[str, Any]) -> dict[str, float] | None:
+    """The step's loss budget: a dict column (an Analysis) or `budget_<term>` columns (a rank summary)."""
+    lb = row.get("loss_budget")
+    if isinstance(lb, Mapping):
+        return dict(lb)
+    terms = {k[len(BUDGET_PREFIX):]: v for k, v in row.items() if k.startswith(BUDGET_PREFIX)}
+    return terms if terms and any(v is not None for v in terms.values()) else None
+
+
+def critical_path(row: Mapping[str, Any]) -> dict[str, float] | None:
+    """The step's critical path by kind (µs), from `path_<kind>` columns; None where the trace has none."""
+    kinds = {k[len(PATH_PREFIX):]: v for k, v in row.items() if k.startswith(PATH_PREFIX)}
+    return kinds if kinds and any(v is not None for v in kinds.values()) else None
+
+
+def step_record(s: Mapping[str, Any], rank: int | None) -> dict[str, Any]:
+    """One step of one rank, as the report contract states it."""
+    flops = {p: _int(s.get(f"flops_{p}")) for p in PHASES}
+    flops["executed"] = _int(s.get("flops_executed"))
+    counts = {p: _int(s.get(f"count_{p}")) for p in PHASES}
+    return {
+        "rank": rank,
+        "step": s.get("step"),
+        "name": s.get("name"),
+        "start_us": s.get("start"),
+        "dur_us": s.get("window"),
+        "host_start_us": s.get("ts"),
+        "host_dur_us": s.get("dur"),
+        "window_source": s.get("window_source"),
+        "last": None if s.get("last") is None else bool(s.get("last")),
+        "flops": flops,
+        "matmul_count": counts if any(v is not None for v in counts.values()) else None,
+        "model_flops": None if s.get("model_flops") is None else float(s["model_flops"]),
+        "mfu": s.get("mfu"),
+        "mfu_no_attention": s.get("mfu_no_attention"),
+        "hfu": s.get("hfu"),
+        "time_us": {c: s.get(f"time_{c}") for c in PARTITION},
+        "overlay_us": {c: s.get(f"time_{c}") for c in OVERLAYS},
+        "loss_budget": loss_budget(s),
+        "critical_path_us": critical_path(s),
+        "launch": {
+            "kernels": s.get("launch_kernels"),
+            "median_kernel_us": s.get("launch_median_kernel_us"),
+            "median_launch_to_start_us": s.get("launch_median_delay_us"),
+        },
+    }
+
+
+def rank_record(rank: int | None, path: str | None, totals: Mapping[str, Any]) -> dict[str, Any]:
+    """One rank's whole-trace numbers, as the report contract states it (the single report's `ranks` too)."""
+    flops = totals.get("flops") or {}
+    return {
+        "rank": rank,
+        "path": path,
+        "wall_us": totals.get("wall_us"),
+        "device_mfu": totals.get("mfu"),
+        "hfu": totals.get("hfu"),
+        "flops": {k: _int(v) for k, v in flops.items()} or None,
+        "time_us": totals.get("time_us"),
+        "overlay_us": totals.get("overlay_us"),
+        "loss_budget": totals.get("loss_budget"),
+    }
