@@ -1,31 +1,100 @@
-"""Reading trace files: bounded decompression, so a gzip bomb is an error, not an OOM kill."""
+"""Reading trace files: regular files only, bounded decompression, so a gzip bomb or /dev/zero is an error, not an OOM kill or a hang."""
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 import zlib
 from collections.abc import Iterator
 
-from traceflops.core.errors import InputError
+from traceflops.core.errors import InputError, OptionsError
 
 DEFAULT_MAX_BYTES = 32 << 30  # decompressed bytes; override with TRACEFLOPS_MAX_BYTES
+MAX_BYTES_VAR = "TRACEFLOPS_MAX_BYTES"
+_GZIP_MAGIC = b"\x1f\x8b"
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)\s*")
+_KINDS = ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def parse_byte_count(text: str) -> int:
+    """`32000000000`, `1e9`, `32GiB` or `4GB` as a positive whole number of bytes; OptionsError naming the variable otherwise."""
+    m = _SIZE.fullmatch(text.lower())
+    number = m and (int(m.group(1)) if m.group(1).isdigit() else float(m.group(1)))  # integers exactly, `1e9` as a float
+    value = number * _UNITS[m.group(2)] if m and m.group(2) in _UNITS else None
+    if value is None or value < 1 or value != value // 1 or value > 1 << 62:
+        raise OptionsError(None, f"{MAX_BYTES_VAR}={text!r} is not a positive byte count",
+                           "set it to a whole number of bytes such as 32000000000, 1e9 or 32GiB, or unset it")
+    return int(value)
 
 
 def max_bytes_default() -> int:
-    env = os.environ.get("TRACEFLOPS_MAX_BYTES")
-    return int(env) if env and env.isdigit() else DEFAULT_MAX_BYTES
+    """The decompressed-size limit: TRACEFLOPS_MAX_BYTES when set (a bad value is an error, never silently ignored)."""
+    env = os.environ.get(MAX_BYTES_VAR)
+    return DEFAULT_MAX_BYTES if env is None or env == "" else parse_byte_count(env)
+
+
+def not_regular(path: str, mode: int) -> InputError | None:
+    """Why a file of this mode cannot be read as a trace (a pipe or a device never ends, or has no size), or None."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return InputError(path, "is a directory, not a trace file", "pass the trace file itself")
+    kind = next((k for test, k in _KINDS if test(mode)), "not a plain file")
+    return InputError(path, f"is {kind}, not a regular file", "save it to a file first (e.g. `cat SOURCE > trace.json`) and pass that file")
+
+
+def _os_error(path: str, e: OSError) -> InputError:
+    """One clear line for a file that cannot be opened."""
+    if e.errno == errno.ENOENT:
+        return InputError(path, "no such file", "check the path")
+    if e.errno == errno.EISDIR:
+        return InputError(path, "is a directory, not a trace file", "pass the trace file itself")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return InputError(path, "permission denied", "check the file's permissions")
+    if e.errno == errno.ELOOP:
+        return InputError(path, "is a symbolic link loop (too many levels of links)", "point at the real file")
+    if e.errno == errno.ENXIO:
+        return InputError(path, "is a socket or a device without a reader, not a regular file", "save it to a file first and pass that file")
+    return InputError(path, f"cannot be opened ({e.strerror or e})", "check the path and the file")
+
+
+def check_regular(path: str) -> os.stat_result:
+    """The file's stat, or InputError when it is missing, unreadable, a link loop, or not a regular file; reads nothing."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise _os_error(path, e) from None
+    except ValueError:  # an embedded NUL byte
+        raise InputError(path, "is not a valid file name", "check the path") from None
+    err = not_regular(path, st.st_mode)
+    if err is not None:
+        raise err
+    return st
 
 
 def open_trace(path: str):
-    """The file opened for reading, or one clear InputError saying why it cannot be."""
+    """The regular file opened for reading, or one clear InputError saying why it cannot be.
+
+    Opened non-blocking and checked with fstat before any read, so that a FIFO
+    without a writer does not hang and /dev/zero is never read.
+    """
     try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise InputError(path, "no such file", "check the path") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a trace file", "pass the trace file itself") from None
-    except PermissionError:
-        raise InputError(path, "permission denied", "check the file's permissions") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise _os_error(path, e) from None
+    except ValueError:
+        raise InputError(path, "is not a valid file name", "check the path") from None
+    err = not_regular(path, os.fstat(fd).st_mode)
+    if err is not None:
+        os.close(fd)
+        raise err
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[bytes]:
@@ -57,19 +126,30 @@ def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterat
 
 
 def _gunzip(blocks: Iterator[bytes], piece: int, path: str) -> Iterator[bytes]:
-    """Inflate gzip members one after another, never more than `piece` bytes at a time (a small block may expand a lot)."""
+    """Inflate gzip members one after another, never more than `piece` bytes at a time (a small block may expand a lot).
+
+    Bytes after a member that do not start another one are trailing garbage:
+    an InputError, not an unlabelled zlib error (or, for one stray byte, silence).
+    """
     d = zlib.decompressobj(wbits=31)
     done = 0
+    head: bytes | None = None  # the next member's first bytes, checked against the gzip magic
     try:
         for block in blocks:
             data = block
             while data:
+                if head is not None:
+                    head += data[: 2 - len(head)]
+                    if not _GZIP_MAGIC.startswith(head):
+                        raise InputError(path, f"has trailing garbage after its gzip data ({done} bytes inflated)",
+                                         "re-copy or re-export the trace, or cut it at the end of the gzip data")
+                    head = None if len(head) == 2 else head
                 out = d.decompress(data, piece)
                 done += len(out)
                 if out:
                     yield out
                 if d.eof:  # the next member starts with what this one left
-                    data, d = d.unused_data, zlib.decompressobj(wbits=31)
+                    data, d, head = d.unused_data, zlib.decompressobj(wbits=31), b""
                 else:
                     data = d.unconsumed_tail
     except zlib.error as e:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 
 from traceflops.core.errors import InputError
+from traceflops.parsers.io import check_regular
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".xplane.pb", ".xplane.pb.gz")
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
@@ -26,20 +28,75 @@ def profile_files(files: list[Path]) -> list[Path]:
     return [f for f in files if (f.parent, _stem(f.name, (JAX_JSON_SUFFIX,))) not in xplanes]
 
 
-def expand(paths: list[str]) -> list[str]:
+def walk_traces(root: str) -> tuple[list[Path], list[str]]:
+    """The trace files under a folder (links followed, each real folder once), and a warning per folder or file left out.
+
+    A folder that cannot be listed, or a trace-named pipe or device, is named
+    in the warnings rather than skipped in silence: a job view missing a rank
+    must say so.
+    """
+    warnings: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    files: list[Path] = []
+
+    def unlistable(e: OSError) -> None:
+        warnings.append(f"{e.filename}: folder cannot be read ({e.strerror}); its traces are left out")
+
+    for folder, dirs, names in os.walk(root, onerror=unlistable, followlinks=True):
+        try:
+            st = os.stat(folder)
+        except OSError as e:  # gone or unreadable since it was listed
+            unlistable(e)
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in seen:  # a link back to a folder already walked
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs.sort()
+        for name in filter(is_trace_name, names):
+            f = Path(folder, name)
+            try:
+                check_regular(str(f))
+            except InputError as e:
+                warnings.append(f"{f}: {e.what}; left out")
+                continue
+            files.append(f)
+    return files, warnings
+
+
+def expand_with_warnings(paths: list[str]) -> tuple[list[str], list[str]]:
+    """The trace files the user named (files, folders, globs), and what was left out of the folders, one line each.
+
+    A name that exists is that file, even with `[`, `*` or `?` in it; only a
+    name that does not exist is a glob pattern. A named file must be a regular
+    file: a pipe, a device or standard input is refused before anything reads it.
+    """
     out: list[str] = []
+    warnings: list[str] = []
     for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            found = sorted(str(f) for f in profile_files([f for f in path.rglob("*") if f.is_file() and is_trace_name(f.name)]))
+        if p == "-":
+            raise InputError(p, "reading a trace from standard input is not supported", "save it to a file first and pass that file")
+        if os.path.isdir(p):
+            files, left_out = walk_traces(p)
+            found = sorted(str(f) for f in profile_files(files))
+            warnings += left_out
             if not found:
-                raise InputError(p, "directory holds no trace files (*.json, *.json.gz, *.xplane.pb[.gz])", "point at the traces' folder")
+                why = f" ({left_out[0]})" if left_out else ""
+                raise InputError(p, f"directory holds no trace files (*.json, *.json.gz, *.xplane.pb[.gz]){why}", "point at the traces' folder")
             out += found
-        elif any(ch in p for ch in "*?["):
+        elif not os.path.lexists(p) and any(ch in p for ch in "*?["):
             found = sorted(glob.glob(p, recursive=True))
             if not found:
                 raise InputError(p, "the pattern matches no file", "check the glob")
             out += found
         else:
+            if os.path.lexists(p):
+                check_regular(p)
             out.append(p)
-    return out
+    return out, warnings
+
+
+def expand(paths: list[str]) -> list[str]:
+    """The trace files the user named; see `expand_with_warnings` for what is left out of folders."""
+    return expand_with_warnings(paths)[0]

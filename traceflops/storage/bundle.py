@@ -8,6 +8,8 @@ come from someone else's machine: parquet and JSON only, never pickle.
 from __future__ import annotations
 
 import io
+import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ from traceflops.core.files import write_atomic
 
 MAX_MEMBER_BYTES = 4 << 30
 MAX_MEMBERS = 64
+MAX_BUNDLE_BYTES = 16 << 30  # all members inflated together: a parsed-trace cache entry of a huge trace
+_REDO = "recreate it with `traceflops summarize`"
 
 
 def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[str, Any]) -> None:
@@ -37,23 +41,65 @@ def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[s
     write_atomic(path, write)
 
 
-def read_bundle(path: str | Path) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+def open_regular(path: str | Path, max_bytes: int):
+    """The bundle file opened for reading: InputError when it is missing, unreadable or not a regular file (a pipe, /dev/zero), FormatError past `max_bytes`."""
     try:
-        z = zipfile.ZipFile(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise InputError(str(path), "no such file", "check the path") from None
-    except (zipfile.BadZipFile, OSError) as e:
-        raise FormatError(str(path), f"not a traceflops bundle ({e})", "recreate it with `traceflops summarize`") from None
+    except OSError as e:
+        raise InputError(str(path), f"cannot be opened ({e.strerror})", "check the path and its permissions") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+        os.close(fd)
+        if stat.S_ISREG(st.st_mode):
+            raise FormatError(str(path), f"is larger than a traceflops bundle can be ({st.st_size} bytes)", _REDO)
+        raise InputError(str(path), "is not a regular file", "save it to a file first and pass that file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _members_fit(infos: list[zipfile.ZipInfo], max_bytes: int) -> bool:
+    """Few members, each and all together within bounds, by what the zip declares (zipfile reads no more than that)."""
+    return len(infos) <= MAX_MEMBERS and all(i.file_size <= MAX_MEMBER_BYTES for i in infos) and sum(i.file_size for i in infos) <= max_bytes
+
+
+def _table(data: bytes, max_rows: int | None) -> pl.DataFrame:
+    """A parquet member, refused when it holds more than `max_rows` rows (read from its footer, before decoding any)."""
+    if max_rows is not None and pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item() > max_rows:
+        raise ValueError(f"more than {max_rows} rows")
+    return pl.read_parquet(io.BytesIO(data))
+
+
+def _one_line(e: Exception) -> str:
+    """An exception's message on one line, short (polars' messages span several)."""
+    return " ".join(str(e).split())[:200]
+
+
+def read_bundle(path, *, max_bytes: int = MAX_BUNDLE_BYTES, max_rows: int | None = None,
+                name: str | None = None) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """A bundle's tables and metadata; `path` is a path (opened as a regular file) or an open binary file named `name`.
+
+    `max_bytes` bounds the file and its members inflated together; `max_rows`, each table.
+    """
+    where = name or str(path)
+    if isinstance(path, (str, os.PathLike)):
+        with open_regular(path, max_bytes) as f:
+            return read_bundle(f, max_bytes=max_bytes, max_rows=max_rows, name=where)
+    try:
+        z = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise FormatError(where, f"not a traceflops bundle ({e})", _REDO) from None
     with z:
         infos = z.infolist()
-        if len(infos) > MAX_MEMBERS or any(i.file_size > MAX_MEMBER_BYTES for i in infos):
-            raise FormatError(str(path), "bundle members are too many or too large", "recreate it with `traceflops summarize`")
+        if not _members_fit(infos, max_bytes):
+            raise FormatError(where, "bundle members are too many or too large", _REDO)
         names = {i.filename for i in infos}
         if "meta.json" not in names:
-            raise FormatError(str(path), "no meta.json in the bundle", "recreate it with `traceflops summarize`")
+            raise FormatError(where, "no meta.json in the bundle", _REDO)
         try:
             meta = orjson.loads(z.read("meta.json"))
-            tables = {n[: -len(".parquet")]: pl.read_parquet(io.BytesIO(z.read(n))) for n in names if n.endswith(".parquet")}
+            tables = {n[: -len(".parquet")]: _table(z.read(n), max_rows) for n in names if n.endswith(".parquet")}
         except Exception as e:  # noqa: BLE001 - any decoding failure of an untrusted bundle is a format error
-            raise FormatError(str(path), f"bundle cannot be read ({type(e).__name__})", "recreate it with `traceflops summarize`") from None
+            raise FormatError(where, f"bundle cannot be read ({type(e).__name__}: {_one_line(e)})", _REDO) from None
     return tables, meta

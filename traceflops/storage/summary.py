@@ -11,6 +11,13 @@ from traceflops.core.results import RankSummary
 from traceflops.storage.bundle import read_bundle, write_bundle
 
 KIND = "traceflops.summary/1"
+# A summary holds per-step rows, one row per collective kernel and per (step, idle reason): far below these for any real
+# trace (a 32 GiB trace has some millions of events in all), far above them for a decompression bomb.
+MAX_SUMMARY_BYTES = 512 << 20
+MAX_SUMMARY_ROWS = 4_000_000
+_FIELDS = {"rank": int, "world_size": int, "path": str, "hardware": dict, "model": dict}  # each may also be null
+_TABLE_COLUMNS = {"steps": ("step", "window"), "collectives": (), "idle": ()}
+_REDO = "create it again with `traceflops summarize TRACE -o FILE.tfsum`"
 
 
 def write_summary(s: RankSummary, path: str | Path) -> None:
@@ -27,10 +34,33 @@ def write_summary(s: RankSummary, path: str | Path) -> None:
     write_bundle(path, {"steps": s.steps, "collectives": s.collectives, "idle": s.idle}, meta)
 
 
+def _tampered(meta, tables) -> str | None:
+    """What a summary's contents lack that `write_summary` always writes, or None: checked before the job view trusts them."""
+    if not isinstance(meta, dict) or meta.get("kind") != KIND:
+        return "not a traceflops rank summary"
+    for f, kind in _FIELDS.items():
+        v = meta.get(f)
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            return f"its {f} is a {type(v).__name__}, not a {kind.__name__}"
+    if not isinstance(meta.get("totals"), dict):
+        return "its totals are missing or not an object"
+    if not isinstance(meta.get("warnings", []), list) or not all(isinstance(w, str) for w in meta.get("warnings", [])):
+        return "its warnings are not a list of text"
+    for t, columns in _TABLE_COLUMNS.items():
+        if t not in tables:
+            return f"its {t} table is missing"
+        missing = [c for c in columns if c not in tables[t].columns]
+        if missing:
+            return f"its {t} table has no {', '.join(missing)} column"
+    return None
+
+
 def read_summary(path: str | Path) -> RankSummary:
-    tables, meta = read_bundle(path)
-    if meta.get("kind") != KIND or any(t not in tables for t in ("steps", "collectives", "idle")):
-        raise FormatError(str(path), "not a traceflops rank summary", "create it with `traceflops summarize TRACE -o FILE.tfsum`")
+    """A `.tfsum` back, bounded (bytes inflated, rows per table) and checked field by field: FormatError when tampered with."""
+    tables, meta = read_bundle(path, max_bytes=MAX_SUMMARY_BYTES, max_rows=MAX_SUMMARY_ROWS)
+    why = _tampered(meta, tables)
+    if why is not None:
+        raise FormatError(str(path), why, _REDO)
     return RankSummary(
         rank=meta.get("rank"),
         world_size=meta.get("world_size"),
@@ -40,6 +70,6 @@ def read_summary(path: str | Path) -> RankSummary:
         steps=tables["steps"],
         collectives=tables["collectives"],
         idle=tables["idle"] if tables["idle"].width else pl.DataFrame(schema={"step": pl.Int64, "reason": pl.Utf8, "dur": pl.Float64}),
-        totals=meta.get("totals") or {},
+        totals=meta["totals"],
         warnings=list(meta.get("warnings") or []),
     )
