@@ -47,6 +47,7 @@ from traceflops.stages.steps import (
     window_work,
 )
 from traceflops.views import advice, rollup
+from traceflops.views import critical_path as path_view
 
 
 def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
@@ -131,4 +132,5 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
         by_gemm_shape=rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
         step_stats=step_stats(steps), critical_path=path,
     )
-    return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))
+    return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps),
+                   path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps))

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+
+def path_text(path) -> str | None:
+    """A file name as text: bytes that are not UTF-8 (kept by Python as lone surrogates) written as `\\xff` escapes."""
+    if path is None:
+        return None
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
 import re
 from typing import Any
 
@@ -39,8 +46,10 @@ def ms(us, signed: bool = False) -> str:
     return f"{us / 1e3:+.3f} ms" if signed else f"{us / 1e3:.3f} ms"
 
 
-def duration(us: float) -> str:
+def duration(us: float | None) -> str:
     """Microseconds in the unit that reads best: µs, ms or s."""
+    if us is None:
+        return NONE
     x = float(us)
     if abs(x) >= 1e6:
         return f"{x / 1e6:.2f} s"
@@ -92,3 +101,29 @@ def printable(s: Any, n: int | None = None, keep_newlines: bool = False) -> str:
 def flops(v) -> str:
     """A FLOP count, compact (`1.23T`), for tables."""
     return si(v, sep="")
+
+
+def counted(lines) -> list[tuple[str, int]]:
+    """Each distinct line once, in first-seen order, with how often it came: a report says a repeated line once."""
+    seen: dict[str, int] = {}
+    for line in lines:
+        seen[line] = seen.get(line, 0) + 1
+    return list(seen.items())
+
+
+def times(line: str, n: int) -> str:
+    """A line with its repeat count, `(×n)`, when it came more than once."""
+    return line if n <= 1 else f"{line} (×{n})"
+
+
+def ranks(rs) -> str:
+    """Rank numbers as a reader scans them: `rank 3`, `ranks 0-7`, `ranks 1, 3, 5-7` (runs of consecutive ranks joined)."""
+    xs = sorted(set(rs))
+    runs: list[list[int]] = []
+    for r in xs:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    body = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return f"rank {body}" if len(xs) == 1 else f"ranks {body}"

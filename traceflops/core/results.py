@@ -52,6 +52,7 @@ class Analysis:
     advice: list[dict[str, Any]] = field(default_factory=list)  # ranked by the share of step time it would recover
     step_stats: dict[str, Any] | None = None  # variance, outlier and warm-up steps
     critical_path: pl.DataFrame | None = None  # per step: the contiguous segments of what bounded it (stages.critical_path)
+    path_summary: dict[str, Any] | None = None  # the critical path as reports show it (views.critical_path.path_summary)
 
     @property
     def meta(self) -> dict[str, Any]:

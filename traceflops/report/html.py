@@ -18,6 +18,17 @@ Charts:
 - per module, kernel time split by phase with its recompute share
   (`traceflops.views.rollup.by_module`).
 - tables: top kernels by time, most recoverable time, idle reasons, warnings.
+- what to try: `Analysis.advice`, each item with its evidence, remedies and
+  what to record next time; GEMM shapes with their wave quantization
+  (`by_gemm_shape`); step variance, outliers and warm-up (`step_stats`).
+- the critical path (`Analysis.path_summary`, from `views.critical_path`; a
+  caller may pass its own: renderers import no view): a stacked bar per step
+  of what bounded it, its kinds explained, and the longest stretches.
+- the loss budget's terms each with a visible one-line explanation
+  (`TERM_HELP`), in the single-trace, job and diff reports alike.
+
+Numbers a test (or a person) may want to read back carry their exact value in
+`data-value` (the float's repr) next to the formatted text.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -72,17 +83,17 @@ TERM_COLORS = {
     "communication_exposed": "#9f7aea",
     "idle": "#cbd5e0",
 }
-TERM_HELP = {
-    "mfu": "model FLOPs at peak",
-    "extra_executed": "executed FLOPs beyond the model's (not recompute)",
-    "recompute": "recomputed forward FLOPs (activation checkpointing)",
-    "attention_mask_credit": "FLOPs credited to masked attention that its kernels skipped",
-    "matmul_below_peak": "matmul time beyond what its FLOPs take at peak",
-    "matmul_flops_unknown": "matmul time whose FLOPs are unknown",
-    "non_matmul": "other compute kernels",
-    "memcpy_exposed": "memcpy/memset not under compute",
-    "communication_exposed": "communication under nothing else",
-    "idle": "device idle",
+TERM_HELP = {  # one line per loss-budget term, shown beside it (not only as a tooltip)
+    "mfu": "the model's own FLOPs at peak: the useful work (this term is the MFU)",
+    "extra_executed": "FLOPs the device executed beyond the model's count (not recompute): padding, extra layers, uncounted work",
+    "recompute": "forward FLOPs run again in backward (activation checkpointing): memory bought with compute",
+    "attention_mask_credit": "FLOPs the model count credits to masked attention that its kernels skipped (never positive)",
+    "matmul_below_peak": "matmul time beyond what its FLOPs would take at peak: shapes, dtypes, tiles, small GEMMs",
+    "matmul_flops_unknown": "matmul time whose FLOPs are unknown (no recorded shapes): cannot be split further",
+    "non_matmul": "time in other compute kernels (elementwise, normalization, softmax, reductions): fusion candidates",
+    "memcpy_exposed": "copies and memsets with no compute running beside them",
+    "communication_exposed": "collectives with nothing else running: communication not overlapped with compute",
+    "idle": "the device did nothing: host-bound, input pipeline, synchronisations or gaps between steps",
 }
 CLS_COLORS = {"matmul": "#2b6cb0", "other_compute": "#dd6b20"}
 
@@ -102,7 +113,7 @@ table{border-collapse:collapse;width:auto;min-width:560px;max-width:100%;margin:
 th,td{border-bottom:1px solid var(--line);padding:4px 8px;text-align:right;vertical-align:top}
 th{background:var(--card);font-weight:600}
 td.l,th.l{text-align:left}
-td:not(.name):not(.l){white-space:nowrap}
+td:not(.name):not(.l):not(.explain){white-space:nowrap}
 td.name{text-align:left;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;word-break:break-all;max-width:560px}
 ul.warn li{color:#975a16;margin:2px 0;word-break:break-word}
 svg{display:block;max-width:100%;height:auto}
@@ -112,6 +123,16 @@ svg .grid{stroke:#edf2f7;stroke-width:1}
 .legend{display:flex;flex-wrap:wrap;gap:12px;font-size:12px;color:var(--mute);margin:4px 0}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:-1px;border-radius:2px}
 footer{margin-top:32px;color:var(--mute);font-size:12px}
+h3{font-size:15px;margin:18px 0 6px}
+.advice{border:1px solid var(--line);border-left:4px solid #dd6b20;border-radius:6px;padding:8px 14px;margin:10px 0;background:var(--card)}
+.advice h3{margin:2px 0 4px}
+.advice ul,.advice ol{margin:4px 0 6px;padding-left:22px}
+.advice li{margin:2px 0;word-break:break-word}
+.advice .lbl{font-size:12px;color:var(--mute);text-transform:uppercase;letter-spacing:.04em;margin-top:6px}
+td.explain{text-align:left;color:var(--mute);white-space:normal;min-width:240px;max-width:420px}
+table.gemm-shapes td.explain{min-width:200px;max-width:300px}
+.pair{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start}
+details summary{cursor:pointer;color:var(--mute);margin:6px 0}
 """
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -166,19 +187,46 @@ def legend(colors: dict[str, str], labels: dict[str, str] | None = None) -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def table(headers: list[str], rows: list[list[Any]], left: Iterable[int] = (0,), name_cols: Iterable[int] = ()) -> str:
-    """A table of escaped cells; `name_cols` are monospace, wrapped (kernel names)."""
+class Num(NamedTuple):
+    """A formatted number that keeps its exact value (`data-value`, the repr) for whoever reads the page back."""
+
+    text: str
+    value: Any
+    key: str = ""
+
+    def attrs(self) -> str:
+        key = f' data-key="{e(self.key)}"' if self.key else ""
+        return key + ("" if self.value is None else f' data-value="{e(repr(self.value))}"')
+
+
+def num(text: str, value: Any, key: str = "") -> Num:
+    return Num(text, value, key)
+
+
+def span(n: Num, cls: str = "num") -> str:
+    """A number inline in running text."""
+    return f'<span class="{cls}"{n.attrs()}>{e(n.text)}</span>'
+
+
+def table(headers: list[str], rows: list[list[Any]], left: Iterable[int] = (0,), name_cols: Iterable[int] = (), css_class: str = "",
+          explain_last: bool = False) -> str:
+    """A table of escaped cells; `name_cols` are monospace, wrapped (kernel names); `Num` cells keep their value;
+    `explain_last`: the last column is a one-line explanation (wrapped, muted)."""
     left, name_cols = set(left), set(name_cols)
-    cls = lambda i: ' class="name"' if i in name_cols else (' class="l"' if i in left else "")
+    explain = len(headers) - 1 if explain_last else -1
+    cls = lambda i: ' class="explain"' if i == explain else ' class="name"' if i in name_cols else (' class="l"' if i in left else "")
     lcls = ' class="l"'
-    head = "".join(f"<th{lcls if i in left or i in name_cols else ''}>{e(h)}</th>" for i, h in enumerate(headers))
+    head = "".join(f"<th{lcls if i in left or i in name_cols or i == explain else ''}>{e(h)}</th>" for i, h in enumerate(headers))
     def cell(i: int, c: Any) -> str:
+        if isinstance(c, Num):
+            return f"<td{cls(i)}{c.attrs()}>{e(c.text)}</td>"
         if i in name_cols and c is not None and len(str(c)) > NAME_CHARS:
             return f'<td class="name" title="{e(c)}">{e(fmt.short(c, NAME_CHARS))}</td>'
         return f"<td{cls(i)}>{e(c)}</td>"
 
     body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    tcls = f' class="{e(css_class)}"' if css_class else ""
+    return f"<table{tcls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def warnings_list(warnings: list[str]) -> str:
@@ -260,6 +308,7 @@ def stacked_rows_svg(rows: list[tuple[str, dict[str, float], str]], colors: dict
         out.append(f'<text x="{lab}" y="{y + row * 0.66:.1f}" text-anchor="end"><title>{e(label)}</title>{e(fmt.short(label, 28))}</text>')
         x = float(x0)
         whole = sum(_f(v) for v in parts.values())
+        out.append(f'<g class="bar" data-label="{e(label)}">')
         for k, c in colors.items():
             v = _f(parts.get(k))
             if v <= 0:
@@ -269,6 +318,7 @@ def stacked_rows_svg(rows: list[tuple[str, dict[str, float], str]], colors: dict
             tip = f"{label}: {labels.get(k, k)} {amount} ({fmt.pct(v / whole if whole else None)})"
             out.append(f'<rect data-part="{e(k)}" data-value="{v!r}" x="{_xy(x)}" y="{y + 3}" width="{_xy(max(w, 0.5))}" height="{row - 6}" fill="{c}"><title>{e(tip)}</title></rect>')
             x += w
+        out.append("</g>")
         out.append(f'<text x="{_xy(x + 6)}" y="{y + row * 0.66:.1f}">{e(note)}</text>')
     out.append("</svg>")
     return "".join(out)
@@ -348,8 +398,8 @@ def headline(a: Analysis) -> str:
         ("wall", fmt.ms(t.get("wall_us")), f"{a.steps.height} step(s)"),
     ]
     if m.get("seq_len") is not None:
-        items.append(("T", str(m["seq_len"]), f"sequence length, from the {m.get('seq_len_source')}; "
-                                                  f"{m.get('tokens_per_step')} tokens per step"))
+        items.append(("T", str(m["seq_len"]), (f"sequence length, from the {m.get('seq_len_source')}; "
+                                                   f"{m.get('tokens_per_step')} tokens per step")))
     out = cards(items)
     if t.get("mfu_by_precision"):
         out += '<p class="sub">MFU by peak: ' + e(", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())) + "</p>"
@@ -433,6 +483,153 @@ def kernels_tables(a: Analysis) -> str:
     return out
 
 
+def budget_terms_table(lb: dict[str, float | None] | None) -> str:
+    """Each loss-budget term, its value and what it means, as visible text."""
+    if not lb:
+        return ""
+    rows = [[k.replace("_", " "), num("unknown" if v is None else fmt.pct(v, 2), v, k), TERM_HELP.get(k, "")] for k, v in lb.items()]
+    return table(["term", "share of peak × step time", "what it means"], rows, css_class="budget-terms", explain_last=True)
+
+
+def advice_section(items: list[dict[str, Any]] | None) -> str:
+    """What to try, largest recoverable share first: each item's numbers, evidence, remedies, what to record next time."""
+    if not items:
+        return '<p class="mute">No advice: nothing in this trace stood out (or there was no step time to share out).</p>'
+    out = []
+    for i, it in enumerate(items, 1):
+        share = it.get("share")
+        head = [span(num(fmt.pct(share, 1), share, "share")) + f" {e(it.get('unit') or 'of step time')}"]
+        if it.get("recoverable_us") is not None:
+            head.append(span(num(fmt.ms(it["recoverable_us"]), it["recoverable_us"], "recoverable_us")))
+        if it.get("mfu_after") is not None:
+            head.append("MFU if recovered " + span(num(fmt.pct(it["mfu_after"]), it["mfu_after"], "mfu_after")))
+        if it.get("term"):
+            head.append(f"budget term: {e(it['term'].replace('_', ' '))}")
+        parts = [f'<div class="advice" data-kind="{e(it.get("kind"))}" data-rank="{i}">',
+                 f"<h3>{i}. {e(it.get('title'))}</h3>", f'<p class="sub">{" · ".join(head)}</p>']
+        for label, key, tag in (("evidence", "evidence", "ul"), ("what to try", "remedies", "ol"), ("record next time", "record", "ul")):
+            lines = it.get(key) or []
+            if lines:
+                parts.append(f'<div class="lbl">{e(label)}</div><{tag} class="{key}">' + "".join(f"<li>{e(x)}</li>" for x in lines) + f"</{tag}>")
+        if it.get("cause_known") is False:
+            parts.append('<p class="mute">The trace cannot tell the cause: record what is listed above next time.</p>')
+        parts.append("</div>")
+        out.append("".join(parts))
+    return "".join(out)
+
+
+GEMM_COLS = ("M", "N", "K", "batch")
+
+
+def gemm_section(g: pl.DataFrame | None) -> str:
+    """GEMM shapes by time, with their tiles, waves and the wave-quantization hint."""
+    if g is None or g.height == 0:
+        return '<p class="mute">No GEMM shapes: no matmul op with recorded input shapes (profile with record_shapes=True).</p>'
+    rows = []
+    for r in g.head(MAX_ROWS).iter_rows(named=True):
+        rows.append([
+            *[num(str(r[c]), r[c], c) for c in GEMM_COLS], r.get("dtype") or "—", ", ".join(r.get("ops") or []),
+            num(str(r["count"]), r["count"], "count"), num(fmt.ms(r["time_us"]), r["time_us"], "time_us"),
+            num(fmt.pct(r["share"]), r["share"], "share"),
+            num("—" if r.get("tflops") is None else f"{r['tflops']:.1f}", r.get("tflops"), "tflops"),
+            num("—" if r.get("tiles") is None else str(r["tiles"]), r.get("tiles"), "tiles"),
+            num("—" if r.get("waves") is None else f"{r['waves']:.2f}", r.get("waves"), "waves"),
+            num(fmt.pct(r.get("wave_efficiency")), r.get("wave_efficiency"), "wave_efficiency"),
+            num(fmt.pct(r.get("last_wave_fill")), r.get("last_wave_fill"), "last_wave_fill"),
+            r.get("hint") or "",
+        ])
+    out = table(["M", "N", "K", "batch", "dtype", "ops", "calls", "time", "share", "TFLOP/s", "tiles", "waves",
+                 "wave eff.", "last wave", "hint"], rows, left=(4, 5), css_class="gemm-shapes", explain_last=True)
+    hinted = int(g["wave_hint"].sum()) if "wave_hint" in g.columns else 0
+    more = f" Top {MAX_ROWS} of {g.height} shapes by time." if g.height > MAX_ROWS else ""
+    note = (f"{hinted} of {g.height} shapes lose time to wave quantization (the last wave of output tiles leaves compute units idle)."
+            if hinted else "No shape loses much to wave quantization." if g["waves"].null_count() < g.height
+            else "Waves unknown: the device's compute-unit count is not known (name it with --hardware).")
+    note += (" Share: of matmul time. Waves: output tiles over the device's compute units; wave efficiency: the share of"
+             " compute-unit slots the waves fill; last wave: how full the final wave is.")
+    return out + f'<p class="sub">{e(note + more)}</p>'
+
+
+def step_stats_section(ss: dict[str, Any] | None) -> str:
+    """How steady the steps are: spread, outlier steps (with the time class that moved) and warm-up steps."""
+    if not ss or not ss.get("count"):
+        return '<p class="mute">No steps: no step statistics.</p>'
+    cv = ss.get("cv")
+    out = table(["steps", "mean", "median", "std dev", "coefficient of variation", "median abs. deviation"], [[
+        num(str(ss["count"]), ss["count"], "count"), num(fmt.ms(ss.get("mean_us")), ss.get("mean_us"), "mean_us"),
+        num(fmt.ms(ss.get("median_us")), ss.get("median_us"), "median_us"),
+        num("—" if ss.get("std_us") is None else fmt.ms(ss["std_us"]), ss.get("std_us"), "std_us"),
+        num(fmt.pct(cv), cv, "cv"), num(fmt.ms(ss.get("mad_us")), ss.get("mad_us"), "mad_us")]], left=(), css_class="step-spread")
+    outl, warm = ss.get("outliers") or [], ss.get("warmup") or []
+    if outl:
+        out += "<h3>Outlier steps</h3>" + table(
+            ["step", "window", "from median", "time class that moved", "its change", "rule"],
+            [[num(str(o["step"]), o["step"], "step"), num(fmt.ms(o["window_us"]), o["window_us"], "window_us"),
+              num(fmt.pct(o.get("deviation_frac")), o.get("deviation_frac"), "deviation_frac"),
+              PART_LABELS.get(o.get("term"), o.get("term") or "—"),
+              num("—" if o.get("term_delta_us") is None else fmt.ms(o["term_delta_us"], True), o.get("term_delta_us"), "term_delta_us"),
+              ", ".join(_RULES.get(x, x) for x in o.get("rules") or []) + (" (warm-up)" if o.get("warmup") else "") + (" (last)" if o.get("last") else "")]
+             for o in outl], left=(3, 5), css_class="step-outliers")
+    else:
+        out += '<p class="mute">No outlier step.</p>'
+    if warm:
+        out += "<h3>Warm-up steps</h3>" + table(["step", "window", "× median"],
+                                                [[num(str(w["step"]), w["step"], "step"), num(fmt.ms(w["window_us"]), w["window_us"], "window_us"),
+                                                  num(f"{w['ratio']:.2f}×", w["ratio"], "ratio")] for w in warm], css_class="step-warmup")
+    else:
+        out += '<p class="mute">No warm-up step.</p>'
+    return out
+
+
+_RULES = {"mad": "over 3 median absolute deviations from the median", "relative": "over 20% from the median"}
+
+PATH_COLORS = {
+    "host": "#dd6b20",
+    "launch": "#f6ad55",
+    "device_matmul": "#2b6cb0",
+    "device_other": "#4fd1c5",
+    "memcpy": "#ecc94b",
+    "communication": "#9f7aea",
+    "sync": "#e53e3e",
+    "idle": "#cbd5e0",
+}
+
+
+def critical_path_section(ps: dict[str, Any] | None) -> str:
+    """Per step, what bounded it by kind (a stacked bar whose length is the step's window), the kinds explained, the longest stretches."""
+    if ps is None:
+        return '<p class="mute">No critical path in this analysis (made by an older traceflops: analyse the trace again).</p>'
+    if not ps.get("available"):
+        return f'<p class="mute cp-why">No critical path: {e(ps.get("why"))}</p>'
+    kinds = list(ps.get("us") or {})
+    colors = {k: PATH_COLORS.get(k, "#718096") for k in kinds}
+    labels = {k: k.replace("_", " ") for k in kinds}
+    steps = ps.get("steps") or []
+    rows = [(f"step {s['step']}", s["us"], f"{fmt.ms(s['length_us'])}") for s in steps[:MAX_STEPS]]
+    out = legend(colors, labels) + stacked_rows_svg(rows, colors, labels, css_class="critical-path")
+    if len(steps) > MAX_STEPS:
+        out += f'<p class="mute">First {MAX_STEPS} of {len(steps)} steps.</p>'
+    share, meaning = ps.get("share") or {}, ps.get("meaning") or {}
+    out += table(["kind", "on the path", "share", "what it means"],
+                                   [[labels[k], num(fmt.ms(ps["us"][k]), ps["us"][k], k), num(fmt.pct(share.get(k)), share.get(k), f"{k}:share"), meaning.get(k, "")]
+                                    for k in kinds], css_class="cp-kinds", explain_last=True)
+    if ps.get("note"):
+        out += f'<p class="sub">{e(ps["note"])}</p>'
+    if ps.get("top"):
+        out += "<h3>Longest stretches on the path</h3>" + _segments_table(ps["top"], "cp-top")
+    if steps:
+        per = "".join(f"<h3>step {e(s['step'])}</h3>" + _segments_table(s["top"], "cp-step-top") for s in steps[:MAX_STEPS] if s.get("top"))
+        if per:
+            out += f"<details><summary>Longest stretches per step</summary>{per}</details>"
+    return out
+
+
+def _segments_table(top: list[dict[str, Any]], css_class: str) -> str:
+    return table(["kind", "name", "time", "segments"],
+                 [[t["kind"].replace("_", " "), t["name"], num(fmt.ms(t["us"]), t["us"], "us"), num(str(t["segments"]), t["segments"], "segments")]
+                  for t in top], name_cols=(1,), css_class=css_class)
+
+
 def _where(a: Analysis) -> str:
     parts = [f"{a.meta.get('format') or 'unknown'} trace"]
     if a.meta.get("rank") is not None:
@@ -446,8 +643,12 @@ def h2(title: str, anchor: str) -> str:
     return f'<h2 id="{e(anchor)}">{e(title)}</h2>'
 
 
-def render_html(a: Analysis, title: str | None = None) -> str:
-    """The single-analysis report as one self-contained HTML document."""
+def render_html(a: Analysis, title: str | None = None, critical_path: dict[str, Any] | None = None) -> str:
+    """The single-analysis report as one self-contained HTML document.
+
+    `critical_path` is `views.critical_path.path_summary(a)` (a renderer imports no view): given by the caller, else
+    the Analysis' own `path_summary` (the pipeline's, as the JSON report has it).
+    """
     from traceflops.report.tables import roofline_frame
 
     path = a.meta.get("path")
@@ -462,11 +663,21 @@ def render_html(a: Analysis, title: str | None = None) -> str:
         h2("Where peak × time went (loss budget)", "budget"),
         '<p class="sub">Fractions of peak FLOP/s × step time, summing to 100%: the first terms are FLOPs the device did, the rest time it spent not doing them.</p>',
         waterfall_svg(lb),
+        budget_terms_table(lb),
+        h2("What bounded each step (critical path)", "critical-path"),
+        '<p class="sub">Walked back from each step\'s end: the chain of work the step waited on, by kind; each bar is the step\'s window.</p>',
+        critical_path_section(critical_path if critical_path is not None else getattr(a, "path_summary", None)),
+        h2(f"What to try ({len(a.advice or [])})", "advice"),
+        advice_section(a.advice),
         h2("Time partition per step", "steps"),
         steps_svg(a),
         time_table(a),
+        h2("Step variance", "step-stats"),
+        step_stats_section(a.step_stats),
         h2("Matmul FLOPs by phase", "phases"),
         phase_flops_table(a),
+        h2("GEMM shapes and wave quantization", "gemm"),
+        gemm_section(a.by_gemm_shape),
         h2("Roofline", "roofline"),
         roofline_svg(roofline_frame(a)),
         h2("Recompute per module", "modules"),
@@ -481,6 +692,64 @@ def render_html(a: Analysis, title: str | None = None) -> str:
 
 
 # --- job ----------------------------------------------------------------------
+
+
+def rank_budgets(summaries) -> str:
+    """Each rank's loss budget side by side: a stacked bar per rank and a table of terms × ranks, each term explained."""
+    budgets = [(s.rank, (s.totals or {}).get("loss_budget")) for s in summaries]
+    if not any(b for _, b in budgets):
+        return '<p class="mute">No loss budget on any rank (no step time, or no device activity).</p>'
+    terms = list(dict.fromkeys(k for _, b in budgets for k in (b or {})))
+    colors = {k: TERM_COLORS.get(k, "#718096") for k in terms}
+    labels = {k: k.replace("_", " ") for k in terms}
+    bars = [(f"rank {r}", {k: v for k, v in (b or {}).items() if v is not None}, "" if b else "no budget") for r, b in budgets]
+    out = legend(colors, labels) + stacked_rows_svg(bars, colors, labels, unit_us=False, css_class="rank-budgets")
+    rows = [[labels[k], *[num("—" if (b or {}).get(k) is None else fmt.pct(b[k], 2), (b or {}).get(k), f"{r}:{k}") for r, b in budgets],
+             TERM_HELP.get(k, "")] for k in terms]
+    return out + table(["term", *[f"rank {r}" for r, _ in budgets], "what it means"], rows, css_class="rank-budget-terms", explain_last=True)
+
+
+JOB_ADVICE_NONE = ('<p class="mute job-advice-none">No job-level advice is computed: each rank\'s advice is in its own report '
+                   "(traceflops analyze RANK_TRACE --html PATH); the stragglers and collectives above say which rank and which collective to look at.</p>")
+
+STRAGGLER_WHY = {
+    "compute": "it computed longer than the median rank in that step (more or slower kernels)",
+    "idle": "its device idled longer than the median rank's (host-bound, synchronisation, launch gaps)",
+    "input_pipeline": "it waited longer on input (data loading) than the median rank",
+    "unclear": "none of its compute, idle or input time exceeds the median rank's: look at its collectives",
+}
+
+
+def stragglers_table(st: pl.DataFrame | None) -> str:
+    """Per step, the rank the others waited for, its time against the median rank's, and why."""
+    if st is None or st.height == 0:
+        return '<p class="mute">No straggler: no collective matched across ranks.</p>'
+    rows = [[num(str(r["step"]), r["step"], "step"), num(str(r["rank"]), r["rank"], "rank"), num(fmt.ms(r["wait_us"]), r["wait_us"], "wait_us"),
+             num(fmt.ms(r.get("excess_compute_us"), True), r.get("excess_compute_us"), "excess_compute_us"),
+             num(fmt.ms(r.get("excess_idle_us"), True), r.get("excess_idle_us"), "excess_idle_us"),
+             num(fmt.ms(r.get("excess_input_pipeline_us"), True), r.get("excess_input_pipeline_us"), "excess_input_pipeline_us"),
+             r["reason"], STRAGGLER_WHY.get(r["reason"], "")] for r in st.iter_rows(named=True)]
+    return table(["step", "rank", "others waited", "compute vs median", "idle vs median", "input vs median", "reason", "what it means"],
+                 rows, left=(6,), css_class="stragglers", explain_last=True)
+
+
+def collectives_table(c: pl.DataFrame | None) -> str:
+    """The collectives with the most arrival skew: who came last, how long the transfer took, and its bus bandwidth."""
+    if c is None or c.height == 0:
+        return '<p class="mute">No collective matched across ranks.</p>'
+    top = c.sort("arrival_skew_us", descending=True).head(MAX_ROWS)
+    g = lambda v, d=1: "—" if v is None else f"{v:.{d}f}"
+    rows = [[r["pg"], num(str(r["seq"]), r["seq"], "seq"), r["kind"], num(str(r["step"]), r["step"], "step"), num(fmt.si(r["bytes"], "B"), r["bytes"], "bytes"),
+             num(str(r["ranks"]), r["ranks"], "ranks"), num(fmt.ms(r["arrival_skew_us"]), r["arrival_skew_us"], "arrival_skew_us"),
+             num(str(r["last_rank"]), r["last_rank"], "last_rank"), num(fmt.ms(r["transfer_us"]), r["transfer_us"], "transfer_us"),
+             num(g(r.get("algbw_gbps")), r.get("algbw_gbps"), "algbw_gbps"), num(g(r.get("busbw_gbps")), r.get("busbw_gbps"), "busbw_gbps"),
+             num(fmt.pct(r.get("busbw_of_nvlink")), r.get("busbw_of_nvlink"), "busbw_of_nvlink")] for r in top.iter_rows(named=True)]
+    out = table(["group", "seq", "kind", "step", "bytes", "ranks", "arrival skew", "last rank", "transfer", "alg GB/s", "bus GB/s", "of link"],
+                rows, left=(0, 2), css_class="collectives")
+    more = f" Top {MAX_ROWS} of {c.height}." if c.height > MAX_ROWS else ""
+    return out + ('<p class="sub">Arrival skew: how long the first rank waited for the last one to arrive (time lost to imbalance, not to the network). '
+                  "Transfer: from the last arrival to the end. Bus bandwidth: the payload the links carried per second "
+                  f"(algorithm bandwidth × the collective's bus factor), comparable to the link's peak.{e(more)}</p>")
 
 
 def render_job_html(job, title: str | None = None) -> str:
@@ -508,30 +777,115 @@ def render_job_html(job, title: str | None = None) -> str:
     body.append(table(["rank", "trace", "wall", "device MFU", "HFU", "executed FLOPs", "recompute FLOPs"],
                       [[r["rank"], r["path"], fmt.ms(r["wall_us"]), fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]), fmt.si(r["executed_flops"], "FLOP"),
                         fmt.si(r["recompute_flops"], "FLOP")] for r in job.ranks.iter_rows(named=True)], left=(1,), name_cols=(1,)))
-    budgets = [(s.rank, (s.totals or {}).get("loss_budget")) for s in job.summaries]
-    if any(b for _, b in budgets):
-        terms = next(list(b) for _, b in budgets if b)
-        body.append("<h2>Loss budget per rank</h2>")
-        body.append(table(["rank", *[k.replace("_", " ") for k in terms]],
-                          [[r, *[fmt.pct((b or {}).get(k)) for k in terms]] for r, b in budgets]))
+    body.append(h2("Loss budget per rank", "budget") + rank_budgets(job.summaries))
     if job.steps is not None and job.steps.height:
         body.append("<h2>Job steps</h2>")
         body.append(table(["step", "step time (slowest rank)", "slowest rank", "ranks", "MFU", "HFU"],
                           [[r["step"], fmt.ms(r["step_us"]), r["slowest_rank"], r["ranks"], fmt.pct(r["mfu"]), fmt.pct(r["hfu"])]
                            for r in job.steps.iter_rows(named=True)]))
-    if job.stragglers is not None and job.stragglers.height:
-        body.append("<h2>Stragglers (the rank the others waited for)</h2>")
-        body.append(table(["step", "rank", "others waited", "why"],
-                          [[r["step"], r["rank"], fmt.ms(r["wait_us"]), r["reason"]] for r in job.stragglers.iter_rows(named=True)]))
-    if job.collectives is not None and job.collectives.height:
-        c = job.collectives.sort("arrival_skew_us", descending=True).head(MAX_ROWS)
-        body.append("<h2>Collectives with the most arrival skew</h2>")
-        body.append(table(["group", "seq", "kind", "step", "bytes", "ranks", "arrival skew", "last rank", "transfer", "bus GB/s"],
-                          [[r["pg"], r["seq"], r["kind"], r["step"], fmt.si(r["bytes"], "B"), r["ranks"], fmt.ms(r["arrival_skew_us"]), r["last_rank"],
-                            fmt.ms(r["transfer_us"]), "—" if r.get("busbw_gbps") is None else f"{r['busbw_gbps']:.1f}"] for r in c.iter_rows(named=True)],
-                          left=(0, 2)))
+    body.append(h2("Stragglers (the rank the others waited for)", "stragglers") + stragglers_table(job.stragglers))
+    body.append(h2("Collectives with the most arrival skew", "collectives") + collectives_table(job.collectives))
+    items = getattr(job, "advice", None)  # a job-level list shaped like Analysis.advice, once views.job makes one
+    body.append(h2("What to try", "advice") + (advice_section(items) if items else JOB_ADVICE_NONE))
     if job.pipeline is not None and job.pipeline.height:
         body.append("<h2>Pipeline bubbles (P2P time)</h2>")
         body.append(table(["rank", "step", "P2P", "share of step", "ideal bubble"],
                           [[r["rank"], r["step"], fmt.ms(r["p2p_us"]), fmt.pct(r["bubble"]), fmt.pct(r["ideal_bubble"])] for r in job.pipeline.iter_rows(named=True)]))
+    return page(title, body)
+
+
+# --- diff ---------------------------------------------------------------------
+
+
+def largest_change_line(lc: dict[str, Any] | None) -> str:
+    """One line: which phase's matmul FLOPs moved most (the diff view's `largest_change`)."""
+    if not lc:
+        return "Largest change: no phase's matmul FLOPs moved"
+    unit = "per token" if lc["basis"] == "flops_per_token" else "per step"
+    rel = "" if lc["relative"] is None else f", {lc['relative'] * 100:+.1f}%"
+    sign = "+" if lc["delta"] > 0 else "−"
+    return (f"Largest change: {lc['phase']} FLOPs {unit}, {sign}{fmt.flops(abs(lc['delta']))} "
+            f"({fmt.flops(lc['before'])} → {fmt.flops(lc['after'])}{rel})")
+
+
+def paired_bars_svg(terms: list[dict[str, Any]], width: int = 900) -> str:
+    """Per budget term, before (light) and after (dark) bars with the delta; exact values in data-*."""
+    known = [r for r in terms if r["before"] is not None or r["after"] is not None]
+    if not known:
+        return '<p class="mute">No loss budget on either side.</p>'
+    vals = [v for r in known for v in (r["before"], r["after"]) if v is not None]
+    lo, hi = min([0.0, *vals]), max([0.0, *vals]) or 1.0
+    lab, x0, x1, row = 200, 210, width - 150, 30
+    sx = lambda v: x0 + (v - lo) / (hi - lo) * (x1 - x0)
+    h = len(known) * row + 8
+    out = [f'<svg class="budget-diff" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img">']
+    for i, r in enumerate(known):
+        y = 4 + i * row
+        color = TERM_COLORS.get(r["term"], "#718096")
+        out.append(f'<text x="{lab}" y="{y + 17}" text-anchor="end">{e(r["term"].replace("_", " "))}</text>')
+        for j, (side, v) in enumerate((("before", r["before"]), ("after", r["after"]))):
+            if v is None:
+                continue
+            xa, xb = sorted((sx(0.0), sx(v)))
+            out.append(f'<rect data-term="{e(r["term"])}" data-side="{side}" data-value="{v!r}" x="{_xy(xa)}" y="{y + 2 + j * 12}" '
+                       f'width="{_xy(max(xb - xa, 0.75))}" height="11" fill="{color}" fill-opacity="{0.4 if side == "before" else 1.0}">'
+                       f"<title>{e(r['term'])} {side}: {fmt.pp(v)}</title></rect>")
+        out.append(f'<text x="{x1 + 8}" y="{y + 17}">{e(fmt.pp(r["delta"], True))}</text>')
+    out.append("</svg>")
+    return '<div class="legend"><span>light: before</span><span>dark: after</span></div>' + "".join(out)
+
+
+def _moved(v: dict[str, Any], key: str, show=fmt.ms, signed: bool = True) -> list[Num]:
+    return [num(show(v["before"]), v["before"], f"{key}:before"), num(show(v["after"]), v["after"], f"{key}:after"),
+            num(show(v["delta"], True) if signed else show(v["delta"]), v["delta"], f"{key}:delta")]
+
+
+def render_diff_html(d: dict[str, Any]) -> str:
+    """The diff view (`views.diff.diff`) as one self-contained page: what moved, each budget term explained."""
+    b, a, h = d["before"], d["after"], d["headline"]
+    title = "traceflops diff"
+    pp = lambda v, signed=False: fmt.pp(v, signed)
+    si = lambda v, signed=False: fmt.si(v, "FLOP")
+    body = [
+        f"<h1>{e(title)}</h1>",
+        (f'<p class="sub">before: {e(b["path"])} ({e(b["steps"])} steps, {e(b["hardware"])})<br>'
+         f'after: {e(a["path"])} ({e(a["steps"])} steps, {e(a["hardware"])})</p>'),
+        cards([
+            ("MFU", fmt.pp(h["mfu"]["after"]), f"{fmt.pp(h['mfu']['delta'], True)} from {fmt.pp(h['mfu']['before'])}"),
+            ("HFU", fmt.pp(h["hfu"]["after"]), f"{fmt.pp(h['hfu']['delta'], True)} from {fmt.pp(h['hfu']['before'])}"),
+            ("step time", fmt.ms(h["step_us"]["after"]), f"{fmt.ms(h['step_us']['delta'], True)} from {fmt.ms(h['step_us']['before'])}"),
+        ]),
+        f'<p class="largest-change"><b>{e(largest_change_line(d.get("largest_change")))}</b></p>',
+        h2(f"Warnings ({len(d['warnings'])})", "warnings"),
+        warnings_list(d["warnings"]),
+        h2("Headline", "headline"),
+        table(["", "before", "after", "delta"],
+              [[k.replace("_", " "), *_moved(h[k], k, pp)] for k in ("mfu", "mfu_no_attention", "hfu", "flops_coverage") if k in h]
+              + [["step time (mean)", *_moved(h["step_us"], "step_us")]], css_class="diff-headline"),
+        h2("Loss budget terms, by size of change", "budget"),
+        '<p class="sub">Fractions of peak FLOP/s × step time on each side; the delta is after − before, in percentage points.</p>',
+        paired_bars_svg(d["loss_budget"]),
+        table(["term", "before", "after", "delta", "what it means"],
+              [[r["term"].replace("_", " "), *_moved(r, r["term"], pp), TERM_HELP.get(r["term"], "")] for r in d["loss_budget"]],
+              css_class="diff-budget", explain_last=True),
+        h2("Per step", "steps"),
+        table(["", "before", "after", "delta"],
+              [[f"time: {PART_LABELS.get(k, k)}", *_moved(v, f"time_{k}")] for k, v in d["time_us_per_step"].items()]
+              + [[f"{p} FLOPs", *_moved(v, f"flops_{p}", si)] for p, v in d["flops_per_step"].items()]
+              + [[f"{p} FLOPs per token", *_moved(v, f"flops_per_token_{p}", si)] for p, v in (d.get("flops_per_token") or {}).items()],
+              css_class="diff-steps"),
+    ]
+    if d["kernels"]:
+        body += [h2("Kernels whose time per step moved most", "kernels"),
+                 table(["kernel", "before", "after", "delta"],
+                       [[r["name"], *_moved({"before": r["before_per_step"], "after": r["after_per_step"], "delta": r["delta_per_step"]}, "kernel")]
+                        for r in d["kernels"]], name_cols=(0,), css_class="diff-kernels")]
+    if d["modules"]:
+        body += [h2("Modules whose time per step moved most", "modules"),
+                 table(["module", "before", "after", "delta", "recompute before", "recompute after"],
+                       [[r["module"], *_moved({"before": r["before_per_step"], "after": r["after_per_step"], "delta": r["delta_per_step"]}, "module"),
+                         fmt.ms(r["recompute_per_step"]["before"]), fmt.ms(r["recompute_per_step"]["after"])] for r in d["modules"]],
+                       name_cols=(0,), css_class="diff-modules")]
+    for n in d["notes"]:
+        body.append(f'<p class="mute">{e(n)}</p>')
     return page(title, body)

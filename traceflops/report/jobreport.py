@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from traceflops.core import fmt
+from traceflops.core.contract import rank_record, step_record
 from traceflops.core.results import Job
 from traceflops.report.jsonreport import SCHEMA
-from traceflops.report.terminal import console as printable_console
-from traceflops.report.terminal import text
+from traceflops.report.terminal import BAR, printable_console, text
 
 
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
@@ -22,18 +22,15 @@ def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
 
 def to_dict(job: Job) -> dict[str, Any]:
     first = job.summaries[0] if job.summaries else None
-    steps = []
-    for s in job.summaries:
-        for r in s.steps.iter_rows(named=True):
-            steps.append({"rank": s.rank, **{k: v for k, v in r.items()}})
+    steps = [step_record(r, s.rank) for s in job.summaries for r in s.steps.iter_rows(named=True)]
     return {
         "schema": SCHEMA,
         "inputs": [{"path": s.path, "format": None, "rank": s.rank, "device": (s.hardware or {}).get("name")} for s in job.summaries],
         "hardware": first.hardware if first else None,
         "model": first.model if first else None,
         "steps": steps,
-        "job_steps": _rows(job.steps),
-        "ranks": _rows(job.ranks),
+        "job_steps": [{**r, "dur_us": r.get("step_us")} for r in _rows(job.steps)],
+        "ranks": [rank_record(s.rank, s.path, s.totals) for s in sorted(job.summaries, key=lambda s: (s.rank is None, s.rank))],
         "collectives": _rows(job.collectives),
         "stragglers": _rows(job.stragglers),
         "pipeline": _rows(job.pipeline),
@@ -48,35 +45,46 @@ def render_json(job: Job) -> str:
     return orjson.dumps(to_dict(job), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
+def in_ms(us, digits: int = 3) -> str:
+    """Microseconds as a bare number of ms for a table cell, `—` when unknown."""
+    return fmt.NONE if us is None else f"{us / 1e3:.{digits}f}"
+
+
+def flops_known(job: Job) -> bool:
+    """Whether any rank knows its executed FLOPs (its HFU): where none does, the job's HFU is unknown, not 0."""
+    return any((s.totals or {}).get("hfu") is not None for s in job.summaries)
+
+
 def render(job: Job, console: Console | None = None) -> None:
     c = console or printable_console()
     t = job.totals
     c.print(f"[bold]job of {text(t['world_size'])} ranks[/bold] ({len(job.summaries)} traces)")
     src = t.get("model_source")
     label = {"trace": "model FLOPs from the trace (forward + backward matmuls)", "flags": "model FLOPs from flags", "config": "model FLOPs from the config"}.get(src, "model FLOPs unknown")
-    c.print(f"[bold]MFU {fmt.pct(t['mfu'])}   HFU {fmt.pct(t['hfu'])}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
+    known = flops_known(job)
+    c.print(f"[bold]MFU {fmt.pct(t['mfu'])}   HFU {fmt.pct(t['hfu'] if known else None)}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
     ck = job.clock
     if ck.get("residual_skew_us") is not None:
         c.print(f"clocks aligned on {t['collectives_matched']} matched collectives; residual skew {ck['residual_skew_us']:.2f} us")
     c.print(f"collectives: arrival skew {t['arrival_skew_us'] / 1e3:.3f} ms, transfer {t['transfer_us'] / 1e3:.3f} ms")
     rt = Table(title="Ranks")
-    for col in ("rank", "wall (ms)", "device MFU", "HFU", "matmul", "other", "comm exposed", "idle"):
-        rt.add_column(col, justify="right")
+    for col in ("rank", "wall (ms)", "device MFU", "HFU", "matmul", "other", "comm\nexposed", "idle"):
+        rt.add_column(col, justify="right", no_wrap=True)  # numbers are never cut
     for r in job.ranks.iter_rows(named=True):
-        rt.add_row(text(r["rank"]), f"{(r['wall_us'] or 0) / 1e3:.3f}", fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]),
-                   *[f"{(r.get(f'time_{k}') or 0) / 1e3:.2f}" for k in ("matmul", "other_compute", "communication_exposed", "idle")])
+        rt.add_row(text(r["rank"]), in_ms(r["wall_us"]), fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]),
+                   *[in_ms(r.get(f"time_{k}"), 2) for k in ("matmul", "other_compute", "communication_exposed", "idle")])
     c.print(rt)
     if job.steps.height:
         jt = Table(title="Job steps (step time = the slowest rank's)")
         for col in ("step", "step time (ms)", "slowest rank", "ranks", "MFU", "HFU"):
-            jt.add_column(col, justify="right")
+            jt.add_column(col, justify="right", no_wrap=True)  # numbers are never cut
         for r in job.steps.iter_rows(named=True):
-            jt.add_row(text(r["step"]), f"{r['step_us'] / 1e3:.3f}", text(r["slowest_rank"]), text(r["ranks"]), fmt.pct(r["mfu"]), fmt.pct(r["hfu"]))
+            jt.add_row(text(r["step"]), in_ms(r["step_us"]), text(r["slowest_rank"]), text(r["ranks"]), fmt.pct(r["mfu"]), fmt.pct(r["hfu"] if known else None))
         c.print(jt)
     if job.collectives.height:
         ct = Table(title="Collectives (clock-aligned; longest arrival skew first)")
-        for col in ("group", "#", "kind", "step", "ranks", "skew (us)", "transfer (us)", "last rank", "busbw (GB/s)"):
-            ct.add_column(col, justify="right")
+        for col in ("group", "#", "kind", "step", "ranks", "skew\n(us)", "transfer\n(us)", "last\nrank", "busbw\n(GB/s)"):
+            ct.add_column(col, justify="right", no_wrap=col not in ("group", "kind"))  # names give way on a narrow terminal, numbers never
         for r in job.collectives.sort("arrival_skew_us", descending=True).head(12).iter_rows(named=True):
             bw = "—" if r.get("busbw_gbps") is None else f"{r['busbw_gbps']:.1f}"
             ct.add_row(text(r["pg"]), text(r["seq"]), text(r["kind"]), text(r["step"]), text(r["ranks"]),
@@ -85,13 +93,77 @@ def render(job: Job, console: Console | None = None) -> None:
     if job.stragglers.height:
         st = Table(title="Stragglers (the rank others waited for)")
         for col in ("step", "rank", "others waited (ms)", "why"):
-            st.add_column(col, justify="right")
+            st.add_column(col, justify="right", no_wrap=col != "why")
         for r in job.stragglers.iter_rows(named=True):
-            st.add_row(text(r["step"]), text(r["rank"]), f"{r['wait_us'] / 1e3:.3f}", text(r["reason"]))
+            st.add_row(text(r["step"]), text(r["rank"]), in_ms(r["wait_us"]), text(r["reason"]))
         c.print(st)
     if job.pipeline is not None and job.pipeline.height and job.pipeline["ideal_bubble"][0] is not None:
         p = job.pipeline
         ideal = p["ideal_bubble"][0]
         c.print(f"pipeline: P2P time {fmt.pct(p['bubble'].mean())} of step time (ideal bubble {fmt.pct(ideal)})")
-    for w in job.warnings:
+    budget_table(c, job)
+    advice_lines(c, job)
+    for w in warning_lines(job):
         c.print(f"[yellow]warning:[/yellow] {text(w)}")
+
+
+# One glyph per loss-budget term in the ranks' stacked bars (a legend names them); a term not listed draws no cells.
+GLYPHS = {"mfu": "█", "extra_executed": "x", "recompute": "r", "matmul_below_peak": "▓", "matmul_flops_unknown": "?",
+          "non_matmul": "▒", "memcpy_exposed": "m", "communication_exposed": "c", "idle": "░"}
+
+
+# Short column heads for the loss-budget terms (a narrow terminal keeps every number).
+TERM_LABELS = {"mfu": "mfu", "extra_executed": "extra exec.", "recompute": "recompute", "attention_mask_credit": "mask credit",
+               "matmul_below_peak": "below peak", "matmul_flops_unknown": "FLOPs unknown", "non_matmul": "non-matmul",
+               "memcpy_exposed": "memcpy", "communication_exposed": "comm.", "idle": "idle"}
+
+
+def stacked_bar(budget: dict[str, Any]) -> str:
+    """One rank's loss budget as a bar of `BAR` cells, a glyph per term (negative terms, credits, draw nothing)."""
+    return "".join(GLYPHS.get(k, "") * round(v * BAR) for k, v in budget.items() if v and v > 0 and k in GLYPHS)
+
+
+def budget_table(c: Console, job: Job) -> None:
+    """Each rank's own loss budget (its totals' `loss_budget`, over its own wall), terms as columns and as one stacked bar."""
+    budgets = {s.rank: (s.totals or {}).get("loss_budget") for s in job.summaries}
+    if not any(budgets.values()):
+        return
+    terms = [k for k in next(b for b in budgets.values() if b) if any((b or {}).get(k) for b in budgets.values())]
+    bt = Table(title="Where each rank's peak x time went (its loss budget, sums to 100%)")
+    bt.add_column("rank", justify="right", no_wrap=True)
+    for k in terms:
+        bt.add_column(TERM_LABELS.get(k, k), justify="right", no_wrap=True)
+    bt.add_column("", overflow="crop")  # on a narrow terminal the bar gives way, never a number
+    for r, b in budgets.items():
+        b = b or {}
+        bt.add_row(text(r), *[fmt.pct(b.get(k)) for k in terms], stacked_bar(b) if b else fmt.NONE)
+    c.print(bt)
+    c.print("  [dim]bar: " + ", ".join(f"{g} {TERM_LABELS.get(k, k)}" for k, g in GLYPHS.items() if k in terms) + "[/dim]")
+
+
+def advice_lines(c: Console, job: Job, top: int = 3) -> None:
+    """Each rank's advice headlines, a headline once with the ranks it tops (a summary that carries no `advice` gives none)."""
+    by_title: dict[str, list[tuple[int, Any]]] = {}
+    for s in job.summaries:
+        for item in (getattr(s, "advice", None) or [])[:top]:
+            by_title.setdefault(item["title"], []).append((s.rank, item.get("recoverable")))
+    if not by_title:
+        return
+    c.print(f"[bold]What to try, per rank (each rank's top {top}, by the step time it would recover there)[/bold]")
+    for title, rs in by_title.items():
+        shares = ", ".join(f"{text(r)}: {fmt.pct(v)}" for r, v in rs)
+        c.print(f" {text(title)}  [dim]{fmt.ranks(r for r, _ in rs)} ({shares})[/dim]")
+
+
+def warning_lines(job: Job) -> list[str]:
+    """The job's warnings once each: a rank's warning said once for all the ranks that gave it (`ranks 0-7: ...`), repeats counted."""
+    per_rank = {f"rank {s.rank}: {w}": (s.rank, w) for s in job.summaries for w in s.warnings}
+    own = [w for w in job.warnings if w not in per_rank]
+    ranks_of: dict[str, list[int]] = {}
+    repeats: dict[str, int] = {}
+    for s in job.summaries:
+        for w, n in fmt.counted(s.warnings):
+            ranks_of.setdefault(w, []).append(s.rank)
+            repeats[w] = max(repeats.get(w, 0), n)
+    return ([fmt.times(w, n) for w, n in fmt.counted(own)]
+            + [fmt.times(f"{fmt.ranks(rs)}: {w}", repeats[w]) for w, rs in ranks_of.items()])

@@ -6,8 +6,9 @@ from typing import Any
 
 import orjson
 
+from traceflops.core.contract import rank_record, step_record
+from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis
-from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 
 SCHEMA = "traceflops.report/1"
 
@@ -19,6 +20,9 @@ def _num(v):
     return int(f) if f.is_integer() and abs(f) < 2**63 else f
 
 
+printable = path_text  # a file name as JSON text
+
+
 def _rows(df, n: int) -> list[dict[str, Any]] | None:
     return None if df is None else df.head(n).to_dicts()
 
@@ -27,35 +31,9 @@ def step_rows(a: Analysis) -> list[dict[str, Any]]:
     rank = a.meta.get("rank")
     rows = []
     for s in a.steps.iter_rows(named=True):
-        flops = {p: int(s[f"flops_{p}"]) for p in PHASES}
-        flops["executed"] = int(s["flops_executed"])
-        rows.append(
-            {
-                "rank": rank,
-                "step": s["step"],
-                "name": s["name"],
-                "start_us": s["start"],
-                "dur_us": s["window"],
-                "host_start_us": s["ts"],
-                "host_dur_us": s["dur"],
-                "window_source": s["window_source"],
-                "last": bool(s["last"]),
-                "flops": flops,
-                "matmul_count": {p: int(s[f"count_{p}"]) for p in PHASES},
-                "model_flops": _num(s["model_flops"]),
-                "mfu": s["mfu"],
-                "mfu_no_attention": s["mfu_no_attention"],
-                "hfu": s["hfu"],
-                "time_us": {c: s.get(f"time_{c}") for c in PARTITION},
-                "overlay_us": {c: s.get(f"time_{c}") for c in OVERLAYS},
-                "loss_budget": s.get("loss_budget"),
-                "launch": {
-                    "kernels": s.get("launch_kernels"),
-                    "median_kernel_us": s.get("launch_median_kernel_us"),
-                    "median_launch_to_start_us": s.get("launch_median_delay_us"),
-                },
-            }
-        )
+        row = step_record(s, rank)
+        row["model_flops"] = _num(row["model_flops"])
+        rows.append(row)
     return rows
 
 
@@ -64,7 +42,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "schema": SCHEMA,
         "inputs": [
             {
-                "path": a.meta.get("path"),
+                "path": printable(a.meta.get("path")),
                 "format": a.meta.get("format"),
                 "rank": a.meta.get("rank"),
                 "world_size": a.meta.get("world_size"),
@@ -74,13 +52,14 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "hardware": a.hardware,
         "model": a.model,
         "steps": step_rows(a),
-        "ranks": a.ranks,
+        "ranks": [rank_record(a.meta.get("rank"), printable(a.meta.get("path")), a.totals)],
         "outside_steps": a.outside_steps,
         "top_kernels": _rows(a.top_kernels, 20),
         "modules": _rows(a.by_module, 50),
         "idle_gaps_by_reason": a.totals.get("idle_us_by_reason"),
         "advice": a.advice,
         "step_stats": a.step_stats,
+        "critical_path": a.path_summary,
         "gemm_shapes": _rows(a.by_gemm_shape, 30),
         "totals": a.totals,
         "warnings": a.warnings,

@@ -3,21 +3,46 @@
 Every string that comes from a trace goes through `text`: control characters
 shown as `\\xNN` (no escape sequence reaches the terminal: clear-screen,
 window titles, hyperlinks), then cut, then rich markup escaped (a kernel named
-`[link=...]` prints as written). `console()` is the renderers' default
-console and shows control characters in any string it renders, the guard for a
-value a renderer did not pass through `text`.
+`[link=...]` prints as written); an unknown value prints as `—`. `console()` is
+the renderers' default console and shows control characters in any string it
+renders, the guard for a value a renderer did not pass through `text`.
+
+Piped (CI logs, `| tee`, `| cat`) the console is `PIPE_WIDTH` columns wide and
+names print whole (wrapped inside their cell), lines outside tables unwrapped:
+a log is read later, often searched, and a cut name or number cannot be found. On a terminal its width
+is kept; names may be cut there, numbers never (their columns never wrap).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
-from traceflops.report.jsonreport import step_rows
+
+PIPE_WIDTH = 200  # columns when the output is not a terminal
+BAR = 40  # cells of a full (100%) bar
+NAME_CUT = 60  # characters of a kernel or module name on a terminal
+
+# What an MFU band says, in one line (the bands are `flops.model.verdict_band`'s; a model section's own
+# `band_meaning` wins). Dense training only: `band_caveat` says where the bands do not apply.
+BAND_MEANING = {
+    "likely broken": "under 20% MFU: for dense training something large is wrong or missing (host-bound steps, small batches, "
+                     "fp32 matmuls, unfused kernels, or a wrong peak): the loss budget and what to try below say where the time went",
+    "room to improve": "20-35% MFU: typical of an untuned dense training run: the largest items of what to try below are the levers",
+    "good": "35-55% MFU: a well-tuned dense training run",
+    "excellent": "55-75% MFU: about the best dense training reaches on current accelerators",
+    "exceptional": "over 75% MFU: rare: check the peak, the FLOPs and the device count before trusting it",
+}
+
+# Why step_stats flags an outlier (its `rules`).
+OUTLIER_RULES = {"mad": "far outside the other steps' spread (MAD)", "relative": "far from the median step"}
 
 
 class _PrintableConsole(Console):
@@ -27,64 +52,151 @@ class _PrintableConsole(Console):
         return super().render_str(fmt.printable(text, keep_newlines=True), **kw)
 
 
-def console(**kw) -> Console:
-    """The console the terminal renderers print on by default (rich's Console arguments)."""
-    return _PrintableConsole(**kw)
+def printable_console(**kw) -> Console:
+    """The console the terminal renderers print on by default (rich's Console arguments).
+
+    Not a terminal and no width given: tables `PIPE_WIDTH` wide and each printed line kept whole (not wrapped), for grep.
+    """
+    c = _PrintableConsole(**kw)
+    if "width" not in kw and not c.is_terminal:
+        c.width = PIPE_WIDTH
+        c.soft_wrap = "soft_wrap" not in kw or kw["soft_wrap"]
+    return c
+
+
+console = printable_console  # the name the other renderers and the CLI import
 
 
 def text(v, n: int | None = None) -> str:
-    """A value from a trace as rich markup that prints literally: control characters visible, cut to `n`, brackets escaped."""
-    return escape(fmt.printable(v, n))
+    """A value from a trace as rich markup that prints literally: `—` when unknown, control characters visible, cut to `n`, brackets escaped."""
+    return escape(fmt.printable(fmt.NONE if v is None else v, n))
 
 
-def render(a: Analysis, console: Console | None = None) -> None:
-    c = console or _PrintableConsole()
+def name_column(c: Console, tab: Table, header: str) -> None:
+    """A column of names: whole and wrapped when piped, cut with an ellipsis on a terminal (it gives way before numbers)."""
+    tab.add_column(header, overflow="ellipsis" if c.is_terminal else "fold")
+
+
+def name(c: Console, v) -> str | Text:
+    """A kernel or module name: whole when piped; on a terminal one line, cut to the column (plain `Text`: no markup to escape)."""
+    if c.is_terminal:
+        return Text(fmt.printable(fmt.NONE if v is None else v, NAME_CUT), no_wrap=True, overflow="ellipsis")
+    return text(v)
+
+
+def bar(share) -> str:
+    """A share as a bar of `BAR` cells for 100%: a thin mark for a share under half a cell, nothing for none, zero or a negative one."""
+    if share is None or share <= 0:
+        return ""
+    return "█" * round(share * BAR) or "▏"
+
+
+def flops_known(a: Analysis) -> bool:
+    """Whether the trace's FLOPs are known at all: the totals' rule (no host ops, or no matmul with a FLOP count, means unknown, not zero)."""
+    t = a.totals
+    device_only = a.ops.height == 0 and a.kernels.height > 0
+    return not (device_only or (t["flops"]["executed"] == 0 and (t.get("matmul_flops_unknown_count") or 0) > 0))
+
+
+def flops_cell(v, ops: int, unknown: int, known: bool = True) -> str:
+    """A FLOP count, or `—` where it is unknown: none known in the trace, or a phase with matmuls that counted none while some have unknown FLOPs."""
+    if not known or (not v and ops and unknown):
+        return fmt.NONE
+    return fmt.flops(v)
+
+
+def render(a: Analysis, console: Console | None = None, critical_path: dict[str, Any] | None = None) -> None:
+    """The single-trace report.
+
+    `critical_path` is `views.critical_path.path_summary(a)` (a renderer imports no view): given by the caller, else the
+    Analysis' own `path_summary`; with neither, the section is left out.
+    """
+    c = console or printable_console()
+    known = flops_known(a)
+    header(c, a)
+    phase_table(c, a, known)
+    budget_table(c, a)
+    time_lines(c, a)
+    steps_table(c, a, known)
+    kernels_table(c, a)
+    modules_table(c, a)
+    if a.outside_steps:
+        o = a.outside_steps
+        c.print(f"outside steps: {o['kernels']} device activities, {fmt.duration(o['device_us'])}")
+    ps = critical_path if critical_path is not None else getattr(a, "path_summary", None)
+    if ps is not None:
+        critical_path_section(c, ps)
+    advice_lines(c, a.advice)
+    step_flag_lines(c, a)
+    warning_lines(c, a.warnings)
+
+
+def header(c: Console, a: Analysis) -> None:
     t = a.totals
     hw = a.hardware
     c.print(f"[bold]{text(a.meta.get('path'))}[/bold]  ({text(a.meta.get('format'))}, rank {text(a.meta.get('rank'))})")
     if hw:
-        c.print(f"hardware: {text(hw['name'])}, dense {text(hw['precision'])} peak {fmt.flops(hw['peak_flops'])}FLOP/s [dim](source in --format json)[/dim]")
+        c.print(f"hardware: {text(hw['name'])}, dense {text(hw['precision'])} peak {fmt.si(hw['peak_flops'], 'FLOP/s')} [dim](source in --format json)[/dim]")
     else:
         c.print("hardware: unknown (give --hardware or --peak-tflops)")
     m = a.model or {}
-    src = m.get("source")
     c.print(
         f"[bold]MFU {fmt.pct(t.get('mfu'))}[/bold] (no attention {fmt.pct(t.get('mfu_no_attention'))})   "
-        f"[bold]HFU {fmt.pct(t.get('hfu'))}[/bold]   model FLOPs: {text(src)}, {text(m.get('mode'))}"
+        f"[bold]HFU {fmt.pct(t.get('hfu'))}[/bold]   model FLOPs: {text(m.get('source'))}, {text(m.get('mode'))}"
     )
     if m.get("seq_len") is not None:
-        c.print(f"model: T = {m['seq_len']} (from the {text(m.get('seq_len_source'))}), {m.get('tokens_per_step')} tokens per step "
-                f"({text(m.get('tokens_source'))}), {fmt.flops(m.get('flops_per_token'))}FLOP per token")
+        c.print(f"model: T = {text(m['seq_len'])} (from the {text(m.get('seq_len_source'))}), {fmt.si(m.get('tokens_per_step'))} tokens per step "
+                f"({text(m.get('tokens_source'))}), {fmt.si(m.get('flops_per_token'), 'FLOP')} per token")
         for note in m.get("notes") or []:
             c.print(f"  [dim]{text(note)}[/dim]")
     if t.get("mfu_by_precision"):
         c.print("MFU by peak: " + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items()))
     if m.get("band"):
         c.print(f"band: {text(m['band'])}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
-    cov = t.get("flops_coverage")
-    devices = (a.hardware or {}).get("devices") or 1
+        meaning = band_meaning(m)
+        if meaning:
+            c.print(f"  {text(meaning)}")
+    devices = (hw or {}).get("devices") or 1
     on = f" on {devices} devices (time per device)" if devices > 1 else ""
-    c.print(f"wall {fmt.duration(t['wall_us'])} over {a.steps.height} step(s){on}; FLOPs known for {fmt.pct(cov)} of matmul time")
+    c.print(f"wall {fmt.duration(t['wall_us'])} over {a.steps.height} step(s){on}; FLOPs known for {fmt.pct(t.get('flops_coverage'))} of matmul time")
 
+
+def band_meaning(model: dict[str, Any]) -> str | None:
+    """The MFU band in one line: the model section's own `band_meaning`, else `BAND_MEANING`'s (a band that explains itself has none)."""
+    return model.get("band_meaning") or BAND_MEANING.get(model.get("band"))
+
+
+def phase_table(c: Console, a: Analysis, known: bool) -> None:
+    t = a.totals
+    unknown = t.get("matmul_flops_unknown_count") or 0
     tab = Table(title="Matmul FLOPs by phase")
     tab.add_column("phase")
-    tab.add_column("matmul ops", justify="right")
-    tab.add_column("FLOPs", justify="right")
+    tab.add_column("matmul ops", justify="right", no_wrap=True)
+    tab.add_column("FLOPs", justify="right", no_wrap=True)
     for p in PHASES:
-        tab.add_row(p, str(t["matmul_count"][p]), fmt.flops(t["flops"][p]))
-    tab.add_row("[bold]executed[/bold]", str(sum(t["matmul_count"].values())), fmt.flops(t["flops"]["executed"]))
+        tab.add_row(p, str(t["matmul_count"][p]), flops_cell(t["flops"][p], t["matmul_count"][p], unknown, known))
+    ops = sum(t["matmul_count"].values())
+    tab.add_row("[bold]executed[/bold]", str(ops), flops_cell(t["flops"]["executed"], ops, unknown, known))
     c.print(tab)
+    if unknown:
+        c.print(f"{unknown} matmul ops have unknown FLOPs: counted above as ops, not as FLOPs ({fmt.NONE} = unknown)")
 
-    lb = t.get("loss_budget")
-    if lb:
-        bt = Table(title="Where peak x time went (loss budget, sums to 100%)")
-        bt.add_column("term")
-        bt.add_column("share", justify="right")
-        bt.add_column("")
-        for k, v in lb.items():
-            bar = "" if v is None or v <= 0 else "█" * max(1, round(v * 40))
-            bt.add_row(text(k), fmt.pct(v), bar)
-        c.print(bt)
+
+def budget_table(c: Console, a: Analysis) -> None:
+    lb = a.totals.get("loss_budget")
+    if not lb:
+        return
+    bt = Table(title="Where peak x time went (loss budget, sums to 100%)")
+    bt.add_column("term")
+    bt.add_column("share", justify="right", no_wrap=True)
+    bt.add_column("", no_wrap=True)
+    for k, v in lb.items():
+        bt.add_row(text(k), fmt.pct(v), bar(v))
+    c.print(bt)
+
+
+def time_lines(c: Console, a: Analysis) -> None:
+    t = a.totals
     tu = t.get("time_us")
     if tu:
         c.print("device time: " + ", ".join(f"{text(k)} {fmt.duration(v)}" for k, v in tu.items()))
@@ -92,49 +204,139 @@ def render(a: Analysis, console: Console | None = None) -> None:
     if ir and any(ir.values()):
         c.print("idle by reason: " + ", ".join(f"{text(k)} {fmt.duration(v)}" for k, v in ir.items() if v))
 
-    st = Table(title="Steps")
-    for col in ("step", "start (us)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
-        st.add_column(col, justify="right")
-    for s in step_rows(a):
+
+def start_ms(start, first) -> str:
+    """A step's start in ms after the trace's first step start."""
+    return fmt.NONE if start is None or first is None else f"{(start - first) / 1e3:.3f}"
+
+
+def steps_table(c: Console, a: Analysis, known: bool) -> None:
+    st = Table(title="Steps (start: ms after the first step's start)")
+    st.add_column("step", no_wrap=True, overflow="fold")  # a step name is never cut: it is what --exclude-step and the trace call it
+    for col in ("start (ms)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
+        st.add_column(col, justify="right", no_wrap=True)
+    first = a.steps["start"].min() if a.steps.height else None
+    for s in a.steps.iter_rows(named=True):
+        unknown = s.get("flops_unknown_count") or 0
+        step_known = known and not (s["flops_executed"] == 0 and unknown > 0)
         st.add_row(
             text(s["name"]) + (" (last)" if s["last"] else ""),
-            f"{s['start_us']:.1f}",
-            f"{s['dur_us'] / 1e3:.3f}",
-            fmt.flops(s["flops"]["executed"]),
-            fmt.flops(s["flops"]["recompute"]),
+            start_ms(s["start"], first),
+            fmt.NONE if s["window"] is None else f"{s['window'] / 1e3:.3f}",
+            flops_cell(s["flops_executed"], 1, unknown, step_known),
+            flops_cell(s["flops_recompute"], s.get("count_recompute") or 0, unknown, step_known),
             fmt.pct(s["mfu"]),
-            fmt.pct(s["hfu"]),
+            fmt.pct(s["hfu"]) if step_known else fmt.NONE,
         )
     c.print(st)
-    if a.top_kernels is not None and a.top_kernels.height:
-        kt = Table(title="Top recoverable kernels (duration - max(FLOPs/peak, bytes/bandwidth))")
-        kt.add_column("kernel", no_wrap=True, overflow="ellipsis", max_width=44)
-        for col in ("class", "bound", "count", "time (ms)", "recov. (ms)"):
-            kt.add_column(col, justify="right", no_wrap=True)
-        for r in a.top_kernels.head(8).iter_rows(named=True):
-            kt.add_row(text(r["name"], 60), text(r["cls"]), text(r["bound"]), str(r["count"]), f"{r['dur_us'] / 1e3:.3f}", f"{(r['recoverable_us'] or 0) / 1e3:.3f}")
-        c.print(kt)
-    if a.by_module is not None and a.by_module.height and a.by_module["recompute_share"].max():
-        mt = Table(title="Recompute by module")
-        mt.add_column("module", no_wrap=True, overflow="ellipsis", max_width=50)
-        for col in ("time (ms)", "recompute share"):
-            mt.add_column(col, justify="right", no_wrap=True)
-        for r in a.by_module.sort("time_recompute", descending=True).head(8).iter_rows(named=True):
-            mt.add_row(text(r["module"], 60), f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["recompute_share"]))
-        c.print(mt)
-    if a.outside_steps:
-        o = a.outside_steps
-        c.print(f"outside steps: {o['kernels']} device activities, {fmt.duration(o['device_us'])}")
-    if a.advice:
-        c.print("[bold]What to try, by the step time it would recover[/bold]")
-        for i, item in enumerate(a.advice[:6], 1):
-            c.print(f" {i}. {text(item['title'])}  [bold]{fmt.pct(item['recoverable'])}[/bold]")
-            for ev in item["evidence"][:2]:
-                c.print(f"    [dim]{text(ev)}[/dim]")
+
+
+def kernels_table(c: Console, a: Analysis) -> None:
+    if a.top_kernels is None or not a.top_kernels.height:
+        return
+    kt = Table(title="Top recoverable kernels (duration - max(FLOPs/peak, bytes/bandwidth); — = FLOPs and bytes unknown)")
+    name_column(c, kt, "kernel")
+    for col in ("class", "bound", "count", "time (ms)", "recov. (ms)"):
+        kt.add_column(col, justify="right", no_wrap=True)
+    for r in a.top_kernels.head(8).iter_rows(named=True):
+        rec = r["recoverable_us"] if r.get("known", 1) else None
+        kt.add_row(name(c, r["name"]), text(r["cls"]), text(r["bound"]), str(r["count"]), f"{r['dur_us'] / 1e3:.3f}",
+                   fmt.NONE if rec is None else f"{rec / 1e3:.3f}")
+    c.print(kt)
+
+
+def modules_table(c: Console, a: Analysis) -> None:
+    if a.by_module is None or not a.by_module.height or not a.by_module["recompute_share"].max():
+        return
+    mt = Table(title="Recompute by module")
+    name_column(c, mt, "module")
+    for col in ("time (ms)", "recompute share"):
+        mt.add_column(col, justify="right", no_wrap=True)
+    for r in a.by_module.sort("time_recompute", descending=True).head(8).iter_rows(named=True):
+        mt.add_row(name(c, r["module"]), f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["recompute_share"]))
+    c.print(mt)
+
+
+def critical_path_section(c: Console, ps: dict[str, Any]) -> None:
+    """What bounded the steps: the path's shares by kind (summing to the steps' windows), its longest stretches, or why there is none."""
+    title = "What bounded the steps (critical path)"
+    if not ps.get("available"):
+        c.print(f"[bold]{title}[/bold]: none: {text(ps.get('why'))}")
+        return
+    meaning = ps.get("meaning") or {}
+    kt = Table(title=f"{title}, over {len(ps.get('steps') or [])} step(s); shares sum to 100%")
+    kt.add_column("kind")
+    kt.add_column("share", justify="right", no_wrap=True)
+    kt.add_column("time", justify="right", no_wrap=True)
+    kt.add_column("", no_wrap=True)
+    kt.add_column("meaning", overflow="fold")
+    for k, us in ps["us"].items():
+        share = ps["share"].get(k)
+        kt.add_row(text(k), fmt.pct(share, 2), fmt.duration(us), bar(share), f"[dim]{text(meaning.get(k))}[/dim]")
+    c.print(kt)
+    if ps.get("top"):
+        tt = Table(title="Longest stretches on the path")
+        name_column(c, tt, "stretch")
+        tt.add_column("kind", no_wrap=True)
+        for col in ("time", "segments"):
+            tt.add_column(col, justify="right", no_wrap=True)
+        for s in ps["top"]:
+            tt.add_row(name(c, s["name"]), text(s["kind"]), fmt.duration(s["us"]), text(s["segments"]))
+        c.print(tt)
+    if ps.get("note"):
+        c.print(f"  [dim]{text(ps['note'])}[/dim]")
+
+
+def advice_lines(c: Console, advice: list[dict[str, Any]]) -> None:
+    if not advice:
+        return
+    c.print("[bold]What to try, by the step time it would recover[/bold]")
+    for i, item in enumerate(advice[:6], 1):
+        c.print(f" {i}. {text(item['title'])}  [bold]{fmt.pct(item.get('recoverable'))}[/bold]")
+        for ev in (item.get("evidence") or [])[:2]:
+            c.print(f"    [dim]{text(ev)}[/dim]")
+        if item.get("remedies"):
             c.print(f"    try: {text('; '.join(item['remedies'][:3]))}")
+
+
+def step_flags(ss: dict[str, Any], names: dict[Any, str]) -> list[str]:
+    """One line per flagged step, saying why: warm-up (a leading slow step), outlier (with its rules and what moved most), or both."""
+    warm = {w["step"]: w for w in ss.get("warmup") or []}
+    out = {o["step"]: o for o in ss.get("outliers") or []}
+    lines = []
+    for step in sorted(set(warm) | set(out), key=lambda s: (s is None, s)):
+        label = names.get(step) or f"step {fmt.NONE if step is None else step}"
+        w, o = warm.get(step), out.get(step)
+        parts = []
+        if w:
+            parts.append(f"a leading step {w['ratio']:.2f}× the median window ({fmt.duration(w['window_us'])})")
+        if o:
+            why = " and ".join(OUTLIER_RULES.get(r, r) for r in o.get("rules") or [])
+            dev = f"{fmt.ms(o['deviation_us'], True)} ({fmt.pct(o.get('deviation_frac'))}) from the median" if o.get("deviation_us") is not None else ""
+            moved = f"; {o['term']} moved most ({fmt.ms(o.get('term_delta_us'), True)} against its median)" if o.get("term") else ""
+            parts.append(f"{dev}, {why}{moved}" if dev else f"{why}{moved}")
+        if w and o:
+            kind = "warm-up and outlier: it is an outlier because it is warm-up (first calls: allocation, compilation, autotuning)"
+        elif w:
+            kind = "warm-up"
+        else:
+            kind = "outlier"
+        hint = f"; leave it out with --exclude-step {step}" if w and step is not None else ""
+        lines.append(f"{text(label)}: {kind}: {'; '.join(parts)}{hint}")
+    return lines
+
+
+def step_flag_lines(c: Console, a: Analysis) -> None:
     ss = a.step_stats or {}
-    flagged = [o for o in ss.get("outliers") or []] + [w for w in ss.get("warmup") or []]
-    if flagged:
-        c.print(f"steps: CV {fmt.pct(ss.get('cv'))}; flagged: " + ", ".join(text(x.get("name", x.get("step"))) for x in flagged))
-    for w in a.warnings:
-        c.print(f"[yellow]warning:[/yellow] {text(w)}")
+    names = dict(a.steps.select("step", "name").iter_rows()) if a.steps.height else {}
+    lines = step_flags(ss, names)
+    if lines:
+        c.print(f"steps: median {fmt.duration(ss.get('median_us'))}, CV {fmt.pct(ss.get('cv'))}; flagged (still counted):")
+        for line in lines:
+            c.print(f"  {line}")
+
+
+def warning_lines(c: Console, warnings: list[str]) -> None:
+    """Each distinct warning once, with its count."""
+    for w, n in fmt.counted(warnings):
+        c.print(f"[yellow]warning:[/yellow] {text(fmt.times(w, n))}")

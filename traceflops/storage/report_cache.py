@@ -14,14 +14,17 @@ import polars as pl
 from traceflops.core.results import Analysis
 from traceflops.core.trace import Trace, Warnings, empty
 from traceflops.storage.bundle import write_bundle
-from traceflops.storage.trace_cache import TABLES, key, read_entry
+from traceflops.storage.trace_cache import TABLES, key, read_entry, writable_entry
 
 REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape")
-REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats")
+REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats", "path_summary")
 
 
-def report_key(path: str, options) -> str:
-    return hashlib.sha256(f"{key(path)}|{options!r}".encode()).hexdigest()[:32]
+def report_key(path: str, options) -> str | None:
+    """The trace's content key (`trace_cache.key`) with the options: None, and no report kept, when the trace cannot be read."""
+    k = key(path)
+    # The fields kept are part of the key: a report of another shape is never served.
+    return None if k is None else hashlib.sha256(f"{k}|{options!r}|{REPORT_FIELDS}|{REPORT_TABLES}".encode()).hexdigest()[:32]
 
 
 def store_report(path: str, options, a, cache_dir: Path) -> None:
@@ -32,12 +35,15 @@ def store_report(path: str, options, a, cache_dir: Path) -> None:
     meta = {f: getattr(a, f) for f in REPORT_FIELDS}
     meta |= {"_meta": {k: v for k, v in a.meta.items() if k in ("format", "rank", "world_size", "schema_version", "truncated")},
              "_loss_budgets": budgets}
-    write_bundle(cache_dir / f"{report_key(path, options)}.tfreport", tables, meta)
+    k = report_key(path, options)
+    if k is not None:
+        write_bundle(writable_entry(cache_dir / f"{k}.tfreport"), tables, meta)
 
 
 def load_report(path: str, options, cache_dir: Path):
     """An `Analysis` holding what the reports read (no event tables), or None."""
-    got = read_entry(cache_dir / f"{report_key(path, options)}.tfreport")
+    k = report_key(path, options)
+    got = None if k is None else read_entry(cache_dir / f"{k}.tfreport")
     if got is None:
         return None
     tables, meta = got
