@@ -37,17 +37,18 @@ def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int
 
 def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, microbatches: int | None = None, **model: Any):
     """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does."""
-    from traceflops.run.inputs import expand
+    from traceflops.run.inputs import expand_with_warnings
     from traceflops.run.options import check_numbers
     from traceflops.run.ranks import summarize_all
     from traceflops.views.job import global_model_flops, job_view
 
     check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
-    files = expand([str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)])
+    files, left_out = expand_with_warnings([str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)])
     summaries = summarize_all(files, opts, jobs)
     return job_view(summaries, world_size=opts.world_size, tokens_model_flops=global_model_flops(summaries),
-                    pipeline_stages=pipeline_stages, microbatches=microbatches, exclude_steps=opts.exclude_steps)
+                    pipeline_stages=pipeline_stages, microbatches=microbatches, exclude_steps=opts.exclude_steps,
+                    input_warnings=left_out)
 
 
 def to_dict(a: Analysis) -> dict[str, Any]:

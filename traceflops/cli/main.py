@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import click
 
@@ -47,23 +48,25 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
 
     def go():
         from traceflops.cli.reports import refuse_extras_over
-        from traceflops.run.inputs import expand
+        from traceflops.run.inputs import expand_with_warnings
         from traceflops.run.load import analyze as run_analysis
         from traceflops.run.options import check_numbers
 
         check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
         opts, cache_dir = options_from(kw)
-        paths = expand(list(traces))
+        paths, left_out = expand_with_warnings(list(traces))
         refuse_extras_over(paths, html_out, tables_dir)
         if len(paths) > 1:
             from traceflops.run.ranks import summarize_all
 
             summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir)
-            return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir)
+            return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir, left_out)
         a = _cached_report(paths[0], opts, cache_dir) if not (html_out or tables_dir) else None
         if a is None:
             a = run_analysis(paths[0], opts, cache_dir, progress)
             _store_report(paths[0], opts, cache_dir, a)
+        if left_out:
+            a = replace(a, warnings=[*left_out, *a.warnings])
         if fmt == "json":
             from traceflops.report.jsonreport import render
 
@@ -101,7 +104,7 @@ def _store_report(path, opts, cache_dir, a):
         pass  # the parsed-tables cache already says why a cache cannot be written, in warnings
 
 
-def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None):
+def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None, input_warnings=()):
     from traceflops.report import jobreport
     from traceflops.views.job import global_model_flops, job_view
 
@@ -112,6 +115,7 @@ def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tab
         pipeline_stages=pipeline_stages,
         microbatches=microbatches,
         exclude_steps=opts.exclude_steps,
+        input_warnings=input_warnings,
     )
     if fmt == "json":
         click.echo(jobreport.render_json(job))
@@ -137,9 +141,12 @@ def summarize(trace, output, **kw):
         from traceflops.storage.summary import write_summary
         from traceflops.views.job import summarize as make_summary
 
+        from traceflops.run.inputs import expand
+
         opts, cache_dir = options_from(kw)
-        refuse_overwrite([trace], **{"-o": output})
-        summary = make_summary(run_analysis(trace, opts, cache_dir))
+        (trace_file,) = expand([trace])  # a regular file (never a FIFO or a device), or one clear error
+        refuse_overwrite([trace_file], **{"-o": output})
+        summary = make_summary(run_analysis(trace_file, opts, cache_dir))
         try:
             write_summary(summary, output)
         except OSError as e:
@@ -161,14 +168,14 @@ def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatch
     from traceflops.core.results import ModelOptions
 
     def go():
-        from traceflops.run.inputs import expand
+        from traceflops.run.inputs import expand_with_warnings
         from traceflops.run.options import check_numbers
         from traceflops.storage.summary import read_summary
 
         check_numbers(world_size=world_size, pipeline_stages=pipeline_stages, microbatches=microbatches)
-        paths = expand(list(summaries))
+        paths, left_out = expand_with_warnings(list(summaries))
         opts = ModelOptions(world_size=world_size, exclude_steps=tuple(exclude_steps))
-        _job([read_summary(p) for p in paths], opts, fmt, pipeline_stages, microbatches)
+        _job([read_summary(p) for p in paths], opts, fmt, pipeline_stages, microbatches, input_warnings=left_out)
 
     run_command(debug, go)
 

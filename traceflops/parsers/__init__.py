@@ -6,6 +6,7 @@ from pathlib import Path
 
 from traceflops.core.errors import FormatError
 from traceflops.core.trace import Trace
+from traceflops.parsers.io import open_trace
 
 
 def detect_format(path: str) -> str:
@@ -14,7 +15,7 @@ def detect_format(path: str) -> str:
         return "xplane"
     if name.endswith((".json", ".json.gz", ".gz")):
         return "kineto"
-    with open(path, "rb") as f:
+    with open_trace(path) as f:  # a FIFO or a device is an InputError here, never a blocked read
         head = f.read(2)
     if head == b"\x1f\x8b" or head[:1] in (b"{", b"["):
         return "kineto"

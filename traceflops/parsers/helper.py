@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 import polars as pl
 
+from traceflops.core.errors import InputError
+from traceflops.parsers.io import check_regular
 from traceflops.parsers.jsonstream import REFUSED, Claimed
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
@@ -46,10 +48,10 @@ def wanted(path: str) -> bool:
     if cores < 2:
         return False
     try:
-        size = os.path.getsize(path)
+        size = check_regular(path).st_size  # never opens a FIFO or a device to probe it
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
-    except OSError:
+    except (OSError, InputError):
         return False
     return size * (8 if gz else 1) >= MIN_BYTES
 

@@ -17,6 +17,7 @@ import polars as pl
 
 from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
 from traceflops.core.errors import InputError
+from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis, Job, RankSummary
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
@@ -65,7 +66,7 @@ def summarize(a: Analysis) -> RankSummary:
     return RankSummary(
         rank=rank,
         world_size=a.meta.get("world_size"),
-        path=str(a.meta.get("path")),
+        path=path_text(a.meta.get("path")),
         hardware=a.hardware,
         model=a.model,
         steps=steps,
@@ -299,8 +300,9 @@ def job_view(
     pipeline_stages: int | None = None,
     microbatches: int | None = None,
     exclude_steps: tuple[int, ...] = (),
+    input_warnings: tuple[str, ...] | list[str] = (),
 ) -> Job:
-    warnings: list[str] = []
+    warnings: list[str] = list(input_warnings)  # what the inputs' folders left out
     summaries = assign_ranks(summaries, warnings)
     ranks = [s.rank for s in summaries]
     world = world_size or next((s.world_size for s in summaries if s.world_size), None) or len(summaries)
