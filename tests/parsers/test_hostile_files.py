@@ -371,3 +371,42 @@ def test_a_tampered_summary_is_a_format_error(summary, tmp_path, tamper, needle)
     members, meta = tamper(*_bundle(summary))
     bad = _rewrite(tmp_path / "bad.tfsum", members, meta)
     one_line(cli("merge", bad), EXIT_FORMAT, needle, path=bad)
+
+
+# ------------------------------------------------------------------ every command, not only analyze
+
+
+def test_summarize_refuses_a_fifo_without_hanging(tmp_path):
+    fifo = tmp_path / "rank0.json"
+    os.mkfifo(fifo)
+    refused(run_cli("summarize", fifo, "-o", tmp_path / "r.tfsum", timeout=30), EXIT_INPUT, "pipe")
+
+
+def test_a_fifo_without_a_trace_suffix_is_refused_by_the_format_probe(tmp_path):
+    fifo = tmp_path / "trace"
+    os.mkfifo(fifo)
+    refused(run_cli("analyze", fifo, "--no-cache", timeout=30), EXIT_INPUT, "pipe")
+
+
+def test_what_a_job_folder_leaves_out_reaches_the_report(tmp_path):
+    for rank in (0, 1):
+        small_gpu_trace().write(tmp_path / f"rank{rank}.json.gz")
+    os.mkfifo(tmp_path / "rank2.json")
+    r = cli("analyze", tmp_path, "--format", "json", "--no-cache", "--quiet", "--peak-tflops", 1)
+    assert r.exit_code == 0, r.stderr
+    warnings = json.loads(r.stdout)["warnings"]
+    assert any("rank2.json" in w and "pipe" in w for w in warnings), warnings
+
+
+def test_a_job_folder_with_a_name_that_is_not_utf8(tmp_path):
+    folder = os.fsencode(tmp_path)
+    for rank, name in ((0, b"rank0.json.gz"), (1, b"r\xffnk1.json.gz")):
+        data = Path(small_gpu_trace().write(tmp_path / f"tmp{rank}.json.gz")).read_bytes()
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+        os.unlink(tmp_path / f"tmp{rank}.json.gz")
+    for fmt in ("json", "terminal"):
+        r = cli("analyze", tmp_path, "--format", fmt, "--no-cache", "--quiet", "--peak-tflops", 1)
+        assert r.exit_code == 0, (fmt, r.stderr)
+        shown = [i["path"] for i in json.loads(r.stdout)["inputs"]] if fmt == "json" else [r.stdout]
+        assert any("r\\xffnk1.json.gz" in s for s in shown), (fmt, shown)
