@@ -14,9 +14,12 @@ from typing import Any
 
 NONE = "—"  # what an unknown number reads as
 
-# C0 controls (newline and tab included: a name must not forge a line), DEL and the C1 controls (0x9b is a one-byte CSI)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+# C0 controls (newline and tab included: a name must not forge a line), DEL, the C1 controls (0x9b is a one-byte CSI),
+# and the invisible characters that reorder or hide text (bidi overrides and isolates, zero-width marks, line and
+# paragraph separators: a "Trojan Source" name reads differently from what it is).
+_INVISIBLE = "\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_INVISIBLE}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_INVISIBLE}]")
 
 
 def pct(v, digits: int = 1, keep_small: bool = True) -> str:
@@ -94,7 +97,7 @@ def printable(s: Any, n: int | None = None, keep_newlines: bool = False) -> str:
     `keep_newlines` is for whole lines a renderer composed itself, never for one value.
     """
     pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
-    s = pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
+    s = pattern.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", str(s))
     return s if n is None else short(s, n)
 
 
