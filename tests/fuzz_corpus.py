@@ -93,13 +93,70 @@ def j_flip_gz(r, raw: bytes) -> bytes:
     return bytes(b)
 
 
+def j_multi_member_gz(r, raw: bytes) -> bytes:
+    """The same bytes as 2-12 gzip members, concatenated (what `gzip -c a >> t; gzip -c b >> t` or pigz writes): one stream."""
+    cuts = sorted(r.sample(range(1, len(raw)), r.randint(1, 11)))
+    return b"".join(gzip.compress(raw[a:b], compresslevel=r.choice((1, 6, 9))) for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True))
+
+
+_ARGS = re.compile(rb'"args"\s*:\s*\{')
+
+
+def _deep(r) -> bytes:
+    n = r.choice((1_100, 5_000, 100_000))  # past orjson's 1,024 and Python's recursion limit
+    return b"[" * n + b"]" * n if r.random() < 0.5 else b'{"a":' * n + b"1" + b"}" * n
+
+
+def j_deep_args(r, raw: bytes) -> bytes:
+    """An array or object nested 1,100-100,000 levels as an extra arg of 1-3 events."""
+    spots = [m.end() for m in _ARGS.finditer(raw)]
+    b = bytearray(raw)
+    for at in sorted(r.sample(spots, min(len(spots), r.randint(1, 3))), reverse=True):
+        b[at:at] = b'"deep":' + _deep(r) + b","
+    return bytes(b).replace(b",}", b"}")
+
+
+def j_deep_top(r, raw: bytes) -> bytes:
+    """A top-level key (not traceEvents) whose value is nested 1,100-100,000 levels."""
+    at = raw.index(b"{") + 1
+    return raw[:at] + b'"deepMeta":' + _deep(r) + b"," + raw[at:]
+
+
+_NUMBER_VALUE = re.compile(rb'"(ts|dur|correlation|External id|device|stream)"\s*:\s*-?\d[\d.eE+\-]*')
+HUGE_LITERALS = (b"99999999999999999999999", b"-99999999999999999999999", b"1e400", b"-1e400", b"18446744073709551617",
+                 b"9223372036854775808", b"1" * 400, b"0." + b"0" * 400 + b"1")
+
+
+def j_huge_literal(r, raw: bytes) -> bytes:
+    """Number literals past int64 or float range (kept as text, as a hostile writer would) in 1-5 numeric fields."""
+    spots = [m for m in _NUMBER_VALUE.finditer(raw)]
+    b = bytearray(raw)
+    for m in sorted(r.sample(spots, min(len(spots), r.randint(1, 5))), key=lambda m: -m.start()):
+        colon = raw.index(b":", m.start(1)) + 1
+        b[colon:m.end()] = r.choice(HUGE_LITERALS)
+    return bytes(b)
+
+
+def j_huge_string(r, raw: bytes) -> bytes:
+    """One string value of 2-24 MiB (a name, a category or an arg), in place of an existing one."""
+    strings, _ = _tokens(raw)
+    s, e = r.choice(strings[len(strings) // 4:])  # past the header keys
+    unit = r.choice((b"x", b"\\u00e9", b"ab"))
+    return raw[:s] + b'"' + unit * ((r.randint(2, 24) << 20) // len(unit)) + b'"' + raw[e:]
+
+
 JSON_BYTES = {
     "nonutf8_string": j_nonutf8_string,
     "nonutf8_between": j_nonutf8_between,
     "bitflip": j_bitflip,
     "flip_gz": j_flip_gz,
+    "multi_member_gz": j_multi_member_gz,
+    "deep_args": j_deep_args,
+    "deep_top": j_deep_top,
+    "huge_literal": j_huge_literal,
+    "huge_string": j_huge_string,
 }
-GZ_OUTPUT = {"flip_gz"}  # written as .json.gz
+GZ_OUTPUT = {"flip_gz", "multi_member_gz"}  # written as .json.gz
 
 
 # ------------------------------------------------------------------ protobuf mutations

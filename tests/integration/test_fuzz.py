@@ -10,8 +10,9 @@ the byte stream cut or corrupted, invalid UTF-8 inside strings or between
 tokens; for protobuf, bytes flipped, inserted or deleted, cuts, huge length
 prefixes) and analyses it under a time limit. Every case must either succeed
 (warnings allowed) or raise a `TraceflopsError` whose `.line()` is one line;
-any other exception, or a case over the limit, fails the test with the case
-and where it was raised. Where order or copies cannot matter (shuffled events,
+any other exception, a case over the limit, or a successful run with a
+negative FLOP count, time or utilization fails the test with the case and
+where it was raised. Where order or copies cannot matter (shuffled events,
 duplicated events) the FLOPs per phase and step must equal the base's.
 
 Budget: `TRACEFLOPS_FUZZ_CASES` cases in all (default 360, well under a
@@ -226,6 +227,25 @@ def m_args_garbage(r, doc):
             args[k] = _garbage(r, r.randint(1, 5))
 
 
+CONTROL = ("\x1b[2J", "\x1b]0;pwned\x07", "\x1b]8;;http://example.invalid\x1b\\", "\x9b31m", "\x00", "\r", "\u202e",
+           "[bold red]", "[link=http://example.invalid]")
+
+
+def m_control_chars(r, doc):
+    """Terminal escapes, C1 controls, NUL, bidi overrides and rich markup appended to names, categories and labels."""
+    for _ in range(r.randint(1, 8)):
+        e = _pick(r, doc)
+        if e is None:
+            return
+        args = e.get("args")
+        if isinstance(args, dict) and ("name" in args or "labels" in args) and r.random() < 0.5:  # M events: process/thread names
+            k = "name" if "name" in args else "labels"
+            args[k] = f"{args[k]}{r.choice(CONTROL)}"
+        else:
+            k = r.choice(("name", "cat"))
+            e[k] = f"{e.get(k, '')}{r.choice(CONTROL)}"
+
+
 def m_mixed(r, doc):
     for m in r.sample([m_delete_keys, m_change_types, m_duplicate, m_shuffle, m_huge, m_negative, m_args_garbage], 3):
         m(r, doc)
@@ -240,6 +260,7 @@ STRUCTURED = {
     "nan": m_nan,
     "negative": m_negative,
     "args_garbage": m_args_garbage,
+    "control_chars": m_control_chars,
     "mixed": m_mixed,
 }
 
@@ -349,6 +370,18 @@ def _where(e: BaseException) -> str:
     return f"{Path(f.filename).name}:{f.lineno} in {f.name}" if f else "?"
 
 
+def negative_numbers(a) -> list[str]:
+    """FLOP counts, times and MFU/HFU below zero: a run that succeeded must never report one."""
+    bad = [f"totals.flops.{k}={v}" for k, v in (a.totals.get("flops") or {}).items() if v is not None and v < 0]
+    bad += [f"totals.{k}={a.totals.get(k)}" for k in ("mfu", "hfu", "wall_us") if (a.totals.get(k) or 0) < 0]
+    bad += [f"totals.time_us.{k}={v}" for k, v in (a.totals.get("time_us") or {}).items() if v is not None and v < -1e-6]
+    cols = [c for c in a.steps.columns if c.startswith(("flops_", "time_")) or c in ("mfu", "hfu", "window")]
+    for c in cols:
+        if a.steps[c].dtype.is_numeric() and (a.steps[c].fill_null(0) < -1e-6).any():
+            bad.append(f"steps.{c}")
+    return bad
+
+
 def flops_by_step(a) -> dict:
     steps = {r["step"]: tuple(r[f"flops_{p}"] for p in PHASES) for r in a.steps.iter_rows(named=True)}
     return {"steps": steps, "totals": a.totals["flops"]}
@@ -359,7 +392,7 @@ class Outcome:
     base: str
     mutation: str
     seed: int
-    kind: str  # "ok", "error" (a TraceflopsError), "escape", "badline" (an error whose line is not one line), "hang"
+    kind: str  # "ok", "error" (a TraceflopsError), "escape", "badline" (an error whose line is not one line), "hang", "wrong"
     seconds: float
     error: TraceflopsError | None = None
     detail: str = ""  # escapes, bad lines and hangs: what and where
@@ -392,8 +425,11 @@ def run_case(base: str, mutation: str, seed: int, tmp: Path) -> Outcome:
         with time_limit(CASE_LIMIT_S):
             a = analyze(str(p), OPTS)
         o.warnings = list(a.warnings)
-        if mutation in ("shuffle", "duplicate"):
+        if mutation in ("shuffle", "duplicate", "multi_member_gz"):
             o.flops = flops_by_step(a)
+        negative = negative_numbers(a)
+        if negative:
+            o.kind, o.detail = "wrong", f"a successful run with negative numbers: {negative[:5]}"
     except CaseTimeout as e:
         o.kind, o.detail = "hang", f"stopped after {CASE_LIMIT_S:g} s at {_where(e)}"
     except TraceflopsError as e:
@@ -483,6 +519,15 @@ def test_mutations_analyse_or_fail_cleanly(base, mutation, work, request):
             silent = [o.label for o in outcomes if _complete_events(base, "duplicate", o.seed) > _complete_events(base)
                       and not any("duplicate" in w for w in o.warnings)]
             assert not silent, silent
+    if mutation == "multi_member_gz":
+        # One stream in several members: every case reads all of it.
+        assert all(o.kind == "ok" for o in outcomes), [o.error.line() for o in outcomes if o.error]
+        ref = _base_flops(base, str(work))
+        assert all(o.flops == ref for o in outcomes), [o.label for o in outcomes if o.flops != ref]
+    if mutation in ("deep_args", "deep_top"):
+        # A deeply nested value costs its event (counted), never the analysis.
+        assert all(o.kind == "ok" for o in outcomes), [o.error.line() for o in outcomes if o.error]
+        assert all(any("nest" in w for w in o.warnings) for o in outcomes), [o.warnings for o in outcomes]
     if mutation in ("truncate", "truncate_gz", "pb_truncate"):
         # Until the streaming parser recovers cut files, a clean FormatError is accepted.
         # TIGHTEN (streaming parser): a cut file recovers every complete event, so every case
@@ -552,3 +597,72 @@ def test_time_limit_stops_a_hang():
         while True:
             pass
     assert time.perf_counter() - t0 < 5
+
+
+def test_control_characters_never_reach_the_terminal(work):
+    """Names carrying escapes analyse, and the terminal report and warnings print them inert."""
+    from click.testing import CliRunner
+
+    from traceflops.cli.main import main
+
+    for seed in range(6):
+        p = case_path("synth", "control_chars", seed, work)
+        r = CliRunner().invoke(main, ["analyze", str(p), "--no-cache", "--peak-tflops", "1"])
+        assert r.exit_code == 0, (seed, r.stderr)
+        for stream in (r.stdout, r.stderr):
+            bad = {c for c in stream if (ord(c) < 32 and c not in "\n") or 0x7f <= ord(c) < 0xa0 or c == "\u202e"}
+            assert not bad, (seed, bad)
+        p.unlink()
+
+
+SPECIAL = ("dev_zero", "dev_urandom", "symlink_to_dev_zero", "fifo", "fifo_with_writer", "socket", "directory_symlink_loop")
+
+
+def _special(kind: str, tmp: Path) -> tuple[Path, object]:
+    """A path of the given kind under tmp (and a cleanup), named like a trace so only its kind can refuse it."""
+    import socket
+
+    p = tmp / f"{kind}.json.gz"
+    p.unlink(missing_ok=True)
+    if kind in ("dev_zero", "dev_urandom"):
+        return Path("/dev/zero" if kind == "dev_zero" else "/dev/urandom"), None
+    if kind == "symlink_to_dev_zero":
+        p.symlink_to("/dev/zero")
+        return p, None
+    if kind.startswith("fifo"):
+        os.mkfifo(p)
+        if kind == "fifo_with_writer":
+            def write():
+                try:
+                    with open(p, "wb") as f:
+                        f.write(gzip.compress(BASES["synth"]()))
+                except OSError:
+                    pass
+            t = threading.Thread(target=write, daemon=True)
+            t.start()
+            return p, t
+        return p, None
+    if kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(p))
+        return p, s
+    loop = tmp / "loop.json"
+    loop.unlink(missing_ok=True)
+    loop.symlink_to(loop)
+    return loop, None
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_special_files_fail_cleanly_and_fast(kind, work):
+    """Devices, FIFOs (with or without a writer), sockets and symlink loops: a clean error in seconds, never a read until OOM or a hang."""
+    p, extra = _special(kind, work)
+    t0 = time.perf_counter()
+    try:
+        with time_limit(10), pytest.raises(TraceflopsError) as e:
+            analyze(str(p), OPTS)
+    finally:
+        if hasattr(extra, "close"):
+            extra.close()
+    assert time.perf_counter() - t0 < 10
+    line = e.value.line()
+    assert line.startswith("error: ") and "\n" not in line and str(p) in line, line
