@@ -45,7 +45,7 @@ def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, mic
     check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
     files, left_out = expand_with_warnings([str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)])
-    summaries = summarize_all(files, opts, jobs)
+    summaries = summarize_all(files, opts, jobs, skipped=left_out)
     return job_view(summaries, world_size=opts.world_size, tokens_model_flops=global_model_flops(summaries),
                     pipeline_stages=pipeline_stages, microbatches=microbatches, exclude_steps=opts.exclude_steps,
                     input_warnings=left_out)

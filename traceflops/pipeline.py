@@ -43,6 +43,8 @@ from traceflops.stages.steps import (
     host_steps,
     kernel_steps,
     leave_out_cut_steps,
+    excluded_steps,
+    step_count,
     step_warnings,
     window_work,
 )
@@ -74,11 +76,12 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
 
     # steps
     host, step_source = host_steps(trace)
+    asked = excluded_steps(host, opt)
     opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
     ops = ops.with_columns(step=by_execution(ops, assign(ops, "ts", host), host))
     kernels = classify_kernels(kernels.with_columns(step=kernel_steps(kernels, ops, host)), ops)
     steps = device_windows(host, window_work(kernels, ops)).sort("ts")
-    warnings = step_warnings(trace, steps, step_source, warnings_cut)
+    warnings = step_warnings(trace, steps, step_source, warnings_cut) + asked
 
     # peak, model FLOPs, per-step utilization
     hardware, peak, precision = mpeak.choose_hardware(trace, ops, kernels, opt, warnings)
@@ -106,6 +109,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
 
     # totals
     totals = util.totals_section(steps, ops, kernels, opt, peak_all)
+    totals["step_count"] = step_count(steps, opt)
     if roof is not None:
         totals["overlay_us"]["memory_bound"] = steptime.memory_bound_us(kernels, roof, steps, opt, devices)
     totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt, devices)

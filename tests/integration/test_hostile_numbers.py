@@ -143,8 +143,22 @@ def test_one_bad_rank_is_the_same_clean_error_everywhere(tmp_path, how):
         pytest.importorskip("ray")
     for rank in (0, 1):
         shutil.copy(DDP / f"rank{rank}.json.gz", tmp_path / f"rank{rank}.json.gz")
-    (tmp_path / "rank2.json").write_text('{"foo": 1}')
-    one_line(run("analyze", tmp_path, "--no-cache", "--quiet", *how), EXIT_FORMAT, "rank2.json", "no traceEvents")
+    (tmp_path / "rank2.json").write_text('{"traceEvents": []}')  # a trace with nothing in it: an error, not a stray file
+    one_line(run("analyze", tmp_path, "--no-cache", "--quiet", *how), EXIT_FORMAT, "rank2.json", "no host op")
+
+
+@pytest.mark.parametrize("how", [("--jobs", "1"), ("--jobs", "2")])
+def test_a_file_that_is_no_trace_beside_the_ranks_is_left_out_and_named(tmp_path, how, two_ranks):
+    for rank in (0, 1):
+        shutil.copy(DDP / f"rank{rank}.json.gz", tmp_path / f"rank{rank}.json.gz")
+    (tmp_path / "hparams.json").write_text('{"lr": 0.1, "batch": 32}')
+    r = run("analyze", tmp_path, "--format", "json", "--no-cache", "--quiet", "--peak-tflops", 1, *how)
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["ranks"]) == 2 and d["totals"]["hfu"] == pytest.approx(two_ranks["totals"]["hfu"], rel=1e-12)
+    assert any("hparams.json" in w and "left out" in w for w in d["warnings"]), d["warnings"]
+    # Alone, it is still an error.
+    one_line(run("analyze", tmp_path / "hparams.json", "--no-cache"), EXIT_FORMAT, "no traceEvents")
 
 
 def test_errors_survive_pickling():

@@ -12,6 +12,9 @@ README's exit codes (`cli.run_command`).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from traceflops.cli.common import (
@@ -48,6 +51,12 @@ def refuse_extras_over(inputs, html: str | None = None, tables: str | None = Non
     from traceflops.report.tables import table_files
 
     refuse_overwrite(inputs, **{"--html": html, "--tables": table_files(tables) if tables else None})
+    if html:
+        folder = Path(html).parent
+        if not folder.is_dir():
+            raise InputError(html, f"--html's folder {folder} does not exist", "create it first, or write the report elsewhere")
+        if not os.access(folder, os.W_OK):
+            raise InputError(html, f"--html's folder {folder} is not writable", "write the report elsewhere")
 
 
 def _write_tables(fn, what, directory: str) -> dict:

@@ -41,6 +41,10 @@ class InternalError(TraceflopsError):
     exit_code = EXIT_INTERNAL
 
 
+class NotATraceError(FormatError):
+    """The file is no profiler trace at all (a config.json beside the traces): a job skips it with a warning (exit 3 alone)."""
+
+
 class EmptyTraceError(FormatError):
     """The file parses, but holds no host op or device activity to analyse (exit 3)."""
 

@@ -33,19 +33,16 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
     if opt.peak_tflops:
         h = hw.custom(opt.peak_tflops, precision)
         return hardware_row(h, precision, "--peak-tflops"), opt.peak_tflops * 1e12, precision
-    h, why = None, ""
+    detected, why = detect_device(trace, kernels)
     if opt.hardware:
         h = hw.lookup(opt.hardware)
         if h is None:
             warnings.append(f"unknown hardware '{opt.hardware}': give --peak-tflops (known: {', '.join(sorted(hw.HARDWARE))})")
+        elif detected is not None and detected.name != h.name:
+            warnings.append(f"--hardware {opt.hardware} ({h.name}) is not the trace's device ({detected.name}): "
+                            f"MFU and HFU are against the {h.name} peak as asked")
     else:
-        props = trace.meta.get("device_properties") or []
-        dev_ids = kernels["device"].drop_nulls().unique().to_list() if kernels.height else []
-        chosen = next((p for p in props if p.get("id") in dev_ids), props[0] if props else None)
-        if chosen:
-            h, why = hw.detect(chosen)
-        elif trace.meta.get("xla_device"):
-            h, why = hw.detect_xla(trace.meta["xla_device"])
+        h = detected
         if h is None:
             what = why or ("no device in the trace (a CPU trace)" if not kernels.height else "no deviceProperties in the trace")
             warnings.append(f"hardware unknown: {what}; give --hardware NAME or --peak-tflops N to get MFU and HFU")
@@ -59,6 +56,18 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
     if peak is None:
         warnings.append(f"{h.name} has no dense {precision} peak in the table; give --precision or --peak-tflops")
     return hardware_row(h, precision, h.source), peak, precision
+
+
+def detect_device(trace: Trace, kernels: pl.DataFrame):
+    """The device the trace ran on (its deviceProperties, else the XLA device) and why it is not known, if not."""
+    props = trace.meta.get("device_properties") or []
+    dev_ids = kernels["device"].drop_nulls().unique().to_list() if kernels.height else []
+    chosen = next((p for p in props if p.get("id") in dev_ids), props[0] if props else None)
+    if chosen:
+        return hw.detect(chosen)
+    if trace.meta.get("xla_device"):
+        return hw.detect_xla(trace.meta["xla_device"])
+    return None, ""
 
 
 def hardware_row(h, precision: str, source: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traceflops.core.errors import FormatError
+from traceflops.core.errors import FormatError, NotATraceError
 from traceflops.core.trace import Trace
 from traceflops.parsers.io import open_trace
 
@@ -19,7 +19,7 @@ def detect_format(path: str) -> str:
         head = f.read(2)
     if head == b"\x1f\x8b" or head[:1] in (b"{", b"["):
         return "kineto"
-    raise FormatError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
+    raise NotATraceError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
 
 
 def parse(path: str, progress=None) -> Trace:

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from traceflops.core.errors import FormatError
+from traceflops.core.errors import FormatError, NotATraceError
 from traceflops.parsers.io import chunks
 
 _QUOTE, _BSLASH, _COMMA = ord('"'), ord("\\"), ord(",")
@@ -476,7 +476,7 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
     res.stray = sc.stray
     res.arrays = sc.arrays
     if sc.state == "before" and not sc.arrays:
-        raise FormatError(path, "no traceEvents array found", "pass a PyTorch profiler (Kineto) trace")
+        raise NotATraceError(path, "no traceEvents array found", "pass a PyTorch profiler (Kineto) trace")
     head = bytes(sc.head)
     if sc.state == "before":
         head += bytes(sc.prefix)  # the rest of the root object after its last array

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from traceflops.core import hardware as hw
 from traceflops.core.errors import OptionsError
 from traceflops.core.results import ModelOptions
 from traceflops.flops import model as mf
@@ -108,6 +109,8 @@ def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_le
         raise OptionsError(None, f"mode must be 'training' or 'inference', got {mode!r}", "leave it out to detect it")
     check_numbers(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len,
                   tokens_per_step=tokens_per_step, world_size=world_size, peak_tflops=peak_tflops)
+    if hardware is not None and hw.lookup(hardware) is None:
+        raise OptionsError(None, f"unknown hardware {hardware!r}", f"give one of {', '.join(sorted(hw.HARDWARE))}, or --peak-tflops")
     return ModelOptions(
         spec=model_spec(params, layers, heads, head_dim, seq_len, model_config),
         tokens_per_step=tokens_per_step,

@@ -6,7 +6,7 @@ import logging
 import os
 from dataclasses import replace
 
-from traceflops.core.errors import InputError, TraceflopsError
+from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
 from traceflops.core.results import RankSummary
 from traceflops.parsers.helper import ENV
 from traceflops.run.load import analyze
@@ -35,19 +35,43 @@ def _summarize_url(url: str, opts) -> RankSummary:
             return replace(summarize(analyze(local, opts)), path=url)
 
 
-def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None) -> list[RankSummary]:
-    """Summaries of many ranks: in this process, a process pool (jobs > 1), or Ray tasks."""
+def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None,
+                  skipped: list[str] | None = None) -> list[RankSummary]:
+    """Summaries of many ranks: in this process, a process pool (jobs > 1), or Ray tasks.
+
+    Among several files, one that is no trace at all (a config.json beside the
+    ranks) is left out and named in `skipped`; any other error stops the job.
+    """
     work = [(p, opts, cache_dir) for p in paths]
     if executor == "ray":
-        return _on_ray(work, ray_address)
-    if jobs <= 1 or len(paths) <= 1:
-        return [_summarize_one(w) for w in work]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+        got = _on_ray(work, ray_address)
+    elif jobs <= 1 or len(paths) <= 1:
+        got = [_attempt(w) for w in work]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=one_core_per_rank) as pool:
-        return list(pool.map(_summarize_one, work))
+        # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=one_core_per_rank) as pool:
+            got = list(pool.map(_attempt, work))
+    return _kept(got, len(paths), skipped)
+
+
+def _attempt(args: tuple) -> RankSummary | NotATraceError:
+    """One rank's summary, or the error saying the file is no trace (returned, so the other ranks go on)."""
+    try:
+        return _summarize_one(args)
+    except NotATraceError as e:
+        return e
+
+
+def _kept(got: list, n: int, skipped: list[str] | None) -> list[RankSummary]:
+    bad = [g for g in got if isinstance(g, NotATraceError)]
+    if bad and (n <= 1 or len(bad) == n):
+        raise bad[0]
+    if skipped is not None:
+        skipped += [f"{e.path}: not a trace ({e.what}); left out of the job" for e in bad]
+    return [g for g in got if not isinstance(g, NotATraceError)]
 
 
 def one_core_per_rank() -> None:
@@ -55,9 +79,9 @@ def one_core_per_rank() -> None:
     os.environ.setdefault(ENV, "0")
 
 
-def _summarize_on_worker(args: tuple) -> RankSummary:
+def _attempt_on_worker(args: tuple) -> RankSummary | NotATraceError:
     one_core_per_rank()
-    return _summarize_one(args)
+    return _attempt(args)
 
 
 def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
@@ -68,10 +92,15 @@ def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
         raise InputError(None, "--executor ray needs Ray", "pip install 'traceflops[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.ERROR)  # stderr keeps the one line of a failure
+        try:
+            ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.ERROR)  # stderr keeps the one line of a failure
+        except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError or its own types here
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise InputError(None, f"cannot reach the Ray cluster at {address!r} ({first})",
+                             "start one (`ray start --head`) or leave out --ray-address to run a local one") from None
     try:
-        task = ray.remote(_summarize_on_worker)
+        task = ray.remote(_attempt_on_worker)
         try:
             return ray.get([task.remote(w) for w in work])
         except ray.exceptions.RayTaskError as e:

@@ -275,7 +275,7 @@ def _name_host(seg: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     outer = outer_ops(ops).with_columns(pl.col("tid").cast(host.schema["tid"], strict=False))
     pieces = []
     for step, start, end, tid in host.select("step", "start", "end", "tid").iter_rows():
-        o = outer.filter((pl.col("tid") == tid) & (pl.col("end") > start) & (pl.col("ts") < end))
+        o = outer.filter(pl.col("tid").eq_missing(tid) & (pl.col("end") > start) & (pl.col("ts") < end))
         cuts = sorted({start, end, *[min(max(x, start), end) for x in o["ts"].to_list() + o["end"].to_list()]})
         lo, hi = np.array(cuts[:-1]), np.array(cuts[1:])
         names = [BETWEEN_OPS] * len(lo)

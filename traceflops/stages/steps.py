@@ -199,6 +199,23 @@ def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> 
     return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | dropped))), notes
 
 
+def excluded_steps(host: pl.DataFrame, opt: ModelOptions) -> list[str]:
+    """A step asked to be left out that the trace does not have: said, not silently ignored."""
+    have = set(host["step"].to_list())
+    missing = sorted(set(opt.exclude_steps) - have)
+    if not missing:
+        return []
+    shown = f"{min(have)}..{max(have)}" if have else "none"
+    return [f"--exclude-step {', '.join(map(str, missing))}: no such step in the trace (its steps: {shown}); nothing left out for it"]
+
+
+def step_count(steps: pl.DataFrame, opt: ModelOptions) -> dict:
+    """How many steps the trace has, which were left out (asked, or cut), and how many the totals count."""
+    have = steps["step"].to_list()
+    out = sorted(set(opt.exclude_steps) & set(have))
+    return {"in_trace": len(have), "excluded": out, "counted": len(have) - len(out)}
+
+
 def step_warnings(trace: Trace, steps: pl.DataFrame, step_source: str, cut_notes: list[str]) -> list[str]:
     """The trace's own warnings, then what the step windows showed: clamped windows, cut steps, the step markers used."""
     clamped = steps.filter((pl.col("window_source") == "device") & (pl.col("window") <= 0) & ~pl.col("last")).height
