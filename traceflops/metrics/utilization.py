@@ -74,15 +74,17 @@ def with_phase_flops(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None) -> pl.DataFrame:
+def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None, device_only: bool = False) -> pl.DataFrame:
+    """Per step: executed and model FLOPs, MFU, HFU. A step whose matmul FLOPs are all unknown has HFU null, never 0."""
     executed = sum(pl.col(f"flops_{p}") for p in PHASES)
     secs = pl.col("window") * 1e-6
     peak_e = pl.lit(peak, pl.Float64)
+    unknown = pl.lit(device_only) | ((executed == 0) & (pl.col("flops_unknown_count").fill_null(0) > 0))
     cols = [
         executed.alias("flops_executed"),
         model_flops.alias("model_flops"),
         (model_flops / (secs * peak_e)).alias("mfu"),
-        (executed / (secs * peak_e)).alias("hfu"),
+        pl.when(unknown).then(None).otherwise(executed / (secs * peak_e)).alias("hfu"),
     ]
     if model_no_attn is not None:
         cols.append((model_no_attn / (secs * peak_e)).alias("mfu_no_attention"))

@@ -214,6 +214,7 @@ def job_steps(summaries: list[RankSummary], world: int, peak: float | None, glob
         pl.col("model_flops").cast(pl.Float64).sum().alias("model_flops_sum"),
         pl.col("model_flops").null_count().alias("model_unknown"),
         pl.col("flops_executed").cast(pl.Float64).sum().alias("executed_flops"),  # in floats: many ranks' int64 counts can wrap
+        (pl.col("hfu").is_not_null().any() if "hfu" in allst.columns else pl.lit(True)).alias("_hfu_known"),
     ).sort("step")
     model = pl.when(pl.col("model_unknown") == 0).then(pl.col("model_flops_sum"))
     if global_model is not None:
@@ -222,8 +223,8 @@ def job_steps(summaries: list[RankSummary], world: int, peak: float | None, glob
     pk = pl.lit(peak, pl.Float64)
     return per.with_columns(model_flops=model).with_columns(
         mfu=pl.col("model_flops") / (secs * pk * world),
-        hfu=pl.col("executed_flops") / (secs * pk * world),
-    ).drop("model_flops_sum", "model_unknown")
+        hfu=pl.when(pl.col("_hfu_known")).then(pl.col("executed_flops") / (secs * pk * world)),  # no rank knows: unknown, not 0
+    ).drop("model_flops_sum", "model_unknown", "_hfu_known")
 
 
 def stragglers(coll: pl.DataFrame, summaries: list[RankSummary]) -> pl.DataFrame:
@@ -327,7 +328,7 @@ def job_view(
         "wall_us": wall,
         "world_size": world,
         "mfu": metrics.utilization(model_total, secs, peak, world),
-        "hfu": metrics.utilization(executed, secs, peak, world),
+        "hfu": metrics.utilization(executed, secs, peak, world) if any(s.totals.get("hfu") is not None for s in summaries) else None,
         "collectives_matched": int(coll.height),
         "arrival_skew_us": float(coll["arrival_skew_us"].sum()) if coll.height else 0.0,
         "transfer_us": float(coll["transfer_us"].sum()) if coll.height else 0.0,
