@@ -136,5 +136,5 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
         by_gemm_shape=rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
         step_stats=step_stats(steps), critical_path=path,
     )
-    return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps),
-                   path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps))
+    a = replace(a, path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps))  # advice reads it
+    return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))

@@ -141,3 +141,24 @@ def test_a_tpu_profile_has_a_device_only_path():
     assert float(seg["dur"].sum()) == pytest.approx(window, abs=1e-3)
     # The chips were busy most of the window (the partition's idle is 13.7 s of 92.5 s a chip): so is the path.
     assert float(seg.filter(pl.col("kind") == "idle")["dur"].sum()) < 0.25 * window
+
+
+def test_the_host_bound_verdict_rests_on_the_path(tmp_path):
+    """The host-bound case above: the advice says the host bounded the step, and recovers no more than the path's host time."""
+    b = Builder()
+    b.annotation("ProfilerStep#0", 0, 1000)
+    b.op("aten::mul", 10, 890)
+    for t in (100, 300, 500):
+        b.kernel(ELT, t, t + 10, 20)
+    a = analyze(b.write(tmp_path / "t.json.gz"))
+
+    def items(xs):
+        for x in xs:
+            yield x
+            yield from items(x.get("findings") or [])
+
+    hb = next(x for x in items(a.advice) if x["kind"] == "host_bound")
+    assert "critical path" in hb["title"] and "host bounds" in hb["title"]
+    # Path: host 390 + launch 10 of the 420 us window; the idle gaps sum to 420 - 60 = 360 us, all host-bound.
+    assert hb["data"]["critical_path_host_us"] == pytest.approx(400.0)
+    assert hb["recoverable"] == pytest.approx(360.0 / 420.0)

@@ -243,6 +243,19 @@ def _host_bound(ctx: _Ctx) -> dict | None:
         )
     data = {"host_bound_us": float(hb["dur"].sum()), "launch_gap_us": float(lg["dur"].sum()),
             "host_bound_gaps": hb.height, "launch_gaps": lg.height}
+    title = "The device waits for kernel launches (host-bound)"
+    path = ctx.a.path_summary or {}
+    if path.get("available"):
+        # The verdict rests on the critical path: only host time on the chain that bounded the step can be recovered.
+        on_host = float(path["us"]["host"] + path["us"]["launch"])
+        share = ctx.share(on_host)
+        top = next((t for t in path["top"] if t["kind"] in ("host", "launch")), None)
+        ev.insert(0, f"critical path: the host and its launches bounded {fmt.pct(share, keep_small=False)} of the step"
+                     + (f" (longest: {fmt.short(top['name'], 60)}, {fmt.duration(top['us'])})" if top else ""))
+        data["critical_path_host_us"] = on_host
+        total = min(total, on_host)
+        title = ("The host bounds the step (critical path): the device waits for launches" if share >= 0.5 else
+                 "Idle gaps wait for the host, but the device bounds the step (critical path)")
     many_short = False
     if "launch_kernels" in ctx.steps.columns and ctx.steps["launch_kernels"].null_count() < ctx.steps.height:
         per_step = float(ctx.steps["launch_kernels"].mean())
@@ -266,7 +279,7 @@ def _host_bound(ctx: _Ctx) -> dict | None:
     ]
     if not many_short:
         remedies = [remedies[1], remedies[0], remedies[2]]
-    return _item(ctx, "host_bound", "The device waits for kernel launches (host-bound)", total, ev, remedies, data)
+    return _item(ctx, "host_bound", title, total, ev, remedies, data)
 
 
 def _memory_bound(ctx: _Ctx) -> dict | None:
