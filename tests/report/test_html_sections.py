@@ -295,7 +295,9 @@ def test_job_stragglers_and_collectives_match_the_json_report(dlrm_job):
     for got, c in zip(co, want):
         for k in ("seq", "step", "ranks", "arrival_skew_us", "last_rank", "transfer_us", "algbw_gbps", "busbw_gbps"):
             assert got.get(k) == c[k], k
-    assert "job-advice-none" in html  # a job carries no advice of its own: the page says where to find it
+    # The job's own "what to try" (waits on late ranks, the ranks' top items), the same items as the JSON's.
+    assert all(H.e(x["title"]) in html for x in js["advice"])
+    assert ("job-advice-none" in html) == (not js["advice"])
 
 
 # --- diff ------------------------------------------------------------------------------

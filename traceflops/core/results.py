@@ -95,6 +95,8 @@ class RankSummary:
     idle: pl.DataFrame  # per step and reason: idle µs
     totals: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    path_comm: pl.DataFrame | None = None  # the critical path's communication segments: step, start, end (µs, own clock)
+    advice: list[dict[str, Any]] = field(default_factory=list)  # the rank's top advice headlines (kind, title, share)
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,4 @@ class Job:
     totals: dict[str, Any]
     warnings: list[str]
     summaries: list[RankSummary]
+    advice: list[dict[str, Any]] = field(default_factory=list)  # the job's "what to try": waits on late ranks, ranks' own top items

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from traceflops.core import fmt
-from traceflops.core.contract import rank_record, step_record
+from traceflops.core.contract import PATH_PREFIX, critical_path, rank_record, step_record
 from traceflops.core.results import Job
 from traceflops.report.jsonreport import SCHEMA
 from traceflops.report.terminal import BAR, printable_console, text
@@ -29,10 +29,12 @@ def to_dict(job: Job) -> dict[str, Any]:
         "hardware": first.hardware if first else None,
         "model": first.model if first else None,
         "steps": steps,
-        "job_steps": [{**r, "dur_us": r.get("step_us")} for r in _rows(job.steps)],
+        "job_steps": [{**{k: v for k, v in r.items() if not k.startswith(PATH_PREFIX)}, "dur_us": r.get("step_us"),
+                       "critical_path_us": critical_path(r)} for r in _rows(job.steps)],
         "ranks": [rank_record(s.rank, s.path, s.totals) for s in sorted(job.summaries, key=lambda s: (s.rank is None, s.rank))],
         "collectives": _rows(job.collectives),
         "stragglers": _rows(job.stragglers),
+        "advice": job.advice,
         "pipeline": _rows(job.pipeline),
         "clock": job.clock,
         "outside_steps": None,
@@ -102,6 +104,7 @@ def render(job: Job, console: Console | None = None) -> None:
         ideal = p["ideal_bubble"][0]
         c.print(f"pipeline: P2P time {fmt.pct(p['bubble'].mean())} of step time (ideal bubble {fmt.pct(ideal)})")
     budget_table(c, job)
+    job_advice_lines(c, job)
     advice_lines(c, job)
     for w in warning_lines(job):
         c.print(f"[yellow]warning:[/yellow] {text(w)}")
@@ -139,6 +142,20 @@ def budget_table(c: Console, job: Job) -> None:
         bt.add_row(text(r), *[fmt.pct(b.get(k)) for k in terms], stacked_bar(b) if b else fmt.NONE)
     c.print(bt)
     c.print("  [dim]bar: " + ", ".join(f"{g} {TERM_LABELS.get(k, k)}" for k, g in GLYPHS.items() if k in terms) + "[/dim]")
+
+
+def job_advice_lines(c: Console, job: Job) -> None:
+    """The job's own items (waits on a late rank): title, share, evidence, remedies; the ranks' items come after."""
+    own = [x for x in getattr(job, "advice", None) or [] if "ranks" not in (x.get("data") or {})]
+    if not own:
+        return
+    c.print("[bold]What to try for the job[/bold]")
+    for i, x in enumerate(own, 1):
+        c.print(f" {i}. [bold]{text(x['title'])}[/bold]  {fmt.pct(x.get('share'))} {text(x.get('unit'))}")
+        for line in x.get("evidence") or []:
+            c.print(f"    {text(line)}")
+        if x.get("remedies"):
+            c.print(f"    try: {text('; '.join(x['remedies']))}")
 
 
 def advice_lines(c: Console, job: Job, top: int = 3) -> None:

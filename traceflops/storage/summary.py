@@ -30,8 +30,12 @@ def write_summary(s: RankSummary, path: str | Path) -> None:
         "model": s.model,
         "totals": s.totals,
         "warnings": s.warnings,
+        "advice": s.advice,
     }
-    write_bundle(path, {"steps": s.steps, "collectives": s.collectives, "idle": s.idle}, meta)
+    tables = {"steps": s.steps, "collectives": s.collectives, "idle": s.idle}
+    if s.path_comm is not None:
+        tables["path_comm"] = s.path_comm
+    write_bundle(path, tables, meta)
 
 
 def _tampered(meta, tables) -> str | None:
@@ -72,4 +76,6 @@ def read_summary(path: str | Path) -> RankSummary:
         idle=tables["idle"] if tables["idle"].width else pl.DataFrame(schema={"step": pl.Int64, "reason": pl.Utf8, "dur": pl.Float64}),
         totals=meta["totals"],
         warnings=list(meta.get("warnings") or []),
+        path_comm=tables["path_comm"] if {"step", "start", "end"} <= set(tables.get("path_comm", pl.DataFrame()).columns) else None,
+        advice=[a for a in meta.get("advice") or [] if isinstance(a, dict) and isinstance(a.get("title"), str)],
     )

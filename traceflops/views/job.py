@@ -12,10 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
+from traceflops.core import fmt
 from traceflops.core.errors import InputError
 from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis, Job, RankSummary
@@ -74,7 +77,73 @@ def summarize(a: Analysis) -> RankSummary:
         idle=idle,
         totals=a.totals,
         warnings=list(a.warnings),
+        path_comm=None if a.critical_path is None else
+        a.critical_path.filter(pl.col("kind") == "communication").select("step", "start", "end"),
+        advice=[{"kind": x.get("kind"), "title": x.get("title"), "share": x.get("share", x.get("recoverable")),
+                 "recoverable": x.get("recoverable"), "term": x.get("term")} for x in a.advice[:ADVICE_PER_RANK]],
     )
+
+
+ADVICE_PER_RANK = 3  # headlines a rank summary keeps for the job's "what to try"
+
+
+# --- the critical path across ranks -----------------------------------------
+
+
+def _union_measure(starts: np.ndarray, ends: np.ndarray):
+    """F(x): the length of the union of [starts, ends) up to x, as a vectorized function (sorted-array interval algebra)."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    e = np.maximum.accumulate(e) if len(e) else e
+    new = np.r_[True, s[1:] > e[:-1]] if len(s) else np.zeros(0, bool)
+    run = np.cumsum(new) - 1
+    ms = s[new]
+    me = np.zeros(len(ms))
+    np.maximum.at(me, run, e)
+    before = np.r_[0.0, np.cumsum(me - ms)][:-1] if len(ms) else np.zeros(0)
+
+    def F(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(ms, x, side="right") - 1
+        ok = k >= 0
+        out = np.zeros(len(x))
+        out[ok] = before[k[ok]] + np.clip(x[ok] - ms[k[ok]], 0, me[k[ok]] - ms[k[ok]])
+        return out
+
+    return F
+
+
+def comm_split(summaries: list[RankSummary], m: pl.DataFrame, offsets: dict[int, float]) -> list[RankSummary]:
+    """Each rank's critical-path communication split into waiting for the last rank to arrive and the transfer itself.
+
+    A matched collective waits on rank r from its own start until the last rank's
+    start (aligned clocks); the path's communication segments are cut by that
+    union of waiting intervals. Steps get `path_communication_waiting` and
+    `path_communication_transfer` (µs); a rank without path segments keeps nulls.
+    """
+    if m.height == 0:
+        return summaries
+    a = m.with_columns(astart=pl.col("ts") + pl.col("rank").replace_strict(offsets, default=0.0))
+    last = a.group_by("pg", "seq").agg(pl.col("astart").max().alias("last_astart"))
+    a = a.join(last, on=["pg", "seq"])
+    out = []
+    for s in summaries:
+        if s.path_comm is None or s.path_comm.height == 0 or s.rank is None:
+            out.append(s)
+            continue
+        mine = a.filter(pl.col("rank") == s.rank)
+        ws = mine["ts"].to_numpy()
+        we = np.clip(mine["last_astart"].to_numpy() - offsets.get(s.rank, 0.0), ws, mine["end"].to_numpy())
+        F = _union_measure(ws, we)
+        seg = s.path_comm
+        wait = F(seg["end"].to_numpy()) - F(seg["start"].to_numpy())
+        per = (seg.with_columns(_wait=pl.Series(wait), _dur=pl.col("end") - pl.col("start")).group_by("step")
+               .agg(path_communication_waiting=pl.col("_wait").sum(),
+                    path_communication_transfer=(pl.col("_dur") - pl.col("_wait")).sum()))
+        steps = s.steps.drop(["path_communication_waiting", "path_communication_transfer"], strict=False)
+        steps = steps.join(per, on="step", how="left", maintain_order="left").with_columns(
+            pl.col("path_communication_waiting", "path_communication_transfer").fill_null(0.0))
+        out.append(replace(s, steps=steps))
+    return out
 
 
 # --- clocks -----------------------------------------------------------------
@@ -215,6 +284,7 @@ def job_steps(summaries: list[RankSummary], world: int, peak: float | None, glob
         pl.col("model_flops").null_count().alias("model_unknown"),
         pl.col("flops_executed").cast(pl.Float64).sum().alias("executed_flops"),  # in floats: many ranks' int64 counts can wrap
         (pl.col("hfu").is_not_null().any() if "hfu" in allst.columns else pl.lit(True)).alias("_hfu_known"),
+        *[pl.col(c).sort_by("window").last() for c in allst.columns if c.startswith(PATH_PREFIX)],  # the slowest rank's path
     ).sort("step")
     model = pl.when(pl.col("model_unknown") == 0).then(pl.col("model_flops_sum"))
     if global_model is not None:
@@ -317,6 +387,7 @@ def job_view(
         warnings.append("ranks report different peaks; job MFU is not computed")
     m = matched(summaries)
     offsets, residual = clock_offsets(m, ranks)
+    summaries = comm_split(summaries, m, offsets)
     coll = collective_table(m, offsets, nvlink_per_direction(summaries))
     steps = job_steps(summaries, world, peak, tokens_model_flops)
     use = steps.filter(~pl.col("step").is_in(list(exclude_steps)))
@@ -346,7 +417,66 @@ def job_view(
         warnings.append("no collective matched across ranks: clocks not aligned, arrival skew unknown")
     for s in summaries:
         warnings += [f"rank {s.rank}: {w}" for w in s.warnings]
-    return Job(per_rank_table(summaries), steps, coll, stragglers(coll, summaries), pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals, warnings, summaries)
+    late = stragglers(coll, summaries)
+    return Job(per_rank_table(summaries), steps, coll, late, pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals,
+               warnings, summaries, advice=job_advice(summaries, late, coll, exclude_steps))
+
+
+UNIT = "of step time, over all ranks"
+
+
+def _rank_set(ranks: list[int]) -> str:
+    ranks = sorted(set(ranks))
+    runs, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i == len(ranks) - 1 or ranks[i + 1] != r + 1:
+            runs.append(f"{start}-{r}" if r != start else f"{r}")
+            start = None
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(runs)
+
+
+def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFrame, exclude_steps=()) -> list[dict[str, Any]]:
+    """What to try for the job: time the ranks' critical paths spent waiting for a late rank, then the ranks' own top items.
+
+    Shares are of the step time summed over ranks (each rank's windows), the unit of a rank's own budget.
+    """
+    items: list[dict[str, Any]] = []
+    frames = [s.steps.filter(~pl.col("step").is_in(list(exclude_steps))) for s in summaries]
+    window = sum(float(f["window"].sum()) for f in frames if "window" in f.columns)
+    waiting = sum(float(f["path_communication_waiting"].fill_null(0).sum()) for f in frames if "path_communication_waiting" in f.columns)
+    if window > 0 and waiting > 0:
+        ev = [f"{fmt.duration(waiting)} of the ranks' critical paths ({waiting / window:.1%} of step time) waited in collectives "
+              "for the last rank to arrive"]
+        if late.height:
+            by = late.group_by("rank").agg(pl.len().alias("steps"), pl.col("wait_us").sum(), pl.col("reason").mode().first())
+            for r in by.sort("wait_us", descending=True).head(3).iter_rows(named=True):
+                ev.append(f"rank {r['rank']} arrived last in {r['steps']} step(s), the others waiting {fmt.duration(r['wait_us'])}; "
+                          f"why: {r['reason']}")
+        if coll.height:
+            worst = coll.sort("arrival_skew_us", descending=True).row(0, named=True)
+            ev.append(f"largest arrival skew: {fmt.duration(worst['arrival_skew_us'])} ({worst['kind']} #{worst['seq']} of group "
+                      f"{worst['pg']}, last rank {worst['last_rank']})")
+        items.append({"kind": "late_rank", "term": "communication_exposed", "title": "Ranks wait for a late rank at collectives",
+                      "share": waiting / window, "recoverable": waiting / window, "unit": UNIT, "evidence": ev,
+                      "remedies": ["Balance the work per rank: even shards and sequence lengths per batch (pack or bucket by length)",
+                                   "Look at the late rank's own report: what it ran instead (its compute, idle or input pipeline)",
+                                   "Keep host work off the step on every rank (logging, checkpoint writes, data loading)"],
+                      "data": {"waiting_us": waiting, "window_us": window}})
+    by_title: dict[str, list[tuple[int, dict]]] = {}
+    for s in summaries:
+        for x in s.advice:
+            by_title.setdefault(x["title"], []).append((s.rank, x))
+    for title, got in sorted(by_title.items(), key=lambda kv: -max((x.get("share") or 0) for _, x in kv[1])):
+        shares = [x.get("share") or 0.0 for _, x in got]
+        first = got[0][1]
+        items.append({"kind": first.get("kind"), "term": first.get("term"), "title": title, "share": max(shares),
+                      "recoverable": max(shares), "unit": "of step time at peak, on the rank where it is largest",
+                      "evidence": [f"{_rank_set([r for r, _ in got])}: {min(shares):.1%} to {max(shares):.1%} of their step time at peak "
+                                   "(details in each rank's own report)"],
+                      "remedies": [], "data": {"ranks": sorted(r for r, _ in got if r is not None)}})
+    return items
 
 
 def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:
