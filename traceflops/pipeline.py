@@ -52,18 +52,22 @@ from traceflops.views import advice, rollup
 from traceflops.views import critical_path as path_view
 
 
-def analyze_trace(trace: Trace, opt: ModelOptions) -> Analysis:
+def analyze_trace(trace: Trace, opt: ModelOptions, on_stage=None) -> Analysis:
+    """`on_stage(name)` is called as each group of stages starts (a progress display), if given."""
+    stage = on_stage or (lambda name: None)
+    stage("clean")
     trace = clean(trace)
     try:
-        a = _analyze(trace, opt)
+        a = _analyze(trace, opt, stage)
     except ConservationError as e:
         raise InternalError(trace.meta.get("path"), f"{e.what} conservation check failed: {e}", BUG) from e
     check_analysis(a)
     return a
 
 
-def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
+def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
     # link, phases, count
+    stage("link, phases, FLOPs")
     linked = link(trace)
     ops = tag_ops(linked, has_formula(linked.ops["name"], linked.ops["matmul_hint"]), trace.steps)
     kernels = tag_kernels(linked, ops)
@@ -75,6 +79,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     return_freed_memory()  # what linking and tagging freed, before the timeline grows
 
     # steps
+    stage("steps")
     host, step_source = host_steps(trace)
     asked = excluded_steps(host, opt)
     opt, warnings_cut = leave_out_cut_steps(trace, host, opt)
@@ -98,6 +103,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     warnings += util.window_warnings(steps, kernels, outside)
 
     # timeline
+    stage("timeline, critical path, roofline")
     gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
     return_freed_memory()
     stats = tl.launch_stats(kernels, steps) if device_trace else None
@@ -126,6 +132,7 @@ def _analyze(trace: Trace, opt: ModelOptions) -> Analysis:
     steps = steps.filter(~pl.col("step").is_in(trace.meta.get("cut_steps") or []))
 
     # views
+    stage("advice")
     a = Analysis(
         trace=trace, ops=ops, kernels=kernels, steps=steps, hardware=hardware, model=model, totals=totals,
         outside_steps=outside, warnings=warnings, ranks=[util.rank_row(trace, totals)], partition=part,

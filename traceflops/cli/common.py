@@ -72,15 +72,40 @@ def model_options(fn):
 
 
 class Progress:
-    """A progress bar on stderr while a big file is read; silent when not a terminal or --quiet."""
+    """On stderr, a terminal only (never with --quiet, never in what stdout carries): a bar while a big file is read,
+    the analysis stage running after it, and ranks done of all for a job."""
 
     def __init__(self, quiet: bool):
         self.on = not quiet and sys.stderr.isatty()
         self.bar = None
+        self.big = False  # a big file: its stages are worth saying too
+
+    def _console(self):
+        from rich.console import Console
+
+        return Console(stderr=True)
+
+    def stage(self, name: str) -> None:
+        """The analysis stage that starts now, on one line that the next overwrites (a big file's, or a job's)."""
+        if self.on and self.big:
+            sys.stderr.write(f"\r\x1b[2Kanalysing: {name}")
+            sys.stderr.flush()
+            if name == "advice":
+                sys.stderr.write("\r\x1b[2K")
+
+    def ranks(self, done: int, total: int) -> None:
+        """Ranks summarised so far, of all."""
+        if not self.on or total < 2:
+            return
+        sys.stderr.write(f"\r\x1b[2Kranks: {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\r\x1b[2K")
+        sys.stderr.flush()
 
     def __call__(self, done: int, total: int) -> None:
         if not self.on or total < (64 << 20):
             return
+        self.big = True
         if self.bar is None:
             from rich.console import Console
             from rich.progress import (

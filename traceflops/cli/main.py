@@ -60,7 +60,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             from traceflops.run.ranks import summarize_all
 
             summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir,
-                                      skipped=left_out)
+                                      skipped=left_out, on_done=progress.ranks)
             return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir, left_out)
         a = _cached_report(paths[0], opts, cache_dir) if not (html_out or tables_dir) else None
         if a is None:

@@ -27,5 +27,6 @@ def load(path: str, cache_dir=None, progress=None) -> Trace:
 
 
 def analyze(path: str, options: ModelOptions | None = None, cache_dir=None, progress=None) -> Analysis:
-    """`progress(done_bytes, total_bytes)` is called while a large file is read, if given."""
-    return analyze_trace(load(path, cache_dir, progress), options or ModelOptions())
+    """`progress(done_bytes, total_bytes)` is called while a large file is read, and `progress.stage(name)` (if it
+    has one) as each group of analysis stages starts."""
+    return analyze_trace(load(path, cache_dir, progress), options or ModelOptions(), getattr(progress, "stage", None))

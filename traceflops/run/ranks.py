@@ -36,24 +36,32 @@ def _summarize_url(url: str, opts) -> RankSummary:
 
 
 def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None,
-                  skipped: list[str] | None = None) -> list[RankSummary]:
+                  skipped: list[str] | None = None, on_done=None) -> list[RankSummary]:
     """Summaries of many ranks: in this process, a process pool (jobs > 1), or Ray tasks.
 
     Among several files, one that is no trace at all (a config.json beside the
     ranks) is left out and named in `skipped`; any other error stops the job.
     """
     work = [(p, opts, cache_dir) for p in paths]
+    done = on_done or (lambda n, total: None)  # ranks done so far, of all (a progress display)
     if executor == "ray":
         got = _on_ray(work, ray_address)
+        done(len(got), len(work))
     elif jobs <= 1 or len(paths) <= 1:
-        got = [_attempt(w) for w in work]
+        got = []
+        for w in work:
+            got.append(_attempt(w))
+            done(len(got), len(work))
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=one_core_per_rank) as pool:
-            got = list(pool.map(_attempt, work))
+            got = []
+            for g in pool.map(_attempt, work):  # in order; each rank counted as its result arrives
+                got.append(g)
+                done(len(got), len(work))
     return _kept(got, len(paths), skipped)
 
 
