@@ -261,16 +261,6 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    binary = chromium_binary()
-    if not binary:
-        pytest.skip("no chromium binary found (install Debian's `chromium`, or set TRACEFLOPS_CHROMIUM)")
-    b = Browser(binary)
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def check_plots(browser: Browser, path: Path, min_svgs: int) -> dict:

@@ -378,20 +378,6 @@ READ_BACK = r"""JSON.stringify([...document.querySelectorAll('[data-key][data-va
   x.getAttribute('data-key'), Number(x.getAttribute('data-value')), x.innerText]))"""
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from tests.report.test_browser import Browser, chromium_binary
-
-    binary = chromium_binary()
-    if not binary:
-        pytest.skip("no chromium binary found (install Debian's `chromium`, or set TRACEFLOPS_CHROMIUM)")
-    b = Browser(binary)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
 def shot(browser, name: str) -> Path:
     """The whole page at 1400 CSS px wide, to /tmp/html_shots/NAME.png (for a person to look at)."""
     import base64

@@ -102,13 +102,17 @@ def _secret_pair(m: re.Match) -> bool:
     return is_secret_key(m.group("name")) and not _NUMBER.fullmatch(m.group("value").strip("\"'"))
 
 
+def _apply(rules, data):
+    n = 0
+    for r, to in rules:
+        data, m = r.subn(to, data)
+        n += m
+    return data, n
+
+
 def redact_text(text: str) -> tuple[str, int]:
     """Only the shape rules safe anywhere (URL passwords, token shapes): the new text and how many parts were replaced."""
-    n = 0
-    for r, to in _SHAPE_RES:
-        text, m = r.subn(to, text)
-        n += m
-    return text, n
+    return _apply(_SHAPE_RES, text)
 
 
 def redact_bytes(data: bytes) -> tuple[bytes, int]:
@@ -116,11 +120,7 @@ def redact_bytes(data: bytes) -> tuple[bytes, int]:
 
     The replacements contain nothing JSON escapes, and no rule matches a quote or a backslash escape's start.
     """
-    n = 0
-    for r, to in _SHAPE_BYTES:
-        data, m = r.subn(to, data)
-        n += m
-    return data, n
+    return _apply(_SHAPE_BYTES, data)
 
 
 def redact_string(text: str) -> tuple[str, int]:
