@@ -834,22 +834,25 @@ def short_runs(acts: pl.DataFrame, short_us: float = SHORT_KERNEL_US, gap_us: fl
     if acts.height == 0:
         return pl.DataFrame(schema=out)
     lanes = [c for c in ("device", "stream") if c in acts.columns]
-    s = acts.filter(pl.col("dur").is_not_null()).sort([*lanes, "ts"], nulls_last=True).with_columns(
-        _short=((pl.col("cls") == "other_compute") & (pl.col("dur") < short_us)).fill_null(False))
+    # Only the columns the runs need, sorted (not the kernels' every column: a million kernels' copy is hundreds of MB);
+    # the names of the short ones are gathered afterwards by row.
+    s = (acts.select(*lanes, "ts", "dur", "cls").with_row_index("_row").filter(pl.col("dur").is_not_null())
+         .sort([*lanes, "ts"], nulls_last=True)
+         .with_columns(_short=((pl.col("cls") == "other_compute") & (pl.col("dur") < short_us)).fill_null(False)))
     same = pl.int_range(pl.len()) > 0
     for c in lanes:
         same = same & pl.col(c).eq_missing(pl.col(c).shift(1))
     close = ((pl.col("ts") - (pl.col("ts") + pl.col("dur")).shift(1)) <= gap_us).fill_null(False)
     goes_on = pl.col("_short") & pl.col("_short").shift(1).fill_null(False) & same & close
-    runs = (
-        s.with_columns(run=(~goes_on).cast(pl.UInt32).cum_sum())
-        .filter(pl.col("_short"))
-        .group_by("run")
-        .agg(pl.len().alias("n"), pl.col("dur").sum().cast(pl.Float64).alias("t"),
-             pl.col("name").value_counts(sort=True).struct.field("name").alias("names"))
-        .filter(pl.col("n") >= min_run)
-        .sort("t", descending=True)
-    )
+    short = s.with_columns(run=(~goes_on).cast(pl.UInt32).cum_sum()).filter(pl.col("_short"))
+    runs = (short.group_by("run").agg(pl.len().alias("n"), pl.col("dur").sum().cast(pl.Float64).alias("t"))
+            .filter(pl.col("n") >= min_run).sort("t", descending=True))
+    # The names of the runs kept only, most frequent first (counted per (run, name): no per-group value_counts).
+    kept = short.join(runs.select("run"), on="run", how="semi")
+    names = (kept.with_columns(name=acts["name"].gather(kept["_row"])).group_by("run", "name").agg(pl.len().alias("_k"))
+             .sort(["run", "_k", "name"], descending=[False, True, False]).group_by("run", maintain_order=True)
+             .agg(pl.col("name").alias("names")))
+    runs = runs.join(names, on="run", how="left", maintain_order="left")
     return runs.select(list(out)).cast(out)
 
 
