@@ -38,3 +38,16 @@ def test_a_job_where_no_rank_knows_its_flops_has_no_hfu(tmp_path):
     assert d["totals"]["hfu"] is None
     assert all(s["hfu"] is None for s in d["job_steps"])
     assert all(s["hfu"] is None for s in d["steps"])
+
+
+def test_a_diff_against_a_trace_without_shapes_says_unknown_not_zero(tmp_path):
+    from tests.cli.test_bad_input import small_gpu_trace
+
+    before = shapeless(tmp_path / "before.json.gz", 0)
+    after = small_gpu_trace().write(tmp_path / "after.json.gz")  # 2 steps of a 64x32x16 mm: 2*64*32*16 FLOPs each
+    r = CliRunner().invoke(main, ["diff", before, after, "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["flops_per_step"]["executed"] == {"before": None, "after": 2 * 64 * 32 * 16, "delta": None}
+    assert d["largest_change"] is None
+    assert any("unknown before" in w for w in d["warnings"]), d["warnings"]

@@ -800,7 +800,7 @@ def render_job_html(job, title: str | None = None) -> str:
 def largest_change_line(lc: dict[str, Any] | None) -> str:
     """One line: which phase's matmul FLOPs moved most (the diff view's `largest_change`)."""
     if not lc:
-        return "Largest change: no phase's matmul FLOPs moved"
+        return "Largest change: none known (no phase's matmul FLOPs moved, or one side's are unknown: see the warnings)"
     unit = "per token" if lc["basis"] == "flops_per_token" else "per step"
     rel = "" if lc["relative"] is None else f", {lc['relative'] * 100:+.1f}%"
     sign = "+" if lc["delta"] > 0 else "−"

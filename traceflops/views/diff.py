@@ -45,6 +45,13 @@ def _pair(x, y) -> dict[str, Any]:
     return {"before": x, "after": y, "delta": _delta(x, y)}
 
 
+def _known_flops(a: Analysis) -> dict[str, Any]:
+    """The totals' FLOPs by phase, or all None where none is known (a trace without shapes): unknown, never 0."""
+    t = a.totals
+    unknown = t.get("hfu") is None and not t["flops"]["executed"] and t.get("matmul_flops_unknown_count")
+    return {k: None if unknown else v for k, v in t["flops"].items()}
+
+
 def _steps(a: Analysis) -> int:
     return a.steps.height
 
@@ -122,7 +129,11 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
         warnings.append(f"different numbers of steps ({na} vs {nb}): times and FLOPs are compared per step")
     headline = {k: _pair(ta.get(k), tb.get(k)) for k in ("mfu", "mfu_no_attention", "hfu", "flops_coverage")}
     headline["step_us"] = _pair(_per_step(ta.get("wall_us"), na), _per_step(tb.get("wall_us"), nb))
-    flops = {p: _pair(_per_step(ta["flops"][p], na), _per_step(tb["flops"][p], nb)) for p in (*PHASES, "executed")}
+    fa, fb = _known_flops(a), _known_flops(b)
+    for side, f in (("before", fa), ("after", fb)):
+        if f["executed"] is None:
+            warnings.append(f"matmul FLOPs are unknown {side} (no recorded shapes): FLOP changes are unknown, not 0")
+    flops = {p: _pair(_per_step(fa[p], na), _per_step(fb[p], nb)) for p in (*PHASES, "executed")}
     tok_a, tok_b = _device_tokens(a), _device_tokens(b)
     per_token = None
     if tok_a and tok_b:
