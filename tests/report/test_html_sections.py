@@ -423,3 +423,12 @@ def test_reports_load_in_a_browser_with_their_numbers(name, browser, request, sh
         assert [v for v, _ in got] == values, (where, key)
         assert all(text.strip() for _, text in got)  # shown, not only stored
     assert shot(browser, name).stat().st_size > 10_000
+
+
+def test_job_warnings_are_said_once_for_the_ranks_that_gave_them(shared, tmp_path):
+    out = tmp_path / "job.html"
+    r = CliRunner().invoke(main, ["analyze", str(shared / "kineto" / "dlrm_8rank"), "--html", str(out), "--no-cache", "--quiet"])
+    assert r.exit_code == 0, r.stderr
+    html = out.read_text()
+    # All eight ranks give "the last step ends at its last device activity": one line for ranks 0-7, not eight.
+    assert html.count("the last step ends at its last device activity") == 1 and "ranks 0-7: the last step ends" in html
