@@ -16,6 +16,13 @@ tree (traceflops decodes with a helper process on large files), sampled every
   - the same command with a cache, first and again (the second renders the kept
     report; a third with other options reuses only the parsed tables);
   - Holistic Trace Analysis' parse plus temporal breakdown (if installed).
+
+Each contender runs once to warm the page cache, then `--repeat` times (3 by
+default); the report gives the median wall time, the median CPU seconds of the
+whole process tree (user + system, helpers included) and the largest peak.
+`--tiles 1,3,10` runs every size in one go; `--job 32` adds a job of that many
+ranks (copies of the DLRM rank-0 trace) analysed with `--jobs 2`, against HTA on
+the same folder.
 """
 
 from __future__ import annotations
@@ -57,17 +64,33 @@ HTA = (
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tiles", type=int, default=10)
+    ap.add_argument("--tiles", default="10", help="tile counts, comma-separated (e.g. 1,3,10)")
     ap.add_argument("--trace")
     ap.add_argument("--skip-hta", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per contender after one warm-up")
+    ap.add_argument("--job", type=int, default=0, help="also a job of this many ranks (0: none)")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args()
-    path = a.trace
-    if not path:
-        src = SHARED / "kineto" / "v100_transformer_rank1.json.gz"
-        path = os.path.join(tempfile.gettempdir(), f"traceflops_bench_{a.tiles}.json")
-        if not os.path.exists(path):
-            subprocess.run([sys.executable, str(SHARED.parent / "tools" / "tile_trace.py"), str(src), str(a.tiles), path], check=True)
+    runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
+    everything: dict = {"repeat": a.repeat}
+    for path, label in runs:
+        everything[label] = one_size(path, a.skip_hta, a.repeat)
+    if a.job:
+        everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.repeat)
+    print(json.dumps(everything, indent=2))
+    if a.out:
+        Path(a.out).write_text(json.dumps(everything if len(everything) > 2 or a.job else everything[runs[0][1]], indent=2))
+
+
+def tiled(k: int) -> str:
+    src = SHARED / "kineto" / "v100_transformer_rank1.json.gz"
+    path = os.path.join(tempfile.gettempdir(), f"traceflops_bench_{k}.json")
+    if not os.path.exists(path):
+        subprocess.run([sys.executable, str(SHARED.parent / "tools" / "tile_trace.py"), str(src), str(k), path], check=True)
+    return path
+
+
+def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
     cache = tempfile.mkdtemp(prefix="traceflops_bench_cache_")
     contenders = {
         "orjson.loads": "import orjson; orjson.loads(open(P, 'rb').read())",
@@ -77,16 +100,66 @@ def main() -> None:
         "traceflops analyze, again (cached)": cli("--cache-dir", cache),
         "traceflops analyze, other options (parsed tables cached)": cli("--cache-dir", cache, "--exclude-step", "0"),
     }
-    if not a.skip_hta:
+    if not skip_hta:
         contenders["HTA parse + temporal breakdown"] = HTA
     results: dict = {"trace": path, "bytes": os.path.getsize(path)}
     for name, code in contenders.items():
-        results[name] = run_isolated(code, path)
+        if name == "traceflops analyze, first (writes the cache)":
+            results[name] = timed(code, path, 1, fresh=cache)  # each run starts from an empty cache
+        else:
+            results[name] = timed(code, path, repeat)
         print(f"{name:58s} {results[name]}", flush=True)
     ratios(results)
-    print(json.dumps(results, indent=2))
-    if a.out:
-        Path(a.out).write_text(json.dumps(results, indent=2))
+    return results
+
+
+def job_case(ranks: int, skip_hta: bool, repeat: int) -> dict:
+    """`ranks` copies of the DLRM rank-0 trace as a job folder: traceflops with --jobs 2 against HTA on the same folder."""
+    import shutil
+
+    folder = Path(tempfile.mkdtemp(prefix="traceflops_bench_job_"))
+    src = SHARED / "kineto" / "dlrm_8rank" / "rank0.json.gz"
+    for r in range(ranks):
+        shutil.copy(src, folder / f"rank{r}.json.gz")
+    one = _CLI.format(args=["analyze", str(folder / "rank0.json.gz"), "--quiet", "--format", "json", "--no-cache"])
+    job = _CLI.format(args=["analyze", str(folder), "--quiet", "--format", "json", "--no-cache", "--jobs", "2"])
+    hta = ("from hta.trace_analysis import TraceAnalysis\n"
+           f"TraceAnalysis(trace_dir={str(folder)!r}).get_temporal_breakdown(visualize=False)")
+    results: dict = {"ranks": ranks, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+    results["traceflops, one rank"] = timed(one, str(folder), repeat)
+    results["traceflops analyze DIR --jobs 2"] = timed(job, str(folder), repeat)
+    if not skip_hta:
+        results["HTA parse + temporal breakdown"] = timed(hta, str(folder), repeat)
+    j, h, o = results["traceflops analyze DIR --jobs 2"], results.get("HTA parse + temporal breakdown"), results["traceflops, one rank"]
+    if "error" not in j and h and "error" not in h:
+        j["time_vs_hta"] = j["wall_s"] / h["wall_s"]
+    if "error" not in j and "error" not in o:
+        j["memory_vs_one_rank"] = j["peak_tree_rss_mb"] / o["peak_tree_rss_mb"]
+    for name, r in results.items():
+        if isinstance(r, dict):
+            print(f"{name:58s} {r}", flush=True)
+    return results
+
+
+def timed(code: str, path: str, repeat: int, fresh: str | None = None) -> dict:
+    """One warm-up run, then `repeat` runs: median wall and CPU seconds (whole process tree), largest peak RSS."""
+    import shutil
+    import statistics
+
+    run_isolated(code, path)
+    got = []
+    for _ in range(repeat):
+        if fresh:
+            shutil.rmtree(fresh, ignore_errors=True)
+            os.makedirs(fresh)
+        got.append(run_isolated(code, path))
+    bad = [g for g in got if "error" in g]
+    if bad:
+        return bad[0]
+    return {"wall_s": round(statistics.median(g["wall_s"] for g in got), 3),
+            "cpu_s": round(statistics.median(g["cpu_s"] for g in got), 3),
+            "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in got),
+            "runs": len(got)}
 
 
 def ratios(results: dict) -> None:
@@ -96,6 +169,8 @@ def ratios(results: dict) -> None:
         r = results[name]
         if ok(base):
             r["time_vs_orjson"] = r["wall_s"] / results[base]["wall_s"]
+            if r.get("cpu_s") is not None and results[base].get("cpu_s"):
+                r["cpu_vs_orjson"] = r["cpu_s"] / results[base]["cpu_s"]
         if ok(hta):
             r["time_vs_hta"] = r["wall_s"] / results[hta]["wall_s"]
             r["memory_vs_hta"] = r["peak_tree_rss_mb"] / results[hta]["peak_tree_rss_mb"]
@@ -107,8 +182,11 @@ def ratios(results: dict) -> None:
 
 def run_isolated(code: str, path: str) -> dict:
     """Wall time and the peak RSS summed over the process tree (sampled every 10 ms)."""
+    import resource
+
     import psutil
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen([sys.executable, "-c", f"P = {path!r}\n{code}\n"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     t = time.perf_counter()
     root, peak = psutil.Process(proc.pid), 0
@@ -120,10 +198,12 @@ def run_isolated(code: str, path: str) -> dict:
             pass
         time.sleep(0.01)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the contender and every descendant it waited for
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     err = proc.stderr.read()
     if proc.returncode:
         return {"error": err.strip().splitlines()[-1] if err.strip() else "failed", "wall_s": wall}
-    return {"wall_s": round(wall, 3), "peak_tree_rss_mb": round(peak / 2**20, 1)}
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_tree_rss_mb": round(peak / 2**20, 1)}
 
 
 if __name__ == "__main__":
