@@ -21,8 +21,8 @@ Each contender runs once to warm the page cache, then `--repeat` times (3 by
 default); the report gives the median wall time, the median CPU seconds of the
 whole process tree (user + system, helpers included) and the largest peak.
 `--tiles 1,3,10` runs every size in one go; `--job 32` adds a job of that many
-ranks (copies of the DLRM rank-0 trace) analysed with `--jobs 2`, against HTA on
-the same folder.
+ranks (copies of the V100 transformer rank) analysed with `--jobs 2`, against
+HTA on the same folder.
 """
 
 from __future__ import annotations
@@ -114,11 +114,12 @@ def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
 
 
 def job_case(ranks: int, skip_hta: bool, repeat: int) -> dict:
-    """`ranks` copies of the DLRM rank-0 trace as a job folder: traceflops with --jobs 2 against HTA on the same folder."""
+    """`ranks` copies of the V100 transformer rank (48 MB of JSON each) as a job folder: traceflops with --jobs 2
+    against HTA on the same folder, and one rank alone (the job's memory should stay near it, whatever the count)."""
     import shutil
 
     folder = Path(tempfile.mkdtemp(prefix="traceflops_bench_job_"))
-    src = SHARED / "kineto" / "dlrm_8rank" / "rank0.json.gz"
+    src = SHARED / "kineto" / "v100_transformer_rank1.json.gz"
     for r in range(ranks):
         shutil.copy(src, folder / f"rank{r}.json.gz")
     one = _CLI.format(args=["analyze", str(folder / "rank0.json.gz"), "--quiet", "--format", "json", "--no-cache"])
