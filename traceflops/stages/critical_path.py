@@ -55,8 +55,8 @@ class _Graph:
 
     ts: np.ndarray
     end: np.ndarray
-    kind: list[str]
-    name: list[str]
+    kind: np.ndarray  # object arrays: a run's slice is one step
+    name: np.ndarray
     pred: np.ndarray  # _STREAM | _LAUNCH | _CROSS | _NONE
     cross: np.ndarray  # the other stream's kernel, for _CROSS
     ready: np.ndarray  # when the binding predecessor was ready
@@ -120,9 +120,10 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> 
         syncs[tid] = (g["ts"].to_numpy(), g["_end"].to_numpy(), g["name"].to_list())
 
     by_end = np.argsort(end, kind="stable")
-    cls = k["cls"].fill_null("other_compute").to_list() if "cls" in k.columns else ["other_compute"] * len(ts)
+    cls = k["cls"].fill_null("other_compute") if "cls" in k.columns else pl.Series(["other_compute"] * len(ts))
     return _Graph(
-        ts=ts, end=end, kind=[_DEVICE_KIND.get(c, "device_other") for c in cls], name=k["name"].fill_null("").to_list(),
+        ts=ts, end=end, kind=cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8).to_numpy(),
+        name=k["name"].fill_null("").to_numpy(),
         pred=pred, cross=cross, ready=ready, run_head=run_head, launch_ts=lts,
         launch_tid=k["launch_tid"].to_list() if "launch_tid" in k.columns else [None] * len(ts),
         launch_name=k["launch_name"].fill_null("launch").to_list() if "launch_name" in k.columns else ["launch"] * len(ts),
@@ -155,17 +156,34 @@ class _Path:
             self.tids.append(tid)
         self.cur = start
 
+    def add_run(self, starts: np.ndarray, kinds: np.ndarray, names: np.ndarray) -> None:
+        """`add` over many segments at once, in emission order: the cursor is a running minimum, floored at `lo`."""
+        cur = np.maximum(self.lo, np.minimum.accumulate(np.r_[self.cur, starts]))
+        keep = cur[1:] < cur[:-1]
+        self.starts += cur[1:][keep].tolist()
+        self.ends += cur[:-1][keep].tolist()
+        self.kinds += kinds[keep].tolist()
+        self.names += names[keep].tolist()
+        self.tids += [None] * int(keep.sum())
+        self.cur = float(cur[-1])
+
 
 def _walk_run(g: _Graph, i: int, p: _Path) -> int:
     """Emit the stream run ending at kernel i (busy time and the idle gaps between), back to its head; return the head."""
     h = int(g.run_head[i])
     # Only the run's tail that ends after the window's start matters.
-    first = h + int(np.searchsorted(g.end[h : i + 1], p.lo, "right"))
-    for j in range(i, max(first, h) - 1, -1):
-        p.add(g.ts[j], g.kind[j], g.name[j])
-        if p.done or j == h:
-            break
-        p.add(g.end[j - 1], "idle", "idle")
+    first = max(h + int(np.searchsorted(g.end[h : i + 1], p.lo, "right")), h)
+    js = np.arange(i, first - 1, -1)
+    # Emission order, from the end back: kernel i, the gap before it, kernel i-1, ..., kernel `first` (no gap before h).
+    gaps = js[js > h]
+    starts = np.empty(len(js) + len(gaps))
+    starts[0::2] = g.ts[js]
+    starts[1::2] = g.end[gaps - 1]
+    kinds = np.empty(len(starts), dtype=object)
+    names = np.empty(len(starts), dtype=object)
+    kinds[0::2], names[0::2] = g.kind[js], g.name[js]
+    kinds[1::2] = names[1::2] = "idle"
+    p.add_run(starts, kinds, names)
     return h
 
 
