@@ -286,25 +286,47 @@ def outer_ops(ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _name_host(seg: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Host segments cut at the thread's outermost ops, each piece named by the op it ran (or BETWEEN_OPS)."""
+    """Host segments cut at the thread's outermost ops, each piece named by the op it ran (or BETWEEN_OPS).
+
+    Per thread, sorted-array interval algebra: a segment's cuts are the op boundaries strictly inside it
+    (two searchsorted), and a piece is the op's that starts at or before it and ends at or after it.
+    """
     host = seg.filter(pl.col("kind") == "host")
     if host.height == 0:
         return seg.drop("tid")
     outer = outer_ops(ops).with_columns(pl.col("tid").cast(host.schema["tid"], strict=False))
     pieces = []
-    for step, start, end, tid in host.select("step", "start", "end", "tid").iter_rows():
-        o = outer.filter(pl.col("tid").eq_missing(tid) & (pl.col("end") > start) & (pl.col("ts") < end))
-        cuts = sorted({start, end, *[min(max(x, start), end) for x in o["ts"].to_list() + o["end"].to_list()]})
-        lo, hi = np.array(cuts[:-1]), np.array(cuts[1:])
-        names = [BETWEEN_OPS] * len(lo)
-        ots, oend, oname = o["ts"].to_numpy(), o["end"].to_numpy(), o["name"].to_list()
-        for j in range(len(oname)):  # outermost ops do not overlap on one thread: each piece has at most one
-            inside = (lo >= ots[j]) & (hi <= oend[j])
-            for q in np.flatnonzero(inside):
-                names[q] = oname[j]
-        pieces.append(pl.DataFrame({"step": [step] * len(lo), "start": lo, "end": hi, "kind": ["host"] * len(lo), "name": names},
-                                   schema=_BASE))
+    for (tid,), h in host.group_by("tid", maintain_order=True):
+        o = outer.filter(pl.col("tid").eq_missing(tid))
+        ots, oend, oname = o["ts"].to_numpy(), o["end"].to_numpy(), o["name"].to_numpy()
+        cuts = np.unique(np.r_[ots, oend])
+        s, e = h["start"].to_numpy(), h["end"].to_numpy()
+        lo, hi = np.searchsorted(cuts, s, "right"), np.searchsorted(cuts, e, "left")
+        n = np.maximum(hi - lo, 0)
+        inner = cuts[_concat_ranges(lo, lo + n)]
+        seg_of = np.repeat(np.arange(len(s)), n + 1)
+        first = np.r_[0, np.cumsum(n + 1)[:-1]]  # each segment's first piece
+        starts, ends = np.empty(len(seg_of)), np.empty(len(seg_of))
+        is_first = np.zeros(len(seg_of), bool)
+        is_first[first] = True
+        is_last = np.r_[is_first[1:], True]
+        starts[is_first], ends[is_last] = s, e
+        starts[~is_first], ends[~is_last] = inner, inner
+        j = np.searchsorted(ots, starts, "right") - 1
+        named = (j >= 0) & (oend[np.maximum(j, 0)] >= ends) if len(ots) else np.zeros(len(starts), bool)
+        names = np.where(named, oname[np.maximum(j, 0)] if len(ots) else BETWEEN_OPS, BETWEEN_OPS)
+        pieces.append(pl.DataFrame({"step": h["step"].to_numpy()[seg_of], "start": starts, "end": ends,
+                                    "kind": "host", "name": names}, schema=_BASE))
     return pl.concat([seg.filter(pl.col("kind") != "host").drop("tid"), *pieces]).filter(pl.col("end") > pl.col("start"))
+
+
+def _concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]), without the loop."""
+    n = hi - lo
+    if n.sum() == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(lo - np.r_[0, np.cumsum(n)[:-1]], n)
+    return np.arange(int(n.sum())) + offsets
 
 
 def breakdown(segments: pl.DataFrame) -> pl.DataFrame:
