@@ -26,7 +26,6 @@ from traceflops.metrics.stepstats import step_stats
 from traceflops.stages import roofline
 from traceflops.stages import timeline as tl
 from traceflops.stages.clean import clean
-from traceflops.stages.critical_path import critical_path, with_path_columns
 from traceflops.stages.count import (
     TOTAL_FLOPS_MAX,
     classify_kernels,
@@ -34,16 +33,17 @@ from traceflops.stages.count import (
     has_formula,
     total_flops,
 )
+from traceflops.stages.critical_path import critical_path, with_path_columns
 from traceflops.stages.link import link
 from traceflops.stages.phases import tag_kernels, tag_ops
 from traceflops.stages.steps import (
     assign,
     by_execution,
     device_windows,
+    excluded_steps,
     host_steps,
     kernel_steps,
     leave_out_cut_steps,
-    excluded_steps,
     step_count,
     step_warnings,
     window_work,

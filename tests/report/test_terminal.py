@@ -13,7 +13,6 @@ import io
 import json
 import re
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -256,13 +255,13 @@ def test_dlrm_job_budget_chart_has_every_rank_summing_to_100_percent(shared):
 def test_job_advice_headlines_once_per_title_with_their_ranks(shared):
     from traceflops.api import analyze_job
     from traceflops.report.jobreport import render
+    from traceflops.views.job import job_advice
 
     job = analyze_job(shared / DLRM)
     item = lambda title, share: {"title": title, "recoverable": share}
-    summaries = [SimpleNamespace(rank=s.rank, totals=s.totals, warnings=s.warnings,
-                                 advice=[item("Communication is exposed", 0.4), *([item("Idle", 0.3)] if s.rank in (1, 3) else [])])
+    summaries = [replace(s, advice=[item("Communication is exposed", 0.4), *([item("Idle", 0.3)] if s.rank in (1, 3) else [])])
                  for s in job.summaries]
-    out = piped(render, replace(job, summaries=summaries))
+    out = piped(render, replace(job, summaries=summaries, advice=job_advice(summaries, job.stragglers, job.collectives)))
     lines = [line.strip() for line in out.splitlines()]
     comm = [line for line in lines if line.startswith("Communication is exposed")]
     idle = [line for line in lines if line.startswith("Idle")]

@@ -138,11 +138,10 @@ def summarize(trace, output, **kw):
 
     def go():
         from traceflops.core.errors import InputError
+        from traceflops.run.inputs import expand
         from traceflops.run.load import analyze as run_analysis
         from traceflops.storage.summary import write_summary
         from traceflops.views.job import summarize as make_summary
-
-        from traceflops.run.inputs import expand
 
         opts, cache_dir = options_from(kw)
         (trace_file,) = expand([trace])  # a regular file (never a FIFO or a device), or one clear error

@@ -46,7 +46,6 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError
-from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, JAX_BACKWARD_SCOPE_RE, JAX_REMAT_SCOPE_RE
 from traceflops.core.trace import (
     KERNELS_SCHEMA,
     LAUNCHES_SCHEMA,
@@ -55,6 +54,11 @@ from traceflops.core.trace import (
     STEPS_SCHEMA,
     Trace,
     Warnings,
+)
+from traceflops.core.vocab import (
+    DEVICE_SIDE_LAUNCH,
+    JAX_BACKWARD_SCOPE_RE,
+    JAX_REMAT_SCOPE_RE,
 )
 from traceflops.flops import hlo
 from traceflops.parsers.io import read_bytes

@@ -767,7 +767,9 @@ def render_job_html(job, title: str | None = None) -> str:
         ("arrival skew", fmt.ms(t.get("arrival_skew_us")), f"transfer {fmt.ms(t.get('transfer_us'))}"),
         ("clock residual", "—" if ck.get("residual_skew_us") is None else f"{ck['residual_skew_us']:.2f} µs", f"{t.get('collectives_matched', 0)} matched collectives"),
     ]
-    from traceflops.report.jobreport import warning_lines  # a rank's warning once for all the ranks that gave it
+    from traceflops.report.jobreport import (
+        warning_lines,  # a rank's warning once for all the ranks that gave it
+    )
 
     said = warning_lines(job)
     body = [f"<h1>{e(title)}</h1>", cards(items), f"<h2>Warnings ({len(said)})</h2>", warnings_list(said)]

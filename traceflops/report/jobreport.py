@@ -10,7 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from traceflops.core import fmt
-from traceflops.core.contract import PATH_PREFIX, critical_path, rank_record, step_record
+from traceflops.core.contract import (
+    PATH_PREFIX,
+    critical_path,
+    rank_record,
+    step_record,
+)
 from traceflops.core.results import Job
 from traceflops.report.jsonreport import SCHEMA
 from traceflops.report.terminal import BAR, printable_console, text
@@ -158,18 +163,15 @@ def job_advice_lines(c: Console, job: Job) -> None:
             c.print(f"    try: {text('; '.join(x['remedies']))}")
 
 
-def advice_lines(c: Console, job: Job, top: int = 3) -> None:
-    """Each rank's advice headlines, a headline once with the ranks it tops (a summary that carries no `advice` gives none)."""
-    by_title: dict[str, list[tuple[int, Any]]] = {}
-    for s in job.summaries:
-        for item in (getattr(s, "advice", None) or [])[:top]:
-            by_title.setdefault(item["title"], []).append((s.rank, item.get("recoverable")))
-    if not by_title:
+def advice_lines(c: Console, job: Job) -> None:
+    """The ranks' own top items, a title once with the ranks it tops and each rank's share (`Job.advice`, per rank)."""
+    items = [x for x in getattr(job, "advice", None) or [] if "ranks" in (x.get("data") or {})]
+    if not items:
         return
-    c.print(f"[bold]What to try, per rank (each rank's top {top}, by the step time it would recover there)[/bold]")
-    for title, rs in by_title.items():
-        shares = ", ".join(f"{text(r)}: {fmt.pct(v)}" for r, v in rs)
-        c.print(f" {text(title)}  [dim]{fmt.ranks(r for r, _ in rs)} ({shares})[/dim]")
+    c.print("[bold]What to try, per rank (each rank's top items, by the step time it would recover there)[/bold]")
+    for x in items:
+        shares = ", ".join(f"{text(r)}: {fmt.pct(v)}" for r, v in x["data"]["shares"].items())
+        c.print(f" {text(x['title'])}  [dim]{fmt.ranks(x['data']['ranks'])} ({shares})[/dim]")
 
 
 def warning_lines(job: Job) -> list[str]:

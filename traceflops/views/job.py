@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
 from traceflops.core import fmt
+from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
 from traceflops.core.errors import InputError
 from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis, Job, RankSummary
@@ -425,18 +425,6 @@ def job_view(
 UNIT = "of step time, over all ranks"
 
 
-def _rank_set(ranks: list[int]) -> str:
-    ranks = sorted(set(ranks))
-    runs, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i == len(ranks) - 1 or ranks[i + 1] != r + 1:
-            runs.append(f"{start}-{r}" if r != start else f"{r}")
-            start = None
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(runs)
-
-
 def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFrame, exclude_steps=()) -> list[dict[str, Any]]:
     """What to try for the job: time the ranks' critical paths spent waiting for a late rank, then the ranks' own top items.
 
@@ -464,19 +452,23 @@ def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFr
                                    "Look at the late rank's own report: what it ran instead (its compute, idle or input pipeline)",
                                    "Keep host work off the step on every rank (logging, checkpoint writes, data loading)"],
                       "data": {"waiting_us": waiting, "window_us": window}})
+    # Each rank's top items, a title once with the ranks it tops (the ranks' shares kept for the renderers).
     by_title: dict[str, list[tuple[int, dict]]] = {}
     for s in summaries:
         for x in s.advice:
             by_title.setdefault(x["title"], []).append((s.rank, x))
-    for title, got in sorted(by_title.items(), key=lambda kv: -max((x.get("share") or 0) for _, x in kv[1])):
-        shares = [x.get("share") or 0.0 for _, x in got]
-        first = got[0][1]
-        items.append({"kind": first.get("kind"), "term": first.get("term"), "title": title, "share": max(shares),
-                      "recoverable": max(shares), "unit": "of step time at peak, on the rank where it is largest",
-                      "evidence": [f"{_rank_set([r for r, _ in got])}: {min(shares):.1%} to {max(shares):.1%} of their step time at peak "
-                                   "(details in each rank's own report)"],
-                      "remedies": [], "data": {"ranks": sorted(r for r, _ in got if r is not None)}})
-    return items
+    per_rank = []
+    for title, got in by_title.items():
+        share = {r: x.get("share", x.get("recoverable")) for r, x in got}
+        known = [v for v in share.values() if v is not None]
+        top = max(known) if known else None
+        ev = (f"{fmt.ranks(share)}: {fmt.pct(min(known))} to {fmt.pct(top)} of their step time at peak"
+              if known else f"{fmt.ranks(share)}") + " (details in each rank's own report)"
+        per_rank.append({"kind": got[0][1].get("kind"), "term": got[0][1].get("term"), "title": title, "share": top,
+                      "recoverable": top, "unit": "of step time at peak, on the rank where it is largest",
+                      "evidence": [ev], "remedies": [],
+                      "data": {"ranks": sorted(r for r in share if r is not None), "shares": {str(r): v for r, v in share.items()}}})
+    return items + sorted(per_rank, key=lambda x: -(x["share"] or 0.0))
 
 
 def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:
