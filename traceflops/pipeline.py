@@ -73,8 +73,9 @@ def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
     ops = count_ops(ops, kernels, device_trace)
-    if total_flops(ops) > TOTAL_FLOPS_MAX:
-        raise FormatError(trace.meta.get("path"), f"its shapes imply {total_flops(ops):.3g} FLOPs in all, more than a "
+    total = total_flops(ops)
+    if total > TOTAL_FLOPS_MAX:
+        raise FormatError(trace.meta.get("path"), f"its shapes imply {total:.3g} FLOPs in all, more than a "
                           f"profile of a real run holds ({TOTAL_FLOPS_MAX:.3g})", "check that the trace was not edited or corrupted")
     return_freed_memory()  # what linking and tagging freed, before the timeline grows
 
