@@ -20,9 +20,6 @@ def _num(v):
     return int(f) if f.is_integer() and abs(f) < 2**63 else f
 
 
-printable = path_text  # a file name as JSON text
-
-
 def _rows(df, n: int) -> list[dict[str, Any]] | None:
     return None if df is None else df.head(n).to_dicts()
 
@@ -42,7 +39,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "schema": SCHEMA,
         "inputs": [
             {
-                "path": printable(a.meta.get("path")),
+                "path": path_text(a.meta.get("path")),
                 "format": a.meta.get("format"),
                 "rank": a.meta.get("rank"),
                 "world_size": a.meta.get("world_size"),
@@ -52,7 +49,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "hardware": a.hardware,
         "model": a.model,
         "steps": step_rows(a),
-        "ranks": [rank_record(a.meta.get("rank"), printable(a.meta.get("path")), a.totals)],
+        "ranks": [rank_record(a.meta.get("rank"), path_text(a.meta.get("path")), a.totals)],
         "outside_steps": a.outside_steps,
         "top_kernels": _rows(a.top_kernels, 20),
         "modules": _rows(a.by_module, 50),
