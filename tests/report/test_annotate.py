@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import itertools
 import json
 import math
 
@@ -68,7 +69,7 @@ def gpu(tmp_path):
 
 
 def test_every_input_event_is_kept_with_only_args_added(gpu):
-    doc, a, got, summary, _ = gpu
+    doc, _a, got, summary, _ = gpu
     src = doc["traceEvents"]
     assert summary["events_in"] == len(src)
     assert len(got["traceEvents"]) == len(src) + summary["events_added"]
@@ -123,7 +124,7 @@ def test_phase_tracks_and_counters(gpu):
         by_tid.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
     for spans in by_tid.values():
         spans.sort()
-        assert all(b[0] >= a_[1] for a_, b in zip(spans, spans[1:]))
+        assert all(b[0] >= a_[1] for a_, b in itertools.pairwise(spans))
     counters = {e["name"] for e in new if e["ph"] == "C"}
     assert {"traceflops: achieved TFLOP/s", "traceflops: MFU %", "traceflops: HFU %"} <= counters
     rate = [e for e in new if e["ph"] == "C" and e["name"] == "traceflops: achieved TFLOP/s"]
@@ -139,7 +140,7 @@ def test_phase_tracks_and_counters(gpu):
 
 
 def test_secrets_are_redacted_and_the_file_is_gzipped_atomically(gpu):
-    doc, a, got, summary, out = gpu
+    _doc, _a, got, summary, out = gpu
     raw = out.read_bytes()
     assert raw[:2] == b"\x1f\x8b"
     assert SECRET.encode() not in gzip.decompress(raw)
@@ -150,13 +151,13 @@ def test_secrets_are_redacted_and_the_file_is_gzipped_atomically(gpu):
 
 
 def test_the_critical_path_is_a_track_of_back_to_back_slices(gpu):
-    doc, a, got, summary, _ = gpu
+    doc, a, got, _summary, _ = gpu
     new = got["traceEvents"][len(doc["traceEvents"]):]
     tid = next(e["tid"] for e in new if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == "traceflops: critical path")
     path = sorted((e for e in new if e["ph"] == "X" and e["tid"] == tid), key=lambda e: e["ts"])
     window = a.steps.row(0, named=True)
     assert path[0]["ts"] == pytest.approx(window["start"]) and path[-1]["ts"] + path[-1]["dur"] == pytest.approx(window["start"] + window["window"])
-    assert all(abs(p["ts"] + p["dur"] - q["ts"]) < 1e-6 for p, q in zip(path, path[1:]))  # back to back: followable in Perfetto
+    assert all(abs(p["ts"] + p["dur"] - q["ts"]) < 1e-6 for p, q in itertools.pairwise(path))  # back to back: followable in Perfetto
     kernel_names = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel"}
     on_device = [e for e in path if e["args"]["traceflops.path_kind"].startswith(("device", "communication"))]
     assert on_device and all(e["name"].split(": ", 1)[1] in kernel_names for e in on_device)
@@ -178,7 +179,7 @@ def test_numbering_matches_the_parser(gpu):
 
 
 def test_annotated_trace_analyses_to_the_same_numbers(gpu, tmp_path):
-    doc, a, got, summary, out = gpu
+    _doc, a, _got, _summary, out = gpu
     b = analyze(str(out))
     assert b.kernels.height == a.kernels.height
     assert b.totals["flops"] == a.totals["flops"] and b.totals["hfu"] == a.totals["hfu"]
@@ -330,3 +331,18 @@ def test_every_shared_xplane_annotates_to_a_valid_trace(shared, name, tmp_path):
     assert sum(e["args"].get("traceflops.flops") or 0 for e in ops if e["args"].get("traceflops.ran")) == int(ran["flops"].fill_null(0).sum())
     phase = dict(a.ops.select("op_id", "phase").iter_rows())
     assert all(e["args"]["traceflops.phase"] == phase[e["args"]["op_id"]] for e in ops)
+
+
+@pytest.mark.parametrize("name", ["h100_qwen_inference.json.gz", "v100_transformer_rank1.json.gz"])
+def test_real_traces_streamed_in_small_arrays_write_the_same_trace(shared, tmp_path, monkeypatch, name):
+    """Ids, args and redaction counts carry across arrays: 64 KiB at a time writes what one array per 2 MiB does."""
+    from traceflops.report import annotate as module
+
+    src = str(shared / "kineto" / name)
+    a = analyze(src)
+    whole = annotate(src, a, str(tmp_path / "whole.json"))
+    monkeypatch.setattr(module, "CHUNK", 64 << 10)
+    small = annotate(src, a, str(tmp_path / "small.json"))
+    assert (tmp_path / "small.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    assert {k: v for k, v in small.items() if k != "path"} == {k: v for k, v in whole.items() if k != "path"}
+    assert small["kernels_annotated"] == a.kernels.height

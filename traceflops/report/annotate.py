@@ -1,6 +1,6 @@
 """The user's own Kineto trace, annotated with what traceflops found, for Perfetto / chrome://tracing.
 
-`annotate(trace_path, analysis, out_path)` re-reads the original JSON and writes it back with:
+`annotate(trace_path, analysis, out_path)` streams the original JSON through and writes it back with:
 
 * every input event kept, in order, unchanged except that device activities
   (and ops) gain args:
@@ -38,7 +38,19 @@ token-shaped string reaches the output wherever it sat. A top-level
 `traceflops` key records what was added and how many values were redacted.
 
 The output is written atomically (a temporary file beside it, then a rename),
-gzipped unless the name ends in plain `.json`.
+gzipped unless the name ends in plain `.json`, compressed as it is written.
+
+The input is read as the parser reads it (`parsers.jsonstream.stream_events`):
+a few MiB of whole entries at a time are decoded, annotated and written to a
+spool file beside the output, so memory holds one such array and the analysis,
+never the document. The output is then assembled in the input's key order: the
+top-level keys before traceEvents, the events (the spool, then the added ones),
+the keys after, the `traceflops` record. Layouts the parser reads are written
+as one plain document: a byte-order mark is dropped, two root-level traceEvents
+arrays become one (in file order), an entry longer than
+`jsonstream.MAX_ENTRY_BYTES` is left out, and an entry that does not decode
+(nested too deeply, not JSON) is written through as its bytes, unannotated;
+each is counted in the record's `warnings`. A file cut short is refused.
 
 Device activities are matched to `Analysis.kernels` by `kernel_id`, which the
 Kineto parser assigns as the order, in the file, of the complete ('X') events
@@ -53,9 +65,14 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from operator import methodcaller
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+import msgspec
 import numpy as np
 import orjson
 import polars as pl
@@ -65,26 +82,76 @@ from traceflops.core.files import write_atomic
 from traceflops.core.redact import redact, redact_bytes, redact_text
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
-from traceflops.parsers.io import read_bytes
+from traceflops.parsers.io import check_regular, max_bytes_default
+from traceflops.parsers.jsonstream import (
+    MAX_ENTRY_BYTES,
+    StreamResult,
+    root_members,
+    split_events,
+    stream_events,
+)
 from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS
 
 CAT = "traceflops"
+CHUNK = 2 << 20  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
 PROCESS = "traceflops"
 
 
 # --- reading and numbering ----------------------------------------------------
 
 
-def load_document(path: str) -> dict:
-    raw = read_bytes(path)
+_SEP = b", \n\r\t"
+# The parser's typed decode refuses nesting deeper than the interpreter's recursion limit, orjson only past 1024 levels:
+# this skim (in C, no values built) says where the parser would have skipped an entry.
+_SKIM = msgspec.json.Decoder(list[msgspec.Raw])
+_UNREADABLE = (orjson.JSONDecodeError, msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+
+
+def _decoded(text: bytes | bytearray) -> list:
+    """A JSON array of entries decoded, if both orjson and the parser's decoder read it whole (else it raises)."""
+    _SKIM.decode(text)
+    return orjson.loads(text)
+
+
+def array_entries(text: bytes | bytearray) -> list:
+    """One array of whole traceEvents entries (a `jsonstream.stream_events` text), decoded.
+
+    An array that does not decode whole is split and decoded entry by entry; an
+    entry that still does not (nested too deeply, a number no double holds, not
+    JSON) stays its own bytes, written through as it was: the parser skips it,
+    so it is numbered as nothing (a `bytes` is never a decoded JSON value).
+    """
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as ex:
-        raise FormatError(path, f"not a complete JSON document ({ex})",
-                          "annotate needs a whole Kineto (PyTorch profiler) JSON trace (a cut file can be analysed, not annotated)") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise FormatError(path, "no 'traceEvents' list", "annotate needs a Kineto (PyTorch profiler) JSON trace")
-    return doc
+        return _decoded(text)
+    except _UNREADABLE:
+        pass
+    out: list = []
+    for piece in split_events(bytes(text).strip()[1:-1]):
+        piece = piece.strip(_SEP)
+        if not piece:
+            continue
+        try:
+            out.extend(_decoded(b"[" + piece + b"]"))
+        except _UNREADABLE:
+            out.append(piece)
+    return out
+
+
+def serialized(items: list) -> bytes:
+    """The entries as the inside of a JSON array (no brackets), decoded ones as orjson writes them, verbatim ones as they were."""
+    if not any(x.__class__ is bytes for x in items):
+        return orjson.dumps(items, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    parts, run = [], []
+    for x in items + [b""]:
+        if x.__class__ is bytes:
+            if run:
+                parts.append(orjson.dumps(run, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+                run = []
+            if x:
+                parts.append(x)
+        else:
+            run.append(x)
+    return b",".join(parts)
 
 
 def _usable(e: Any) -> bool:
@@ -117,22 +184,52 @@ def numbering(events: list) -> tuple[np.ndarray, np.ndarray]:
     return kernels, ops
 
 
-def _check(events: list, where: np.ndarray, frame: pl.DataFrame, id_col: str, what: str, path: str, check_ts: bool = True) -> None:
+class Numbered:
+    """The analysis' rows of one numbered kind (device activities by kernel_id, ops by op_id), sorted by id.
+
+    The trace streams through in arrays; each array holds a run of ids, and its
+    rows are one slice of the sorted frame (two binary searches), not a lookup
+    in a table of every row.
+    """
+
+    def __init__(self, frame: pl.DataFrame, col: str, what: str, check_ts: bool) -> None:
+        self.frame = frame.sort(col, maintain_order=True)
+        self.ids = self.frame[col].to_numpy()
+        self.col, self.what, self.check_ts = col, what, check_ts
+        self.seen = 0  # ids numbered so far in the file
+
+    def take(self, events: list, where: np.ndarray, path: str) -> list[tuple[dict, dict]]:
+        """The (event, analysis row) pairs of one array whose numbered events are `events[where]`, checked to agree."""
+        lo, hi = np.searchsorted(self.ids, [self.seen, self.seen + len(where)])
+        part = self.frame.slice(int(lo), int(hi - lo))
+        at = where[self.ids[lo:hi] - self.seen]
+        self.seen += len(where)
+        if part.height == 0:
+            return []
+        hits = [events[i] for i in at.tolist()]
+        _agree(hits, part, self, path)
+        return list(zip(hits, part.iter_rows(named=True)))
+
+    def finish(self, path: str) -> None:
+        """Every id of the analysis was in the file."""
+        if len(self.ids) and int(self.ids[-1]) >= self.seen:
+            raise FormatError(path, f"the analysis has more {self.what} than this trace", "annotate a trace with the analysis of that same trace")
+
+
+def _agree(hits: list[dict], part: pl.DataFrame, kind: Numbered, path: str) -> None:
     """The analysis is of this trace: same names (and start times) at the same positions.
 
     Kernel start times are not compared: the analysis trims a kernel that overlaps
     an earlier one on its stream (a profiler artefact), the file keeps it as written.
     """
-    if frame.height == 0:
-        return
-    ids = frame[id_col].to_numpy()
-    if ids.max(initial=-1) >= len(where):
-        raise FormatError(path, f"the analysis has more {what} than this trace", "annotate a trace with the analysis of that same trace")
-    for k, name, ts in frame.select(id_col, "name", "ts").iter_rows():
-        e = events[where[k]]
-        if e.get("name") != name or (check_ts and float(e.get("ts")) != ts):
-            raise FormatError(path, f"{what} {k} is '{e.get('name')}' here but '{name}' in the analysis",
-                              "annotate a trace with the analysis of that same trace")
+    names = pl.Series([e["name"] for e in hits], dtype=pl.Utf8)
+    bad = names.ne_missing(part["name"])
+    if kind.check_ts:
+        bad = bad | pl.Series([float(e["ts"]) for e in hits], dtype=pl.Float64).ne_missing(part["ts"].cast(pl.Float64))
+    if bad.any():
+        j = int(bad.arg_true()[0])
+        raise FormatError(path, f"{kind.what} {part[kind.col][j]} is '{names[j]}' here but '{part['name'][j]}' in the analysis",
+                          "annotate a trace with the analysis of that same trace")
 
 
 # --- what is added ----------------------------------------------------------------
@@ -161,8 +258,20 @@ def _tflops(flops, dur) -> float | None:
     return float(flops) / (float(dur) * 1e-6) / 1e12
 
 
-def _new_pid(events: list) -> int:
-    used = {e.get("pid") for e in events if isinstance(e, dict)}
+_PID = methodcaller("get", "pid")
+
+
+def used_pids(events: list) -> set:
+    """The pids the events use (numbers and strings: a pid written as a list names no process); one C-level map."""
+    dicts = [e for e in events if e.__class__ is dict]
+    try:
+        found = set(map(_PID, dicts))
+    except TypeError:  # an unhashable pid
+        found = {p for p in map(_PID, dicts) if p.__class__ in (int, str, float)}
+    return {p for p in found if p.__class__ in (int, str, float)}
+
+
+def _new_pid(used: set) -> int:
     pid = 0x7FFF0000
     while pid in used or str(pid) in used:
         pid += 1
@@ -177,7 +286,7 @@ def _meta(pid: int, tid: int, kind: str, value: Any, ts: float) -> dict:
 
 def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
     """Per kernel_id: the values added to its args."""
-    k = a.kernels.select("kernel_id", "phase", "cls", "flops", "dur", "step", "op_row")
+    k = a.kernels.select("kernel_id", "name", "phase", "cls", "flops", "dur", "step", "op_row")
     if modules is not None:
         k = k.join(modules.select(pl.col("row").alias("op_row"), "module"), on="op_row", how="left")
     else:
@@ -298,51 +407,180 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
         return annotate_xla(trace_path, analysis, out_path)
     if analysis.meta.get("format") not in (None, "kineto"):
         raise FormatError(trace_path, f"annotating a {analysis.meta.get('format')} trace is not supported", "annotate a Kineto (PyTorch profiler) JSON trace")
-    doc = load_document(trace_path)
-    events = doc["traceEvents"]
-    kern_idx, op_idx = numbering(events)
-    _check(events, kern_idx, analysis.kernels, "kernel_id", "device activity", trace_path, check_ts=False)
-    _check(events, op_idx, analysis.ops, "op_id", "op", trace_path)
-    n_in = len(events)
+    check_regular(trace_path)  # an unreadable input is named as such before any output is started
+    kernels = Numbered(_kernel_args(analysis, modules), "kernel_id", "device activity", check_ts=False) if analysis.kernels.height else None
+    ops = Numbered(analysis.ops.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops"), "op_id", "op", check_ts=True)
+    note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
-    # args additions on the input events (the events themselves stay where they are)
-    kargs = _kernel_args(analysis, modules) if analysis.kernels.height else None
-    if kargs is not None:
-        for r in kargs.iter_rows(named=True):
-            e = events[kern_idx[r["kernel_id"]]]
-            args = _args(e)
-            args["traceflops.phase"] = r["phase"]
-            args["traceflops.class"] = r["cls"]
-            args["traceflops.flops"] = _num(r["flops"])
-            args["traceflops.achieved_tflops"] = _tflops(r["flops"], r["dur"])
-            args["traceflops.step"] = r["step"]
-            for key in ("module", "bound", "intensity", "recoverable_us"):
-                if r[key] is not None:
-                    args[f"traceflops.{key}"] = r[key]
-    ops = analysis.ops.select("op_id", "phase", "matmul", "ran", "flops")
-    for op_id, phase, matmul, ran, flops in ops.iter_rows():
-        args = _args(events[op_idx[op_id]])
-        args["traceflops.phase"] = phase
-        if matmul:
-            args["traceflops.flops"] = _num(flops)
-            args["traceflops.ran"] = bool(ran)
+    def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
+        spool_path = tmp.with_name(tmp.name + ".events")
+        try:
+            with open(spool_path, "w+b") as spool:
+                got = _stream_input(trace_path, spool, kernels, ops)
+                pid = _new_pid(got.pids)
+                new = added_events(analysis, pid)
+                redacted = got.redacted + _redact_meta_events(new)
+                before, after, n_head, dropped = _head_parts(got.head)
+                if dropped:
+                    got.warnings.append(f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply) left out")
+                out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
+                spool.seek(0)
+                shutil.copyfileobj(spool, out, 1 << 20)
+                n_new = len(new)
+                n_added = _write_added(out, new, got.written)
+                del new
+                summary = {
+                    "events_in": got.events_in,
+                    "events_added": n_new,
+                    "kernels_annotated": 0 if kernels is None else kernels.frame.height,
+                    "ops_annotated": analysis.ops.height,
+                    "pid": pid,
+                    "redacted_values": redacted + n_head + n_added,
+                    **({"warnings": got.warnings} if got.warnings else {}),
+                }
+                summary, record = _record(summary, trace_path, note)
+                out.write(b"]" + (b"," + after if after else b"") + b',"traceflops":' + record + b"}")
+                return summary
+        finally:
+            spool_path.unlink(missing_ok=True)
 
-    pid = _new_pid(events)
-    new = added_events(analysis, pid)
-    events.extend(new)
-
-    doc, redacted = redact_metadata(doc)
-    summary = {
-        "events_in": n_in,
-        "events_added": len(new),
-        "kernels_annotated": 0 if kargs is None else kargs.height,
-        "ops_annotated": analysis.ops.height,
-        "pid": pid,
-        "redacted_values": redacted,
-    }
-    summary = write_redacted(out_path, doc, summary, trace_path,
-                             "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'")
+    summary = write_output(out_path, fill)
     return {**summary, "path": str(out_path)}
+
+
+def _write_added(out: BinaryIO, new: list, after_events: bool, batch: int = 8192) -> int:
+    """The added events written batch by batch, each batch's dicts dropped once written (never all serialized at once).
+
+    Returns how many values the shape rules redacted.
+    """
+    n = 0
+    for i in range(0, len(new), batch):
+        k = min(batch, len(new) - i)
+        data, m = redact_bytes(serialized(new[i : i + k]))
+        new[i : i + k] = [None] * k
+        n += m
+        out.write(b"," + data if i or after_events else data)
+    return n
+
+
+@dataclass
+class _Streamed:
+    """What streaming the input through found: the pieces of the document the written events do not hold."""
+
+    head: bytes = b""  # the top-level object with "traceEvents": []
+    events_in: int = 0  # entries written, in file order
+    written: bool = False  # anything written to the spool
+    redacted: int = 0  # values redacted in metadata events and by shape in the events' bytes
+    pids: set = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Numbered) -> _Streamed:
+    """The input's events, array by array: numbered, checked against the analysis, annotated, redacted, written to `spool`.
+
+    Only one array's entries (about CHUNK bytes of the file) are held at a time.
+    """
+    got = _Streamed()
+    unread = 0
+    res = None
+    for texts, res in stream_events(path, max_bytes_default(), chunk=CHUNK):
+        for text in texts:
+            items = array_entries(text)
+            del text
+            kern_at, op_at = numbering(items)
+            if kernels is not None:
+                for e, r in kernels.take(items, kern_at, path):
+                    _add_kernel_args(e, r)
+            for e, r in ops.take(items, op_at, path):
+                _add_op_args(e, r)
+            got.redacted += _redact_meta_events(items)
+            got.pids |= used_pids(items)
+            unread += sum(1 for x in items if x.__class__ is bytes)
+            data, n = redact_bytes(serialized(items))
+            got.redacted += n
+            got.events_in += len(items)
+            if data:
+                spool.write(b"," + data if got.written else data)
+                got.written = True
+    if res is None or res.truncated:
+        raise FormatError(path, "not a complete JSON document (it ends before its JSON closes)",
+                          "annotate needs a whole Kineto (PyTorch profiler) JSON trace (a cut file can be analysed, not annotated)")
+    if kernels is not None:
+        kernels.finish(path)
+    ops.finish(path)
+    got.head = res.head
+    got.warnings = _stream_warnings(res, unread)
+    return got
+
+
+def _stream_warnings(res: StreamResult, unread: int) -> list[str]:
+    """What of the input is not in the output as decoded events, each counted (the parser counts the same in its warnings)."""
+    out = []
+    if res.arrays > 1:
+        out.append(f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, in file order")
+    if res.oversized:
+        out.append(f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as the parser does)")
+    if res.stray:
+        out.append(f"{res.stray} traceEvents entries after the last object that are not objects left out")
+    if unread:
+        out.append(f"{unread} traceEvents entries that do not decode (nested too deeply, not JSON) written through unchanged, unannotated")
+    return out
+
+
+def _add_kernel_args(e: dict, r: dict) -> None:
+    args = _args(e)
+    args["traceflops.phase"] = r["phase"]
+    args["traceflops.class"] = r["cls"]
+    args["traceflops.flops"] = _num(r["flops"])
+    args["traceflops.achieved_tflops"] = _tflops(r["flops"], r["dur"])
+    args["traceflops.step"] = r["step"]
+    for key in ("module", "bound", "intensity", "recoverable_us"):
+        if r[key] is not None:
+            args[f"traceflops.{key}"] = r[key]
+
+
+def _add_op_args(e: dict, r: dict) -> None:
+    args = _args(e)
+    args["traceflops.phase"] = r["phase"]
+    if r["matmul"]:
+        args["traceflops.flops"] = _num(r["flops"])
+        args["traceflops.ran"] = bool(r["ran"])
+
+
+def _redact_meta_events(events: list) -> int:
+    """The args of metadata ('M') events (process and thread labels) redacted in place; how many values were."""
+    n = 0
+    for e in events:
+        if e.__class__ is dict and e.get("ph") == "M" and isinstance(e.get("args"), dict):
+            e["args"], m = redact(e["args"])
+            n += m
+    return n
+
+
+def _head_parts(head: bytes) -> tuple[bytes, bytes, int, int]:
+    """The top-level keys before and after traceEvents, redacted and serialized (each without braces), the count, and the fields left out.
+
+    A previous annotation's `traceflops` record is dropped (a new one is written).
+    A head that does not decode whole is read field by field (`jsonstream.root_members`),
+    as the parser reads it; a field that does not decode (nested too deeply) is left out.
+    """
+    dropped = 0
+    try:
+        doc = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        doc = {}
+        for member in root_members(head):
+            try:
+                doc.update(orjson.loads(b"{" + member + b"}"))
+            except orjson.JSONDecodeError:
+                dropped += 1
+    keys = [k for k in doc if k != "traceflops"]
+    at = keys.index("traceEvents") if "traceEvents" in keys else len(keys)
+    before, m1 = redact({k: doc[k] for k in keys[:at]})
+    after, m2 = redact({k: doc[k] for k in keys[at + 1:]})
+    b, n1 = redact_bytes(orjson.dumps(before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+    a, n2 = redact_bytes(orjson.dumps(after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+    return b, a, m1 + m2 + n1 + n2, dropped
 
 
 def xla_events(a: Analysis) -> list[dict]:
@@ -395,7 +633,7 @@ def annotate_xla(trace_path: str, analysis: Analysis, out_path: str) -> dict[str
     """An XLA profile has no JSON of its own to keep: a new trace of its ops and device activities, and the same tracks."""
     events = xla_events(analysis)
     n_in = len(events)
-    pid = _new_pid(events)
+    pid = _new_pid(used_pids(events))
     new = added_events(analysis, pid)
     doc, redacted = redact_metadata({"traceEvents": events + new, "displayTimeUnit": "ms"})
     summary = {"events_in": n_in, "events_added": len(new), "kernels_annotated": analysis.kernels.height,
@@ -423,36 +661,54 @@ def redact_metadata(doc: dict) -> tuple[dict, int]:
     return {**before, "traceEvents": events, **after}, n + m1 + m2
 
 
+def _record(summary: dict[str, Any], trace_path: str, note: str) -> tuple[dict[str, Any], bytes]:
+    """The `traceflops` record, serialized, and the summary with the file name's own redactions counted.
+
+    It holds only numbers, the note, warnings of our own and the input's file name (itself redacted).
+    """
+    name, m = redact_text(Path(str(trace_path)).name)
+    summary = {**summary, "redacted_values": summary["redacted_values"] + m}
+    return summary, orjson.dumps({"annotated_from": name, **summary, "note": note}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
 def write_redacted(out_path: str, doc: dict, summary: dict[str, Any], trace_path: str, note: str) -> dict[str, Any]:
     """Serialize `doc`, pass every byte through the shape rules, append the `traceflops` record (the final count in it), write.
 
-    The record is added after the pass so it can hold the pass's own count; it holds
-    only numbers, the note and the input's file name (itself redacted).
+    The record is added after the pass so it can hold the pass's own count.
     """
     data, n = redact_bytes(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
-    name, m = redact_text(Path(str(trace_path)).name)
-    summary = {**summary, "redacted_values": summary["redacted_values"] + n + m}
-    record = orjson.dumps({"annotated_from": name, **summary, "note": note}, option=orjson.OPT_SERIALIZE_NUMPY)
-    write_trace(out_path, data[:-1] + (b',"traceflops":' if len(data) > 2 else b'"traceflops":') + record + b"}")
+    summary, record = _record({**summary, "redacted_values": summary["redacted_values"] + n}, trace_path, note)
+    body = data[:-1] + (b',"traceflops":' if len(data) > 2 else b'"traceflops":') + record + b"}"
+    write_output(out_path, lambda out, tmp: out.write(body))
     return summary
 
 
 def write_trace(path: str, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename over it; gzipped unless `path` ends in .json."""
+    """`data` written as a trace file (see `write_output`)."""
+    write_output(path, lambda out, tmp: out.write(data))
+
+
+def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:
+    """`fill(out, tmp)` writes the trace into a temporary file beside `path`, which then replaces it; what `fill` returned.
+
+    Gzipped unless `path` ends in .json, compressed as it is written (the output is never held whole).
+    `tmp` is that file's path, for scratch files beside it.
+    """
+    result = None
+
     def write(tmp: Path) -> None:
-        if Path(path).name.endswith(".json"):
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
-                f.write(data)
-                f.close()
-                raw.flush()
-                os.fsync(raw.fileno())
+        nonlocal result
+        with open(tmp, "wb") as raw:
+            if Path(path).name.endswith(".json"):
+                result = fill(raw, tmp)
+            else:
+                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as f:
+                    result = fill(f, tmp)
+            raw.flush()
+            os.fsync(raw.fileno())
 
     try:
         write_atomic(path, write)
     except OSError as ex:
         raise InputError(str(path), f"cannot write ({ex.strerror or ex})", "check the directory exists and is writable") from None
+    return result
