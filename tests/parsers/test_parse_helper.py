@@ -49,6 +49,21 @@ def test_a_helper_that_dies_changes_nothing(v100, monkeypatch):
         assert_frame_equal(frame, _tables(helped)[name])
 
 
+def test_a_helper_is_sent_nothing_before_it_says_it_is_ready(v100, monkeypatch, tmp_path):
+    """A helper still importing would hold arrays this process then waits for: it gets none until ready."""
+    got = tmp_path / "received"
+    script = f"import sys; open({str(got)!r}, 'w').write(str(len(sys.stdin.buffer.read())))"
+
+    def silent():
+        return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    alone = _parse(v100, monkeypatch, False)
+    monkeypatch.setattr(helper, "_start", silent)
+    helped = _parse(v100, monkeypatch, True)
+    assert_frame_equal(alone.kernels, helped.kernels)
+    assert got.read_text() == "8"  # only the empty frame that stops it
+
+
 def test_a_helper_that_cannot_start_changes_nothing(v100, monkeypatch):
     alone = _parse(v100, monkeypatch, False)
     monkeypatch.setattr(helper, "_start", lambda: None)
@@ -66,11 +81,12 @@ def test_helper_is_wanted_for_large_files_only(tmp_path, monkeypatch):
 
 
 def test_the_helper_protocol_round_trip():
-    """Framed arrays in, Arrow tables inside msgpack out, an empty frame to stop."""
+    """A ready frame, then framed arrays in, Arrow tables inside msgpack out, an empty frame to stop."""
     text = b'[{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"correlation": 5}}]'
     frame = len(text).to_bytes(8, "little") + text + (0).to_bytes(8, "little")
     out = subprocess.run([sys.executable, "-m", "traceflops.parsers.decode_worker"], input=frame, capture_output=True, check=True).stdout
     stream = io.BytesIO(out)
+    assert helper._read_frame(stream) == b"ready"
     msg = msgspec.msgpack.decode(helper._read_frame(stream))
     kernels = pl.read_ipc(io.BytesIO(msg["tables"]["kernels"]))
     assert kernels["name"].to_list() == ["k"] and kernels["correlation"].to_list() == [5]

@@ -3,7 +3,10 @@
 The typed decode of a chunk is pure CPU in Python objects, so threads cannot
 share it. A helper (`python -m traceflops.parsers.decode_worker`, never a re-run of
 the caller's script, unlike multiprocessing's spawn) takes chunks over a pipe
-whenever it has fewer than two in hand, and this process decodes the rest.
+once it has said it is ready (its imports take a good part of a second), whenever
+it has fewer than `_IN_HAND` in hand, and this process decodes the rest: a
+helper still starting, or one holding many arrays when the file ends, would
+leave this process waiting.
 Only the small per-chunk tables come back, as Arrow IPC inside msgpack: no
 pickle. If the helper cannot start or dies, its chunks are decoded here: the
 result never depends on whether a helper ran.
@@ -30,8 +33,9 @@ from traceflops.parsers.jsonstream import REFUSED, Claimed
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
 MIN_BYTES = 64 << 20
-_IN_HAND = 3
+_IN_HAND = 2
 _LEN = 8
+_READY = b"ready"  # the helper's first frame, once its imports are done
 
 
 def wanted(path: str) -> bool:
@@ -83,20 +87,24 @@ def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool,
         return
     replies: queue.Queue = queue.Queue()
     outbox: queue.Queue = queue.Queue()
+    ready = threading.Event()
     # Threads own the pipes, so this process never waits on the helper to read or write.
-    threading.Thread(target=_read_replies, args=(proc.stdout, replies), daemon=True).start()
+    threading.Thread(target=_read_replies, args=(proc.stdout, replies, ready), daemon=True).start()
     threading.Thread(target=_write_arrays, args=(proc, outbox), daemon=True).start()
     order: deque = deque()  # per array in order: the array (sent to the helper) or its result (decoded here)
     in_hand = 0  # arrays sent whose answer has not been taken yet
     alive = True
 
+    def has_room() -> bool:
+        # ready, and answered but not yet taken is not in its hands
+        return alive and ready.is_set() and in_hand - replies.qsize() < _IN_HAND
+
     def claim(text):
-        # the helper has room (answered but not yet taken is not in its hands): skim and send; else here
-        return None if alive and in_hand - replies.qsize() < _IN_HAND else here(text)
+        return None if has_room() else here(text)  # None: skimmed, then sent
 
     try:
         for item in make_arrays(claim):
-            if isinstance(item, Claimed) or not (alive and in_hand - replies.qsize() < _IN_HAND):
+            if isinstance(item, Claimed) or not has_room():
                 order.append(("here", take(item)))
             else:
                 outbox.put(item)
@@ -156,9 +164,13 @@ def _write_arrays(proc: subprocess.Popen, outbox: queue.Queue) -> None:
         proc.wait()
 
 
-def _read_replies(stream, replies: queue.Queue) -> None:
-    """Replies in order; None once the helper is gone (end of stream or a reply that does not decode)."""
+def _read_replies(stream, replies: queue.Queue, ready: threading.Event) -> None:
+    """`ready` set when the helper says so, then replies in order; None once the helper is gone (end of stream or a
+    reply that does not decode)."""
     try:
+        if _read_frame(stream) != _READY:
+            raise ValueError("no ready frame")
+        ready.set()
         while True:
             blob = _read_frame(stream)
             if blob is None:
@@ -189,7 +201,9 @@ def _ipc(df: pl.DataFrame) -> bytes:
 
 
 def serve(inp, out, decode_counted: Callable[[bytes], Decoded]) -> None:
-    """The helper's loop: arrays in, tables out, until an empty frame or the end of input."""
+    """The helper's loop: the ready frame, then arrays in, tables out, until an empty frame or the end of input."""
+    out.write(len(_READY).to_bytes(_LEN, "little") + _READY)
+    out.flush()
     while (text := _read_frame(inp)) is not None:
         tables, counts = decode_counted(text)
         blob = msgspec.msgpack.encode({"counts": dict(counts), "tables": {k: _ipc(v) for k, v in tables.items()}})
