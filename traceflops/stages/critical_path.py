@@ -62,8 +62,8 @@ class _Graph:
     ready: np.ndarray  # when the binding predecessor was ready
     run_head: np.ndarray  # first kernel of the stream run this one ends
     launch_ts: np.ndarray
-    launch_tid: list
-    launch_name: list[str]
+    launch_tid: np.ndarray  # object arrays, like kind and name
+    launch_name: np.ndarray
     by_end: np.ndarray  # kernel indices sorted by end
     ends_sorted: np.ndarray
     syncs: dict  # tid -> (starts, ends, names) sorted by end
@@ -74,10 +74,10 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> 
     ts = k["ts"].to_numpy().astype(np.float64)
     end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)
     dev = k["device"].fill_null(-1).to_numpy()
-    stream = k["stream"].cast(pl.Utf8).fill_null("").to_list()
+    stream = _codes(k["stream"].cast(pl.Utf8).fill_null(""))
     same = np.zeros(len(ts), dtype=bool)
     if len(ts) > 1:
-        same[1:] = (dev[1:] == dev[:-1]) & (np.array(stream[1:], dtype=object) == np.array(stream[:-1], dtype=object))
+        same[1:] = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
     s_ready = np.where(same, np.r_[-np.inf, end[:-1]], -np.inf)
 
     has_launch = k["launch_ts"].is_not_null().to_numpy() if "launch_ts" in k.columns else np.zeros(len(ts), bool)
@@ -101,9 +101,8 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> 
         cross[mine[ok]] = idx
         x_ready[mine[ok]] = end[idx]
     # Only another stream's kernel that started before this one can be waited for.
-    stream_arr = np.array(stream, dtype=object)
     safe = np.maximum(cross, 0)
-    bad = (cross < 0) | (stream_arr[safe] == stream_arr) | (ts[safe] >= ts)
+    bad = (cross < 0) | (stream[safe] == stream) | (ts[safe] >= ts)
     x_ready[bad], cross[bad] = -np.inf, -1
     explained = np.maximum(s_ready, l_ready)
     use_cross = (x_ready > explained + _EPS) & (x_ready >= ts - _CROSS_WINDOW)
@@ -122,13 +121,29 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> 
     by_end = np.argsort(end, kind="stable")
     cls = k["cls"].fill_null("other_compute") if "cls" in k.columns else pl.Series(["other_compute"] * len(ts))
     return _Graph(
-        ts=ts, end=end, kind=cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8).to_numpy(),
-        name=k["name"].fill_null("").to_numpy(),
+        ts=ts, end=end, kind=_shared(cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8)),
+        name=_shared(k["name"].fill_null("")),
         pred=pred, cross=cross, ready=ready, run_head=run_head, launch_ts=lts,
-        launch_tid=k["launch_tid"].to_list() if "launch_tid" in k.columns else [None] * len(ts),
-        launch_name=k["launch_name"].fill_null("launch").to_list() if "launch_name" in k.columns else ["launch"] * len(ts),
+        launch_tid=_shared(k["launch_tid"]) if "launch_tid" in k.columns else np.full(len(ts), None, dtype=object),
+        launch_name=_shared(k["launch_name"].fill_null("launch")) if "launch_name" in k.columns else np.full(len(ts), "launch", dtype=object),
         by_end=by_end, ends_sorted=end[by_end], syncs=syncs,
     )
+
+
+def _codes(values: pl.Series) -> np.ndarray:
+    """An integer per row, equal where the values are (nulls one value of their own)."""
+    return values.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+
+
+def _shared(values: pl.Series) -> np.ndarray:
+    """The values as an object array in which equal values are one Python object.
+
+    Kernel names are long and repeat thousands of times: one string per row
+    was a fifth of a large trace's peak memory; a pointer per row is not.
+    """
+    distinct = values.drop_nulls().unique(maintain_order=True)
+    at = values.replace_strict(distinct, pl.int_range(distinct.len(), eager=True), default=distinct.len(), return_dtype=pl.Int64)
+    return np.array([*distinct.to_list(), None], dtype=object)[at.fill_null(distinct.len()).to_numpy()]
 
 
 class _Path:
