@@ -501,7 +501,13 @@ def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
 def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
     """The chunks' tables joined in file order, numbered, with the head's metadata."""
     empty = split_tables([], Warnings())
-    tables = {t: compact(pl.concat([p[t] for p in parts] or [empty[t]], how="vertical_relaxed")) for t in TABLES}
+    tables = {}
+    for t in TABLES:  # table by table, each chunk's part let go as it is joined: one table is ever held twice
+        pieces = [p.pop(t) for p in parts] or [empty[t]]
+        # One chunk per column: a gather from a text column of many chunks copies every string it takes (polars 2.1);
+        # the analysis gathers kernel names for idle gaps, the critical path and the roofline.
+        tables[t] = compact(pl.concat(pieces, how="vertical_relaxed", rechunk=True))
+        del pieces
     ops_df = with_null_hints(
         tables["ops"]
         .with_row_index("op_id")
