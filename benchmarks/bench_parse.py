@@ -5,9 +5,11 @@
 Builds BIG.json with ../shared/tools/tile_trace.py from the V100 transformer
 fixture (K tiles; K=10 is about 476 MB and 2.16 M events) unless --trace is
 given, then runs each contender in a fresh process and reports its wall time
-and peak memory: the largest sum of RSS over the contender's whole process
-tree (traceflops decodes with a helper process on large files), sampled every
-10 ms.
+and peak memory over the contender's whole process tree (traceflops decodes
+with a helper process on large files; a job runs worker processes), sampled
+every 10 ms: the largest sum of RSS (`peak_tree_rss_mb`, a library's pages
+counted once in each process) and of PSS (`peak_tree_pss_mb`, shared pages
+split among the processes that map them: the figure to quote for a tree).
 
   - orjson.loads of the file's bytes: the floor any dict-per-event tool pays;
   - traceflops parse (streaming, columnar);
@@ -22,7 +24,11 @@ default); the report gives the median wall time, the median CPU seconds of the
 whole process tree (user + system, helpers included) and the largest peak.
 `--tiles 1,3,10` runs every size in one go; `--job 32` adds a job of that many
 ranks (copies of the V100 transformer rank) analysed with `--jobs 2`, against
-HTA on the same folder.
+HTA on the same folder (HTA without a warm-up there: it takes minutes).
+
+The package is byte-compiled first (`compileall`), as an installed wheel is:
+a checkout run with PYTHONDONTWRITEBYTECODE would otherwise compile every
+module on every run (about 0.1 s of each).
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ def main() -> None:
     ap.add_argument("--job-repeat", type=int, default=1, help="timed runs per job contender (HTA takes minutes on 32 ranks)")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "traceflops")], check=True, stdout=subprocess.DEVNULL)
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
     everything: dict = {"repeat": a.repeat}
     for path, label in runs:
@@ -116,44 +123,81 @@ def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
     return results
 
 
-def job_case(ranks: int, skip_hta: bool, repeat: int) -> dict:
-    """`ranks` copies of the V100 transformer rank (48 MB of JSON each) as a job folder: traceflops with --jobs 2
-    against HTA on the same folder, and one rank alone (the job's memory should stay near it, whatever the count)."""
+def job_folder(ranks: int, src: Path | None = None, folder: Path | None = None) -> Path:
+    """`ranks` copies of one rank's trace (the V100 transformer by default) as a job folder (a new temporary one by
+    default), each its own rank for traceflops and for HTA alike."""
     import gzip
 
     import orjson
 
-    folder = Path(tempfile.mkdtemp(prefix="traceflops_bench_job_"))
-    doc = orjson.loads(gzip.decompress((SHARED / "kineto" / "v100_transformer_rank1.json.gz").read_bytes()))
-    for r in range(ranks):  # each copy its own rank (a rank given twice is counted once, by HTA and traceflops alike)
-        doc["distributedInfo"] = {**(doc.get("distributedInfo") or {}), "rank": r, "world_size": ranks}
-        (folder / f"rank{r}.json.gz").write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=1))
+    src = src or SHARED / "kineto" / "v100_transformer_rank1.json.gz"
+    folder = folder or Path(tempfile.mkdtemp(prefix="traceflops_bench_job_"))
+    raw = gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes()
+    doc = orjson.loads(raw)
+    info = doc.pop("distributedInfo", None) or {}
+    body = orjson.dumps(doc)
+    for r in range(ranks):  # a rank given twice is counted once, by HTA and traceflops alike
+        (folder / f"rank{r}.json.gz").write_bytes(gzip.compress(rank_copy(body, {**info, "rank": r, "world_size": ranks}),
+                                                                compresslevel=1))
+    return folder
+
+
+def rank_copy(body: bytes, info: dict) -> bytes:
+    """The trace `body` (a JSON object) with `info` as its distributedInfo, first and spaced as Kineto writes it.
+
+    HTA finds a file's rank with the regex `"rank":\\s+(\\d+)` on the first line that matches: compact JSON
+    (`"rank":3`) matches nothing, every copy defaults to rank 0 and HTA keeps one of them.
+    """
+    import json
+
+    return b'{"distributedInfo": ' + json.dumps(info).encode() + (b", " + body[1:] if body != b"{}" else b"}")
+
+
+def job_case(ranks: int, skip_hta: bool, repeat: int) -> dict:
+    """`ranks` copies of the V100 transformer rank (48 MB of JSON each) as a job folder: traceflops with --jobs 2
+    against HTA on the same folder, and one rank alone (the job's memory should stay near it, whatever the count)."""
+    import shutil
+
+    folder = job_folder(ranks)
+    try:
+        return _job_results(folder, ranks, skip_hta, repeat)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # 3.8 MB a rank
+
+
+def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int) -> dict:
     one = _CLI.format(args=["analyze", str(folder / "rank0.json.gz"), "--quiet", "--format", "json", "--no-cache"])
     job = _CLI.format(args=["analyze", str(folder), "--quiet", "--format", "json", "--no-cache", "--jobs", "2"])
     hta = ("from hta.trace_analysis import TraceAnalysis\n"
-           f"TraceAnalysis(trace_dir={str(folder)!r}).get_temporal_breakdown(visualize=False)")
+           f"t = TraceAnalysis(trace_dir={str(folder)!r})\n"
+           f"assert len(t.t.traces) == {ranks}, f'HTA read {{len(t.t.traces)}} of {ranks} ranks'\n"
+           "t.get_temporal_breakdown(visualize=False)")
     results: dict = {"ranks": ranks, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
     results["traceflops, one rank"] = timed(one, str(folder), repeat)
     results["traceflops analyze DIR --jobs 2"] = timed(job, str(folder), repeat)
     if not skip_hta:
-        results["HTA parse + temporal breakdown"] = timed(hta, str(folder), repeat)
+        results["HTA parse + temporal breakdown"] = timed(hta, str(folder), repeat, warm=False)  # the folder is warm from the runs before
     j, h, o = results["traceflops analyze DIR --jobs 2"], results.get("HTA parse + temporal breakdown"), results["traceflops, one rank"]
     if "error" not in j and h and "error" not in h:
         j["time_vs_hta"] = j["wall_s"] / h["wall_s"]
+        j["memory_vs_hta"] = j["peak_tree_rss_mb"] / h["peak_tree_rss_mb"]
+        j["pss_vs_hta"] = j["peak_tree_pss_mb"] / h["peak_tree_pss_mb"]
     if "error" not in j and "error" not in o:
         j["memory_vs_one_rank"] = j["peak_tree_rss_mb"] / o["peak_tree_rss_mb"]
+        j["pss_vs_one_rank"] = j["peak_tree_pss_mb"] / o["peak_tree_pss_mb"]
     for name, r in results.items():
         if isinstance(r, dict):
             print(f"{name:58s} {r}", flush=True)
     return results
 
 
-def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_reports: str | None = None) -> dict:
-    """One warm-up run, then `repeat` runs: median wall and CPU seconds (whole process tree), largest peak RSS."""
+def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_reports: str | None = None, warm: bool = True) -> dict:
+    """One warm-up run (unless not `warm`), then `repeat` runs: median wall and CPU seconds (whole process tree), largest peaks."""
     import shutil
     import statistics
 
-    run_isolated(code, path)
+    if warm:
+        run_isolated(code, path)
     got = []
     for _ in range(repeat):
         if fresh:
@@ -168,11 +212,12 @@ def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_repo
     return {"wall_s": round(statistics.median(g["wall_s"] for g in got), 3),
             "cpu_s": round(statistics.median(g["cpu_s"] for g in got), 3),
             "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in got),
+            "peak_tree_pss_mb": max(g["peak_tree_pss_mb"] for g in got),
             "runs": len(got)}
 
 
 def ratios(results: dict) -> None:
-    ok = lambda name: "wall_s" in results.get(name, {}) and "error" not in results[name]  # noqa: E731
+    ok = lambda name: "wall_s" in results.get(name, {}) and "error" not in results[name]
     base, hta = "orjson.loads", "HTA parse + temporal breakdown"
     for name in [n for n in results if n.startswith("traceflops")]:
         r = results[name]
@@ -190,7 +235,9 @@ def ratios(results: dict) -> None:
 
 
 def run_isolated(code: str, path: str) -> dict:
-    """Wall time and the peak RSS summed over the process tree (sampled every 10 ms)."""
+    """Wall time and the peak memory of the process tree, sampled every 10 ms: RSS summed (a page shared by
+    processes counted in each: three interpreters count polars' library thrice) and PSS summed (a shared page
+    split among the processes that map it: the tree's real footprint, the figure to quote)."""
     import resource
 
     import psutil
@@ -198,11 +245,12 @@ def run_isolated(code: str, path: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen([sys.executable, "-c", f"P = {path!r}\n{code}\n"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     t = time.perf_counter()
-    root, peak = psutil.Process(proc.pid), 0
+    root, peak, peak_pss = psutil.Process(proc.pid), 0, 0
     while proc.poll() is None:
         try:
-            tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            tree = [p for p in [root, *root.children(recursive=True)] if p.is_running()]
+            peak = max(peak, sum(p.memory_info().rss for p in tree))
+            peak_pss = max(peak_pss, sum(pss_bytes(p.pid) for p in tree))
         except psutil.Error:
             pass
         time.sleep(0.01)
@@ -212,7 +260,17 @@ def run_isolated(code: str, path: str) -> dict:
     err = proc.stderr.read()
     if proc.returncode:
         return {"error": err.strip().splitlines()[-1] if err.strip() else "failed", "wall_s": wall}
-    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_tree_rss_mb": round(peak / 2**20, 1)}
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_tree_rss_mb": round(peak / 2**20, 1),
+            "peak_tree_pss_mb": round(peak_pss / 2**20, 1)}
+
+
+def pss_bytes(pid: int) -> int:
+    """A process's proportional set size (Linux /proc/PID/smaps_rollup); 0 once it has gone or where there is none."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:")), 0)
+    except OSError:
+        return 0
 
 
 if __name__ == "__main__":

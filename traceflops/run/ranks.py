@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
+from traceflops.core.memory import children_release_at_once
 from traceflops.core.results import RankSummary
 from traceflops.parsers.helper import ENV
 from traceflops.run.load import analyze
@@ -57,7 +58,8 @@ def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "loc
         from concurrent.futures import ProcessPoolExecutor
 
         # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=one_core_per_rank) as pool:
+        with children_release_at_once(), \
+                ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=one_core_per_rank) as pool:
             got = []
             for g in pool.map(_attempt, work):  # in order; each rank counted as its result arrives
                 got.append(g)

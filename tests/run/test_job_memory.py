@@ -1,0 +1,111 @@
+"""A job's memory stays flat in its number of ranks, and the benchmark measures it honestly (no timings asserted).
+
+Rank workers start with an allocator that hands freed pages back at once (else each
+rank's leftovers pad the next one's peak); the benchmark sums PSS as well as RSS over
+the process tree; its job folder is one rank per file for HTA as for traceflops.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import os
+import subprocess
+import sys
+from typing import ClassVar
+
+from tests.builders import ROOT
+from traceflops.core.results import ModelOptions
+from traceflops.run.ranks import summarize_all
+
+CONF = "_RJEM_MALLOC_CONF"
+
+
+def conf_after_cli_start(user: str | None) -> str:
+    """The allocator setting as this process holds it once the CLI has loaded polars (the user's own, if any)."""
+    env = {k: v for k, v in os.environ.items() if k != CONF} | ({CONF: user} if user else {})
+    code = f"import os, traceflops.cli.main, polars; print(os.environ[{CONF!r}])"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def last_values(conf: str) -> dict[str, str]:
+    """jemalloc reads `key:value,...` left to right: the last value of a key wins."""
+    return dict(item.split(":", 1) for item in conf.split(",") if ":" in item)
+
+
+class RecordingPool:
+    """A stand-in ProcessPoolExecutor: what the allocator setting is while workers would be spawned."""
+
+    seen: ClassVar[list[str | None]] = []
+
+    def __init__(self, *args, **kwargs):
+        RecordingPool.seen.append(os.environ.get(CONF))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def map(self, fn, work):
+        RecordingPool.seen.append(os.environ.get(CONF))
+        return [object() for _ in work]
+
+
+def workers_conf(monkeypatch, parent: str | None) -> list[str | None]:
+    if parent is None:
+        monkeypatch.delenv(CONF, raising=False)
+    else:
+        monkeypatch.setenv(CONF, parent)
+    RecordingPool.seen = []
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", RecordingPool)
+    got = summarize_all(["a.json", "b.json"], ModelOptions(), jobs=2)
+    assert len(got) == 2
+    return RecordingPool.seen
+
+
+def test_rank_workers_hand_freed_pages_back_at_once(monkeypatch):
+    parent = conf_after_cli_start(None)
+    seen = workers_conf(monkeypatch, parent)
+    for conf in seen:
+        assert conf is not None and conf.startswith(parent)
+        assert last_values(conf)["dirty_decay_ms"] == "0" and last_values(conf)["muzzy_decay_ms"] == "0", conf
+    assert os.environ[CONF] == parent  # this process's environment as it was
+
+
+def test_rank_workers_without_any_setting_still_purge_and_the_environment_is_left_unset(monkeypatch):
+    seen = workers_conf(monkeypatch, None)
+    assert all(last_values(c or "").get("dirty_decay_ms") == "0" for c in seen), seen
+    assert CONF not in os.environ
+
+
+def test_a_users_own_allocator_setting_reaches_the_workers_unchanged(monkeypatch):
+    parent = conf_after_cli_start("dirty_decay_ms:2000")
+    assert set(workers_conf(monkeypatch, parent)) == {parent}
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_parse", ROOT / "benchmarks" / "bench_parse.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_counts_a_grandchild_in_the_trees_rss_and_pss():
+    child = "import time; b = b'x' * (64 << 20); time.sleep(1.0)"  # 64 MiB touched in a grandchild
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}], check=True)"
+    r = bench().run_isolated(code, "unused")
+    assert "error" not in r, r
+    assert r["peak_tree_pss_mb"] >= 64, r
+    assert r["peak_tree_rss_mb"] >= r["peak_tree_pss_mb"], r
+
+
+def test_the_benchmarks_job_folder_is_one_rank_per_file_for_hta_and_traceflops(shared, tmp_path):
+    folder = bench().job_folder(3, shared / "kineto" / "mi250_toy_train.json.gz", tmp_path)
+    paths = sorted(str(p) for p in folder.iterdir())
+    assert [s.rank for s in summarize_all(paths, ModelOptions())] == [0, 1, 2]
+    try:
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError:
+        return
+    assert sorted(TraceAnalysis(trace_dir=str(folder)).t.traces) == [0, 1, 2]
