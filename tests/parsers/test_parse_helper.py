@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from traceflops.parsers import helper
+from traceflops.parsers import helper, helper_start
 from traceflops.parsers.kineto import parse_kineto
 
 
@@ -23,7 +23,7 @@ def v100(shared):
 
 
 def _parse(path, monkeypatch, use_helper, chunk=1 << 20):
-    monkeypatch.setenv(helper.ENV, "1" if use_helper else "0")
+    monkeypatch.setenv(helper_start.ENV, "1" if use_helper else "0")
     return parse_kineto(path, chunk=chunk)
 
 
@@ -72,12 +72,12 @@ def test_a_helper_that_cannot_start_changes_nothing(v100, monkeypatch):
 
 
 def test_helper_is_wanted_for_large_files_only(tmp_path, monkeypatch):
-    monkeypatch.delenv(helper.ENV, raising=False)
+    monkeypatch.delenv(helper_start.ENV, raising=False)
     small = tmp_path / "small.json"
     small.write_bytes(b'{"traceEvents": []}')
-    assert not helper.wanted(str(small))
-    monkeypatch.setenv(helper.ENV, "1")
-    assert helper.wanted(str(small))
+    assert not helper_start.wanted(str(small))
+    monkeypatch.setenv(helper_start.ENV, "1")
+    assert helper_start.wanted(str(small))
 
 
 def test_the_helper_protocol_round_trip():
@@ -97,12 +97,41 @@ def test_ranks_in_a_pool_or_on_ray_take_one_core_each(monkeypatch):
     """A rank run beside others does not start a decode helper of its own."""
     from traceflops.run import ranks
 
-    monkeypatch.setenv(helper.ENV, "unset below")  # recorded, so teardown restores the caller's environment
-    monkeypatch.delenv(helper.ENV)
+    monkeypatch.setenv(helper_start.ENV, "unset below")  # recorded, so teardown restores the caller's environment
+    monkeypatch.delenv(helper_start.ENV)
     ranks.one_core_per_rank()
     import os
 
-    assert os.environ[helper.ENV] == "0"
-    monkeypatch.setenv(helper.ENV, "1")
+    assert os.environ[helper_start.ENV] == "0"
+    monkeypatch.setenv(helper_start.ENV, "1")
     ranks.one_core_per_rank()  # a user's own setting wins
-    assert os.environ[helper.ENV] == "1"
+    assert os.environ[helper_start.ENV] == "1"
+
+
+def test_a_helper_started_early_is_the_one_the_parse_takes(v100, monkeypatch):
+    """The CLI starts a large trace's helper before its own imports; the parse then uses that process."""
+    alone = _parse(v100, monkeypatch, False)
+    monkeypatch.delenv(helper_start.ENV, raising=False)
+    monkeypatch.setattr(helper_start, "MIN_BYTES", 1)
+    helper_start.start_early(v100)
+    assert len(helper_start._early) == 1
+    early = helper_start._early[0]
+    helped = parse_kineto(v100, chunk=1 << 20)
+    assert helper_start._early == [] and early.wait(timeout=30) == 0  # taken, then stopped by its empty frame
+    for name, frame in _tables(alone).items():
+        assert_frame_equal(frame, _tables(helped)[name])
+
+
+def test_an_early_helper_no_parse_takes_is_stopped(v100, monkeypatch):
+    monkeypatch.delenv(helper_start.ENV, raising=False)
+    monkeypatch.setattr(helper_start, "MIN_BYTES", 1)
+    helper_start.start_early(v100)
+    early = helper_start._early[0]
+    helper_start.drop_early()
+    assert early.poll() is not None and helper_start._early == []
+
+
+def test_starting_a_helper_early_loads_no_polars():
+    """Light, so the CLI can start the helper before its own imports."""
+    code = "import sys, traceflops.parsers.helper_start; print('polars' in sys.modules, 'numpy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["False", "False"]

@@ -123,6 +123,18 @@ class Progress:
             self.bar.stop()
 
 
+def start_decode_helper(traces, kw) -> None:
+    """One large trace's decode helper, started before this process's imports so the two import side by side.
+
+    Only without a cache: a kept report may need no parse at all, and its check
+    reads the whole file first (the helper then starts with the parse).
+    """
+    if len(traces) == 1 and kw.get("no_cache"):
+        from traceflops.parsers.helper_start import start_early
+
+        start_early(traces[0])
+
+
 def options_from(kw) -> tuple:
     """ModelOptions and cache dir from the shared options (removed from kw)."""
     from traceflops.run.options import model_options as build

@@ -17,6 +17,7 @@ from traceflops.cli.common import (
     options_from,
     refuse_overwrite,
     run_command,
+    start_decode_helper,
 )
 
 
@@ -47,6 +48,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     progress = Progress(kw.get("quiet", False))
 
     def go():
+        start_decode_helper(traces, kw)
         from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.inputs import expand_with_warnings
         from traceflops.run.load import analyze as run_analysis

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traceflops.core.errors import FormatError, NotATraceError
-from traceflops.core.trace import Trace
 from traceflops.parsers.io import open_trace
+
+if TYPE_CHECKING:  # polars loads with the parser that is used, not with this package (see helper_start)
+    from traceflops.core.trace import Trace
 
 
 def detect_format(path: str) -> str:

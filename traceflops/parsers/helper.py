@@ -15,11 +15,8 @@ result never depends on whether a helper ran.
 from __future__ import annotations
 
 import io
-import multiprocessing
-import os
 import queue
 import subprocess
-import sys
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -27,37 +24,12 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 import polars as pl
 
-from traceflops.core.errors import InputError
-from traceflops.parsers.io import check_regular
+from traceflops.parsers.helper_start import take
 from traceflops.parsers.jsonstream import REFUSED, Claimed
 
-ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
-MIN_BYTES = 64 << 20
 _IN_HAND = 2
 _LEN = 8
 _READY = b"ready"  # the helper's first frame, once its imports are done
-
-
-def wanted(path: str) -> bool:
-    """A helper pays for its start-up (about half a second) only on large traces, with a core to spare."""
-    forced = os.environ.get(ENV)
-    if forced is not None:
-        return forced.strip() not in ("", "0")
-    if multiprocessing.current_process().daemon:
-        return False
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    if cores < 2:
-        return False
-    try:
-        size = check_regular(path).st_size  # never opens a FIFO or a device to probe it
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-    except (OSError, InputError):
-        return False
-    return size * (8 if gz else 1) >= MIN_BYTES
 
 
 Decoded = tuple[dict[str, pl.DataFrame], Counter]
@@ -136,14 +108,7 @@ def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool,
 
 
 def _start() -> subprocess.Popen | None:
-    env = dict(os.environ, **{ENV: "0", "POLARS_MAX_THREADS": "1"})  # one core is its share
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-m", "traceflops.parsers.decode_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-        )
-    except OSError:
-        return None
+    return take()
 
 
 def _write_arrays(proc: subprocess.Popen, outbox: queue.Queue) -> None:

@@ -41,8 +41,8 @@ from traceflops.core.trace import (
     with_null_hints,
 )
 from traceflops.core.vocab import PROFILER_STEP_RE
-from traceflops.parsers import helper
 from traceflops.parsers.helper import decode_in_order
+from traceflops.parsers.helper_start import wanted
 from traceflops.parsers.io import max_bytes_default
 from traceflops.parsers.jsonstream import (
     MAX_ENTRY_BYTES,
@@ -292,7 +292,7 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> 
             yield from texts
 
     frames = []
-    for tables, counts in decode_in_order(arrays, helper.wanted(path), decode_strict, decode_counted):
+    for tables, counts in decode_in_order(arrays, wanted(path), decode_strict, decode_counted):
         frames.append(tables)
         warnings.counts.update(counts)
     res = state[0]

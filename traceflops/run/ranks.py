@@ -9,7 +9,7 @@ from dataclasses import replace
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
 from traceflops.core.memory import children_release_at_once
 from traceflops.core.results import RankSummary
-from traceflops.parsers.helper import ENV
+from traceflops.parsers.helper_start import ENV
 from traceflops.run.load import analyze
 from traceflops.views.job import summarize
 

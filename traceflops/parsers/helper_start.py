@@ -1,0 +1,84 @@
+"""Starting the decode helper process: whether a trace wants one, and starting it early.
+
+Light on purpose (no polars, no numpy): the CLI starts a large trace's helper
+before its own imports, so the two processes import side by side (about 0.3 s
+each) instead of the helper starting only when the parse begins, while this
+process decodes alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import subprocess
+import sys
+
+from traceflops.core.errors import InputError
+from traceflops.parsers.io import check_regular
+
+ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
+MIN_BYTES = 64 << 20
+
+_early: list[subprocess.Popen] = []  # a helper started before the parse that has not been taken
+
+
+def wanted(path: str) -> bool:
+    """A helper pays for its start-up (about half a second) only on large traces, with a core to spare."""
+    forced = os.environ.get(ENV)
+    if forced is not None:
+        return forced.strip() not in ("", "0")
+    if multiprocessing.current_process().daemon:
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    if cores < 2:
+        return False
+    try:
+        size = check_regular(path).st_size  # never opens a FIFO or a device to probe it
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+    except (OSError, InputError):
+        return False
+    return size * (8 if gz else 1) >= MIN_BYTES
+
+
+def start() -> subprocess.Popen | None:
+    """A new helper (`python -m traceflops.parsers.decode_worker`, one core: no polars threads), or None."""
+    env = dict(os.environ, **{ENV: "0", "POLARS_MAX_THREADS": "1"})
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "traceflops.parsers.decode_worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        )
+    except OSError:
+        return None
+
+
+def start_early(path: str) -> None:
+    """Start the helper this trace's parse will want, now; one not taken by a parse is stopped at exit."""
+    if _early or not wanted(path):
+        return
+    proc = start()
+    if proc is not None:
+        _early.append(proc)
+        atexit.register(drop_early)
+
+
+def take() -> subprocess.Popen | None:
+    """The helper started early if it is still running, else a new one."""
+    while _early:
+        proc = _early.pop()
+        if proc.poll() is None:
+            return proc
+    return start()
+
+
+def drop_early() -> None:
+    """Stop a helper started early that no parse took (the report came from the cache, or the command failed)."""
+    while _early:
+        proc = _early.pop()
+        proc.kill()
+        proc.wait()
