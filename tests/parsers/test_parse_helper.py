@@ -4,7 +4,6 @@ import io
 import subprocess
 import sys
 
-import msgspec
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -87,9 +86,10 @@ def test_the_helper_protocol_round_trip():
     out = subprocess.run([sys.executable, "-m", "traceflops.parsers.decode_worker"], input=frame, capture_output=True, check=True).stdout
     stream = io.BytesIO(out)
     assert helper._read_frame(stream) == b"ready"
-    msg = msgspec.msgpack.decode(helper._read_frame(stream))
-    kernels = pl.read_ipc(io.BytesIO(msg["tables"]["kernels"]))
+    tables, _ = helper.unpack(helper._read_frame(stream))
+    kernels = tables["kernels"]
     assert kernels["name"].to_list() == ["k"] and kernels["correlation"].to_list() == [5]
+    assert kernels["bytes"].to_list() == [None] and kernels.schema["bytes"] == pl.Int64  # sent as a name and a type
     assert helper._read_frame(stream) is None
 
 

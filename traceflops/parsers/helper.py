@@ -7,7 +7,7 @@ once it has said it is ready (its imports take a good part of a second), wheneve
 it has fewer than `_IN_HAND` in hand, and this process decodes the rest: a
 helper still starting, or one holding many arrays when the file ends, would
 leave this process waiting.
-Only the small per-chunk tables come back, as Arrow IPC inside msgpack: no
+Only the small per-chunk tables come back, as Arrow IPC inside msgpack (`pack`): no
 pickle. If the helper cannot start or dies, its chunks are decoded here: the
 result never depends on whether a helper ran.
 """
@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 import polars as pl
 
+from traceflops.core.trace import null_column
 from traceflops.parsers.helper_start import take
 from traceflops.parsers.jsonstream import REFUSED, Claimed
 
@@ -140,9 +141,7 @@ def _read_replies(stream, replies: queue.Queue, ready: threading.Event) -> None:
             blob = _read_frame(stream)
             if blob is None:
                 break
-            msg = msgspec.msgpack.decode(blob)
-            tables = {k: pl.read_ipc(io.BytesIO(v)) for k, v in msg["tables"].items()}
-            replies.put((tables, Counter(msg["counts"])))
+            replies.put(unpack(blob))
     except Exception:  # noqa: BLE001 - any failure means: decode the rest in the caller
         pass
     replies.put(None)
@@ -165,13 +164,40 @@ def _ipc(df: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
+def pack(decoded: Decoded) -> bytes:
+    """A reply: each table as Arrow IPC of its columns that hold a value, the all-null ones by name and type only.
+
+    Most of a trace's optional columns (shapes, collectives) are null
+    throughout a chunk; as IPC each still cost 8-16 bytes a row: two thirds of
+    a reply's bytes, and as many again in memory once read back.
+    """
+    tables, counts = decoded
+    out = {}
+    for name, df in tables.items():
+        empty = [c for c in df.columns if df[c].null_count() == df.height] if df.height else []
+        out[name] = {"rows": df.height, "columns": df.columns, "values": _ipc(df.drop(empty)), "nulls": _ipc(df.select(empty).clear())}
+    return msgspec.msgpack.encode({"counts": dict(counts), "tables": out})
+
+
+def unpack(blob: bytes) -> Decoded:
+    """`pack`'s tables and counts, the all-null columns rebuilt without buffers, in their order."""
+    msg = msgspec.msgpack.decode(blob)
+    tables = {}
+    for name, t in msg["tables"].items():
+        df = pl.read_ipc(io.BytesIO(t["values"]))
+        nulls = pl.read_ipc(io.BytesIO(t["nulls"])).schema
+        if nulls:
+            df = df.with_columns([null_column(t["rows"], dtype).alias(c) for c, dtype in nulls.items()])
+        tables[name] = df.select(t["columns"])
+    return tables, Counter(msg["counts"])
+
+
 def serve(inp, out, decode_counted: Callable[[bytes], Decoded]) -> None:
     """The helper's loop: the ready frame, then arrays in, tables out, until an empty frame or the end of input."""
     out.write(len(_READY).to_bytes(_LEN, "little") + _READY)
     out.flush()
     while (text := _read_frame(inp)) is not None:
-        tables, counts = decode_counted(text)
-        blob = msgspec.msgpack.encode({"counts": dict(counts), "tables": {k: _ipc(v) for k, v in tables.items()}})
+        blob = pack(decode_counted(text))
         out.write(len(blob).to_bytes(_LEN, "little"))
         out.write(blob)
         out.flush()
