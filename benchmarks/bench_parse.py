@@ -17,6 +17,8 @@ split among the processes that map them: the figure to quote for a tree).
     partition and the JSON report, as a user runs it;
   - the same command with a cache, first and again (the second renders the kept
     report; a third with other options reuses only the parsed tables);
+  - `traceflops annotate --no-cache`: the analysis, then the trace streamed
+    back out with what was found;
   - Holistic Trace Analysis' parse plus temporal breakdown (if installed).
 
 Each contender runs once to warm the page cache, then `--repeat` times (3 by
@@ -59,6 +61,13 @@ _CLI = (
 def cli(*args: str) -> str:
     return _CLI.format(args=["analyze", "PATH", "--quiet", "--format", "json", *args]).replace("'PATH'", "P")
 
+
+# A new output each run (annotate refuses to overwrite), removed after it.
+ANNOTATE = ("import os, tempfile\n"
+            "dest = os.path.join(tempfile.mkdtemp(prefix='traceflops_bench_annotate_'), 'annotated.json.gz')\n"
+            "try:\n" + "".join("    " + line + "\n" for line in _CLI.format(args=["annotate", "PATH", "-o", "OUT", "--no-cache"])
+                                 .replace("'PATH'", "P").replace("'OUT'", "dest").splitlines())
+            + "finally:\n    os.path.exists(dest) and os.unlink(dest); os.rmdir(os.path.dirname(dest))\n")
 
 HTA = (
     "import os, tempfile\n"
@@ -107,6 +116,7 @@ def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
         "traceflops analyze, first (writes the cache)": cli("--cache-dir", cache),
         "traceflops analyze, again (cached)": cli("--cache-dir", cache),
         "traceflops analyze, other options (parsed tables cached)": cli("--cache-dir", cache, "--exclude-step", "0"),
+        "traceflops annotate --no-cache": ANNOTATE,
     }
     if not skip_hta:
         contenders["HTA parse + temporal breakdown"] = HTA
@@ -229,6 +239,7 @@ def ratios(results: dict) -> None:
             r["time_vs_hta"] = r["wall_s"] / results[hta]["wall_s"]
             r["memory_vs_hta"] = r["peak_tree_rss_mb"] / results[hta]["peak_tree_rss_mb"]
         r["memory_vs_file"] = r["peak_tree_rss_mb"] * 2**20 / results["bytes"]
+        r["pss_vs_file"] = r["peak_tree_pss_mb"] * 2**20 / results["bytes"]
     first, again = "traceflops analyze, first (writes the cache)", "traceflops analyze, again (cached)"
     if ok(first) and ok(again):
         results[again]["time_vs_first"] = results[again]["wall_s"] / results[first]["wall_s"]
