@@ -135,3 +135,12 @@ def test_starting_a_helper_early_loads_no_polars():
     """Light, so the CLI can start the helper before its own imports."""
     code = "import sys, traceflops.parsers.helper_start; print('polars' in sys.modules, 'numpy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("use_helper", [False, True])
+def test_parsed_tables_are_one_chunk_per_column(v100, monkeypatch, use_helper):
+    """Joined from many chunks; polars copies every string a gather takes from a text column of many chunks, so the
+    analysis' gathers of kernel names (idle gaps, critical path) each held a copy of them."""
+    trace = _parse(v100, monkeypatch, use_helper)
+    for name, frame in _tables(trace).items():
+        assert {s.n_chunks() for s in frame.iter_columns()} <= {1}, name

@@ -241,3 +241,24 @@ def test_a_top_level_field_nested_too_deeply_is_left_out_and_counted(tmp_path):
     assert "junk" not in got and got["after"] == 7 and got["distributedInfo"] == {"rank": 1, "world_size": 4}
     assert [e["args"]["traceflops.flops"] for e in marked_kernels(got)] == [2 * M * K * N] * 2
     assert any(w.startswith("1 top-level fields") for w in s["warnings"])
+
+
+@pytest.mark.parametrize("which", ["gpu", "cpu", "shared gpu", "xplane"])
+def test_the_analysis_kept_for_annotating_writes_the_same_trace(tmp_path, which, shared):
+    """`for_annotation` lets go of what annotating never reads: the output must not change (a column it dropped and
+    annotate reads would fail or write nulls here)."""
+    from tests.builders import ROOT
+    from traceflops.report.annotate import for_annotation
+    from traceflops.views.rollup import module_of
+
+    src = {"gpu": lambda: write_doc(gpu_doc(), tmp_path / "in.json.gz"),
+           "cpu": lambda: str(next(iter(sorted((ROOT / "fixtures" / "cpu").glob("*.json.gz"))))),
+           "shared gpu": lambda: str(shared / "kineto" / "v100_transformer_rank1.json.gz"),
+           "xplane": lambda: str(next(iter(sorted((ROOT / "fixtures").rglob("*.xplane.pb")))))}[which]()
+    a = analyze(src)
+    modules = module_of(a.ops) if a.kernels.height and a.meta.get("format") != "xplane" else None
+    full = annotate(src, a, str(tmp_path / "full.json.gz"), modules)
+    kept = annotate(src, for_annotation(a), str(tmp_path / "kept.json.gz"), modules)
+    assert {**full, "path": None} == {**kept, "path": None}
+    assert read(tmp_path / "full.json.gz") == read(tmp_path / "kept.json.gz")
+    assert for_annotation(a).trace.ops.height == 0 and for_annotation(a).idle_gaps is None

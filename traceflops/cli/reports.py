@@ -111,14 +111,18 @@ def annotate_cmd(trace, output, **kw):
     kw, debug = _opts(kw)
 
     def go():
-        from traceflops.report.annotate import annotate
+        from traceflops.core.memory import return_freed_memory
+        from traceflops.report.annotate import annotate, for_annotation
         from traceflops.run.load import analyze
         from traceflops.views.rollup import module_of
 
         opts, cache_dir = options_from(kw)
         refuse_overwrite([trace], **{"-o": output})
         a = analyze(trace, opts, cache_dir)
-        s = annotate(trace, a, output, module_of(a.ops) if a.kernels.height else None)
+        modules = module_of(a.ops) if a.kernels.height else None
+        a = for_annotation(a)  # the rest of the analysis is let go before the trace is streamed through
+        return_freed_memory()
+        s = annotate(trace, a, output, modules)
         click.echo(printable(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
                    f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted"), err=True)
 

@@ -62,6 +62,7 @@ names and timestamps agree, so an analysis of another trace is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import math
 import os
@@ -396,6 +397,26 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
 
 
 # --- the whole ----------------------------------------------------------------------
+
+
+# What annotating reads of an analysis (both formats); `for_annotation` keeps these and lets the rest go.
+OP_COLUMNS = ("op_id", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul", "ran", "flops", "step")
+KERNEL_COLUMNS = ("kernel_id", "name", "kind", "cls", "phase", "device", "stream", "ts", "dur", "flops", "step", "op_row")
+ROOFLINE_COLUMNS = ("kernel_id", "bound", "intensity", "recoverable_us")
+
+
+def for_annotation(a: Analysis) -> Analysis:
+    """The analysis with only what `annotate` reads: the trace's own tables, idle gaps and most per-op columns let go.
+
+    The annotated trace is written after the analysis, while it is held: on a
+    142 MB trace what annotating never reads was about 90 MB of the command's peak.
+    """
+    def keep(df: pl.DataFrame | None, cols: tuple[str, ...]) -> pl.DataFrame | None:
+        return None if df is None else df.select([c for c in cols if c in df.columns])
+
+    bare = dataclasses.replace(a.trace, **{t: getattr(a.trace, t).clear() for t in ("ops", "kernels", "launches", "markers", "steps")})
+    return dataclasses.replace(a, trace=bare, ops=keep(a.ops, OP_COLUMNS), kernels=keep(a.kernels, KERNEL_COLUMNS),
+                               roofline=keep(a.roofline, ROOFLINE_COLUMNS), partition=None, idle_gaps=None, launch_stats=None)
 
 
 def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.DataFrame | None = None) -> dict[str, Any]:
