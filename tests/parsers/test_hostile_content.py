@@ -131,6 +131,35 @@ def test_every_trace_events_array_streams_in_order_whatever_the_chunk(tmp_path, 
     assert head["deviceProperties"] == [{"id": 0}] and head["otherKey"] == {"traceEvents": [1]}
 
 
+# ------------------------------------------------------------------ 2b. bytes after the document
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_second_document_appended_is_not_read_and_its_bytes_are_counted(tmp_path, gz):
+    """`cat a.json b.json`: the second document is no part of the first trace (its mm would add 3 × MM)."""
+    first = json.dumps(two_steps().doc()).encode()
+    second = b'\n' + json.dumps(two_steps(m=(3 * M, 3 * M)).doc()).encode() + b'\n'
+    d = analyze(write(tmp_path / "cat.json", first + second, gz))
+    assert executed(d) == 2 * MM
+    blanks_aside = len(second.translate(None, b" \t\r\n"))
+    assert f"({blanks_aside})" in warned(d, "after the end of the trace's JSON document")
+    assert not any("root-level traceEvents arrays" in w or "before its JSON closes" in w for w in d["warnings"])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_garbage_after_the_document_is_counted_whatever_the_chunk(tmp_path, chunk):
+    doc = {"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}], "displayTimeUnit": "ms"}
+    garbage = b' }]} {"traceEvents": [{"ph": "X", "name": "b", "ts": 2, "dur": 1}]} trailing'
+    p = write(tmp_path / "t.json", json.dumps(doc).encode() + garbage)
+    events, res = [], None
+    for arrays, res in stream_events(str(p), 1 << 30, chunk=chunk):
+        for text in arrays:
+            events += json.loads(bytes(text))
+    assert events == doc["traceEvents"] and res.arrays == 1 and not res.truncated
+    assert json.loads(res.head)["displayTimeUnit"] == "ms"
+    assert res.trailing == len(garbage.translate(None, b" \t\r\n"))  # its bytes, blanks aside
+
+
 # ------------------------------------------------------------------ 3. deep nesting
 
 

@@ -262,3 +262,17 @@ def test_the_analysis_kept_for_annotating_writes_the_same_trace(tmp_path, which,
     assert {**full, "path": None} == {**kept, "path": None}
     assert read(tmp_path / "full.json.gz") == read(tmp_path / "kept.json.gz")
     assert for_annotation(a).trace.ops.height == 0 and for_annotation(a).idle_gaps is None
+
+
+def test_a_document_appended_after_the_trace_is_left_out_and_counted(tmp_path):
+    """What follows the root object's close is no part of the trace: the parser does not read it, nor does annotate."""
+    first = orjson.dumps(gpu_doc())
+    appended = b'\n{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "extra", "pid": 0, "tid": 7, "ts": 1, "dur": 2}]}'
+    src = tmp_path / "cat.json"
+    src.write_bytes(first + appended)
+    s = annotate(str(src), analyze(str(src)), str(tmp_path / "out.json.gz"))
+    got = read(tmp_path / "out.json.gz")
+    assert s["events_in"] == len(gpu_doc()["traceEvents"])
+    assert not any(e.get("name") == "extra" for e in got["traceEvents"])
+    non_blank = len(appended.translate(None, b" \n"))
+    assert any(f"{non_blank} bytes after the end" in w for w in s["warnings"])

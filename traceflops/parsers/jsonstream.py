@@ -48,6 +48,7 @@ class StreamResult:
     events_complete: bool = False  # the traceEvents array closed: a cut, if any, came after it
     arrays: int = 0  # root-level traceEvents arrays found (a merged or rewritten file may hold two)
     oversized: int = 0  # entries longer than MAX_ENTRY_BYTES, skipped unread
+    trailing: int = 0  # non-blank bytes after the root object's close (another document, garbage), not read
     notes: list[str] = field(default_factory=list)
 
 
@@ -66,6 +67,9 @@ class _Scanner:
         self.arrays = 0  # traceEvents arrays closed so far
         self.rest = b""  # what followed the array that just closed, to look for another
         self.waiting = False  # a root-level key was found whose value has not arrived
+        self.tail: _Scanner | None = None  # after an array: the root object's own structure, to see where it closes
+        self.closed = False  # the root object has closed: what follows is no part of the trace
+        self.trailing = 0  # non-blank bytes after the root object's close
 
     def structure(self, buf: np.ndarray, commas: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Positions of structural (outside-string) braces/brackets, and the depth after each.
@@ -123,6 +127,11 @@ class _Scanner:
         After an array closed, the rest of the root object is searched the same way
         for another traceEvents array (its depth starts at 1, inside the root).
         """
+        if self.closed:
+            self.trailing += _non_blank(data)
+            return None
+        if self.arrays:  # inside the root object after an array: anything after its close is not the trace's
+            data = self._until_root_close(data)
         # Rescan the prefix whole only when a key may have arrived: a long head is then read once, not per chunk.
         seam = bytes(self.prefix[-(len(_KEY) - 1) :])
         self.prefix += data
@@ -135,7 +144,31 @@ class _Scanner:
         rest = bytes(self.prefix[at + 1 :])
         self.prefix = bytearray()
         self.state, self.depth, self.in_string, self.escaped = "array", 2, False, False
+        self.closed = False  # a close already seen lies after this array: found again once the array has closed
         return rest
+
+    def _until_root_close(self, data: bytes) -> bytes:
+        """`data` up to the root object's closing brace, counting what follows it as trailing (never kept).
+
+        A second document appended to the file (or garbage after it) is no part
+        of this trace: its events are not read, and its bytes are counted.
+        """
+        if self.tail is None:
+            self.tail = _Scanner()
+            self.tail.depth = 1
+        buf = np.frombuffer(data, dtype=np.uint8)
+        if len(buf) == 0:
+            return data
+        struct, depth_after = self.tail.structure(buf)
+        closes = np.flatnonzero(depth_after <= 0)
+        if len(closes) == 0:
+            if len(depth_after):
+                self.tail.depth = int(depth_after[-1])
+            return data
+        end = int(struct[closes[0]]) + 1
+        self.closed = True
+        self.trailing += _non_blank(data[end:])
+        return data[:end]
 
     def take_rest(self) -> bytes:
         rest, self.rest = self.rest, b""
@@ -172,6 +205,7 @@ class _Scanner:
             self.pending.clear()
             self.state = "before"
             self.arrays += 1
+            self.tail = None  # the root's structure is followed afresh from just after this array
             self.head += b"[]"  # the head stays a valid object: "traceEvents": []
             self.rest = data[stop + 1 :]
         else:
@@ -180,6 +214,11 @@ class _Scanner:
         if len(depth_after):
             self.depth = int(depth_after[-1])
         return events
+
+
+def _non_blank(data: bytes) -> int:
+    """Bytes that are not JSON whitespace: the same count however the data was cut into chunks."""
+    return len(data.translate(None, b" \t\r\n"))
 
 
 def split_events(block: bytes) -> list[bytes]:
@@ -475,6 +514,7 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
         yield from advance(sc.take_rest())  # the tail may hold another array
     res.stray = sc.stray
     res.arrays = sc.arrays
+    res.trailing = sc.trailing
     if sc.state == "before" and not sc.arrays:
         raise NotATraceError(path, "no traceEvents array found", "pass a PyTorch profiler (Kineto) trace")
     head = bytes(sc.head)

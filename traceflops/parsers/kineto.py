@@ -162,6 +162,7 @@ _SEP = b", \n\r\t"
 NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
 TOO_DEEP = "events nested too deeply to decode (skipped)"
 OVERSIZED = f"traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB (skipped unread)"
+TRAILING = "bytes after the end of the trace's JSON document (another document or garbage; not read)"
 # More ranks than any machine has: a world or rank beyond it is corrupt, and later stages size tables by it.
 MAX_RANKS = 1 << 24
 # msgspec refuses nesting deeper than the interpreter's recursion limit with RecursionError, not DecodeError.
@@ -303,6 +304,7 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int) -> 
         warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
     warnings.add(NOT_AN_OBJECT, res.stray)
     warnings.add(OVERSIZED, res.oversized)
+    warnings.add(TRAILING, res.trailing)
     if res.arrays > 1:
         warnings.add(f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): the events of all were read")
     trace = build_trace(frames, head, warnings, source=str(path))

@@ -539,6 +539,8 @@ def _stream_warnings(res: StreamResult, unread: int) -> list[str]:
     out = []
     if res.arrays > 1:
         out.append(f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, in file order")
+    if res.trailing:
+        out.append(f"{res.trailing} bytes after the end of the trace's JSON document left out (not read, as the parser does)")
     if res.oversized:
         out.append(f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as the parser does)")
     if res.stray:
