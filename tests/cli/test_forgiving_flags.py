@@ -78,3 +78,12 @@ def test_an_unreachable_ray_cluster_is_exit_2():
     pytest.importorskip("ray")
     one_line(run("analyze", FIXTURES / "dist" / "ddp", "--executor", "ray", "--ray-address", "auto", "--no-cache", "--quiet"),
              EXIT_INPUT, "cannot reach the Ray cluster")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "[::1]:1"])
+def test_an_explicit_cluster_address_nobody_answers_on_is_exit_2_at_once(address):
+    """Ray retries such an address for minutes; nothing listens on port 1, so the connection is refused at once."""
+    t0 = time.perf_counter()
+    one_line(run("analyze", FIXTURES / "dist" / "ddp", "--executor", "ray", "--ray-address", address, "--no-cache", "--quiet"),
+             EXIT_INPUT, "cannot reach the Ray cluster")
+    assert time.perf_counter() - t0 < 30.0  # the old path was still retrying after 40 s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
@@ -94,8 +95,29 @@ def _attempt_on_worker(args: tuple) -> RankSummary | NotATraceError:
     return _attempt(args)
 
 
+def check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """An explicit `host:port` (or `ray://host:port`) that nothing answers on is an InputError within seconds.
+
+    Ray itself retries an unreachable address for minutes before it fails. Other
+    forms (`auto`, a local cluster) are Ray's to resolve.
+    """
+    if not address:
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError, OverflowError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise InputError(None, f"cannot reach the Ray cluster at {address!r} ({why})",
+                         "start one (`ray start --head`) or leave out --ray-address to run a local one") from None
+
+
 def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
     """The same summarize tasks on a Ray cluster; inputs must be paths or URLs the workers can read."""
+    check_reachable(address)
     try:
         import ray
     except ImportError:
