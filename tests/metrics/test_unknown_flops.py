@@ -51,3 +51,20 @@ def test_a_diff_against_a_trace_without_shapes_says_unknown_not_zero(tmp_path):
     assert d["flops_per_step"]["executed"] == {"before": None, "after": 2 * 64 * 32 * 16, "delta": None}
     assert d["largest_change"] is None
     assert any("unknown before" in w for w in d["warnings"]), d["warnings"]
+
+
+def device_only(path):
+    """Two steps of GEMM kernels and no host event at all (a device-only capture): no shape, so no FLOP is known."""
+    b = Builder()
+    for s in range(2):
+        b.kernel("ampere_bf16_s16816gemm_128x128", 1000.0 * s + 20, 1000.0 * s + 100, 30)
+    return b.write(path)
+
+
+def test_a_diff_of_device_only_traces_says_unknown_not_zero(tmp_path):
+    before, after = device_only(tmp_path / "before.json.gz"), device_only(tmp_path / "after.json.gz")
+    assert report(before)["totals"]["hfu"] is None
+    r = CliRunner().invoke(main, ["diff", before, after, "--format", "json"])
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["flops_per_step"]["executed"] == {"before": None, "after": None, "delta": None}

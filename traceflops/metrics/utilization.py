@@ -111,6 +111,12 @@ def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
     return sel["flops"].null_count()
 
 
+def flops_unknown(ops: pl.DataFrame, kernels: pl.DataFrame, executed: int, unknown_count: int) -> bool:
+    """No FLOP of the trace is known: device activity without a host op (no shapes at all), or none counted while
+    some matmul's FLOPs are unknown. HFU is then null, and a diff says unknown: never 0."""
+    return (ops.height == 0 and kernels.height > 0) or (executed == 0 and unknown_count > 0)
+
+
 def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
     use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
@@ -120,8 +126,7 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     model_total = use["model_flops"].sum() if use["model_flops"].null_count() < use.height else None
     no_attn = use["mfu_no_attention"]
     secs = wall * 1e-6
-    device_only = ops.height == 0 and kernels.height > 0  # no host op: no shapes, no FLOPs
-    nothing_known = device_only or (flops["executed"] == 0 and int(in_steps_unknown(ops, opt)) > 0)
+    nothing_known = flops_unknown(ops, kernels, flops["executed"], int(in_steps_unknown(ops, opt)))
     mfu = None if nothing_known and not opt.spec else utilization(model_total, secs, peak)
     hfu = None if nothing_known else utilization(flops["executed"], secs, peak)
     mfu_na = None
@@ -148,6 +153,7 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
         "loss_budget": bd.loss_budget(total_inputs) if total_inputs else None,
         "matmul_count": counts,
         "flops": flops,
+        "flops_known": not nothing_known,  # the one decision renderers and diffs read: unknown is never shown as 0
         "flops_coverage": cov,
         "matmul_flops_unknown_count": int(in_steps["flops"].null_count()),
         "mfu": mfu,

@@ -57,19 +57,13 @@ def in_ms(us, digits: int = 3) -> str:
     return fmt.NONE if us is None else f"{us / 1e3:.{digits}f}"
 
 
-def flops_known(job: Job) -> bool:
-    """Whether any rank knows its executed FLOPs (its HFU): where none does, the job's HFU is unknown, not 0."""
-    return any((s.totals or {}).get("hfu") is not None for s in job.summaries)
-
-
 def render(job: Job, console: Console | None = None) -> None:
     c = console or printable_console()
     t = job.totals
     c.print(f"[bold]job of {text(t['world_size'])} ranks[/bold] ({len(job.summaries)} traces)")
     src = t.get("model_source")
     label = {"trace": "model FLOPs from the trace (forward + backward matmuls)", "flags": "model FLOPs from flags", "config": "model FLOPs from the config"}.get(src, "model FLOPs unknown")
-    known = flops_known(job)
-    c.print(f"[bold]MFU {fmt.pct(t['mfu'])}   HFU {fmt.pct(t['hfu'] if known else None)}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
+    c.print(f"[bold]MFU {fmt.pct(t['mfu'])}   HFU {fmt.pct(t['hfu'])}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
     ck = job.clock
     if ck.get("residual_skew_us") is not None:
         c.print(f"clocks aligned on {t['collectives_matched']} matched collectives; residual skew {ck['residual_skew_us']:.2f} us")
@@ -86,7 +80,7 @@ def render(job: Job, console: Console | None = None) -> None:
         for col in ("step", "step time (ms)", "slowest rank", "ranks", "MFU", "HFU"):
             jt.add_column(col, justify="right", no_wrap=True)  # numbers are never cut
         for r in job.steps.iter_rows(named=True):
-            jt.add_row(text(r["step"]), in_ms(r["step_us"]), text(r["slowest_rank"]), text(r["ranks"]), fmt.pct(r["mfu"]), fmt.pct(r["hfu"] if known else None))
+            jt.add_row(text(r["step"]), in_ms(r["step_us"]), text(r["slowest_rank"]), text(r["ranks"]), fmt.pct(r["mfu"]), fmt.pct(r["hfu"]))
         c.print(jt)
     if job.collectives.height:
         ct = Table(title="Collectives (clock-aligned; longest arrival skew first)")

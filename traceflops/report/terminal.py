@@ -92,10 +92,8 @@ def bar(share) -> str:
 
 
 def flops_known(a: Analysis) -> bool:
-    """Whether the trace's FLOPs are known at all: the totals' rule (no host ops, or no matmul with a FLOP count, means unknown, not zero)."""
-    t = a.totals
-    device_only = a.ops.height == 0 and a.kernels.height > 0
-    return not (device_only or (t["flops"]["executed"] == 0 and (t.get("matmul_flops_unknown_count") or 0) > 0))
+    """Whether the trace's FLOPs are known at all (`metrics.utilization.flops_unknown`, decided once in the totals)."""
+    return a.totals["flops_known"]
 
 
 def flops_cell(v, ops: int, unknown: int, known: bool = True) -> str:
@@ -226,7 +224,7 @@ def steps_table(c: Console, a: Analysis, known: bool) -> None:
             flops_cell(s["flops_executed"], 1, unknown, step_known),
             flops_cell(s["flops_recompute"], s.get("count_recompute") or 0, unknown, step_known),
             fmt.pct(s["mfu"]),
-            fmt.pct(s["hfu"]) if step_known else fmt.NONE,
+            fmt.pct(s["hfu"]),  # null where the step's FLOPs are unknown (metrics.utilization.step_metrics)
         )
     c.print(st)
 

@@ -17,6 +17,7 @@ from traceflops.storage.bundle import write_bundle
 from traceflops.storage.trace_cache import TABLES, key, read_entry, writable_entry
 
 REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape")
+REPORT_SHAPE = 2  # raised when a kept field gains a key (totals' flops_known): an older report is never served
 REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats", "path_summary")
 
 
@@ -24,7 +25,7 @@ def report_key(path: str, options) -> str | None:
     """The trace's content key (`trace_cache.key`) with the options: None, and no report kept, when the trace cannot be read."""
     k = key(path)
     # The fields kept are part of the key: a report of another shape is never served.
-    return None if k is None else hashlib.sha256(f"{k}|{options!r}|{REPORT_FIELDS}|{REPORT_TABLES}".encode()).hexdigest()[:32]
+    return None if k is None else hashlib.sha256(f"{k}|{options!r}|{REPORT_SHAPE}|{REPORT_FIELDS}|{REPORT_TABLES}".encode()).hexdigest()[:32]
 
 
 def store_report(path: str, options, a, cache_dir: Path) -> None:

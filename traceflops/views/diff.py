@@ -48,7 +48,7 @@ def _pair(x, y) -> dict[str, Any]:
 def _known_flops(a: Analysis) -> dict[str, Any]:
     """The totals' FLOPs by phase, or all None where none is known (a trace without shapes): unknown, never 0."""
     t = a.totals
-    unknown = t.get("hfu") is None and not t["flops"]["executed"] and t.get("matmul_flops_unknown_count")
+    unknown = not t["flops_known"]
     return {k: None if unknown else v for k, v in t["flops"].items()}
 
 
