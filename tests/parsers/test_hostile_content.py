@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from tests.builders import Builder
 from traceflops.cli.main import main
+from traceflops.core.errors import NotATraceError
 from traceflops.parsers.jsonstream import stream_events
 from traceflops.parsers.kineto import parse_kineto
 
@@ -144,6 +145,16 @@ def test_a_second_document_appended_is_not_read_and_its_bytes_are_counted(tmp_pa
     blanks_aside = len(second.translate(None, b" \t\r\n"))
     assert f"({blanks_aside})" in warned(d, "after the end of the trace's JSON document")
     assert not any("root-level traceEvents arrays" in w or "before its JSON closes" in w for w in d["warnings"])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_a_document_without_events_followed_by_a_trace_is_no_trace(tmp_path, chunk):
+    """`cat meta.json trace.json`: the file's document has no traceEvents; the appended one's are not read as its own."""
+    raw = b'{"displayTimeUnit": "ms"}\n' + json.dumps(two_steps().doc()).encode()
+    p = write(tmp_path / "t.json", raw)
+    with pytest.raises(NotATraceError, match="no traceEvents array"):
+        for _ in stream_events(str(p), 1 << 30, chunk=chunk):
+            pass
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])

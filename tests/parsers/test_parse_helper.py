@@ -28,22 +28,31 @@ def _parse(path, monkeypatch, use_helper, chunk=1 << 20):
 
 def test_helper_and_no_helper_give_the_same_trace(v100, monkeypatch):
     alone = _parse(v100, monkeypatch, False)
+    replies = []
+    real_unpack = helper.unpack
+    monkeypatch.setattr(helper, "unpack", lambda blob: replies.append(1) or real_unpack(blob))
     helped = _parse(v100, monkeypatch, True)
+    assert replies  # the helper decoded some of the arrays
     for name, frame in _tables(alone).items():
         assert_frame_equal(frame, _tables(helped)[name])
     assert alone.warnings.counts == helped.warnings.counts
     assert alone.kernels.height > 10_000  # the file spans many chunks
 
 
-def test_a_helper_that_dies_changes_nothing(v100, monkeypatch):
+def test_a_helper_that_dies_changes_nothing(v100, monkeypatch, tmp_path):
     alone = _parse(v100, monkeypatch, False)
 
+    got = tmp_path / "received"
+    # says it is ready, takes part of the first array it is sent, then dies without a reply
+    script = ("import sys; out = sys.stdout.buffer; out.write((5).to_bytes(8, 'little') + b'ready'); out.flush(); "
+              f"open({str(got)!r}, 'w').write(str(len(sys.stdin.buffer.read(100)))); sys.exit(3)")
+
     def dying():
-        return subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read(100); sys.exit(3)"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
     monkeypatch.setattr(helper, "_start", dying)
     helped = _parse(v100, monkeypatch, True)
+    assert got.read_text() == "100"  # it was sent an array: the arrays it held were decoded here after it died
     for name, frame in _tables(alone).items():
         assert_frame_equal(frame, _tables(helped)[name])
 
@@ -144,3 +153,11 @@ def test_parsed_tables_are_one_chunk_per_column(v100, monkeypatch, use_helper):
     trace = _parse(v100, monkeypatch, use_helper)
     for name, frame in _tables(trace).items():
         assert {s.n_chunks() for s in frame.iter_columns()} <= {1}, name
+
+
+def test_a_table_whose_columns_are_all_null_travels_whole():
+    """Every column sent by name and type only: the rows must still be there."""
+    df = pl.DataFrame({"a": [None, None], "b": [None, None]}, schema={"a": pl.Int64, "b": pl.Utf8})
+    tables, counts = helper.unpack(helper.pack(({"t": df}, {"x": 1})))
+    assert_frame_equal(tables["t"], df)
+    assert counts == {"x": 1}

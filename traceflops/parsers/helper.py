@@ -191,7 +191,10 @@ def unpack(blob: bytes) -> Decoded:
     tables = {}
     for name, t in msg["tables"].items():
         nulls = [null_column(t["rows"], _NULL_TYPES[kind]).alias(c) for c, kind in t["nulls"].items()]
-        df = pl.read_ipc(io.BytesIO(t["values"])) if t["values"] is not None else pl.DataFrame()
+        if t["values"] is None:
+            tables[name] = pl.DataFrame(nulls).select(t["columns"]) if nulls else pl.DataFrame()
+            continue
+        df = pl.read_ipc(io.BytesIO(t["values"]))
         tables[name] = (df.with_columns(nulls) if nulls else df).select(t["columns"])
     return tables, Counter(msg["counts"])
 

@@ -130,8 +130,7 @@ class _Scanner:
         if self.closed:
             self.trailing += _non_blank(data)
             return None
-        if self.arrays:  # inside the root object after an array: anything after its close is not the trace's
-            data = self._until_root_close(data)
+        data = self._until_root_close(data)  # anything after the root object's close is not the trace's
         # Rescan the prefix whole only when a key may have arrived: a long head is then read once, not per chunk.
         seam = bytes(self.prefix[-(len(_KEY) - 1) :])
         self.prefix += data
@@ -153,9 +152,9 @@ class _Scanner:
         A second document appended to the file (or garbage after it) is no part
         of this trace: its events are not read, and its bytes are counted.
         """
-        if self.tail is None:
+        if self.tail is None:  # at the document's start, or just after an array (inside the root)
             self.tail = _Scanner()
-            self.tail.depth = 1
+            self.tail.depth = 1 if self.arrays else 0
         buf = np.frombuffer(data, dtype=np.uint8)
         if len(buf) == 0:
             return data
