@@ -597,13 +597,22 @@ def _head_parts(head: bytes) -> tuple[bytes, bytes, int, int]:
                 doc.update(orjson.loads(b"{" + member + b"}"))
             except orjson.JSONDecodeError:
                 dropped += 1
+    before, after, m = _around_events(doc)
+    b, n1 = redact_bytes(orjson.dumps(before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+    a, n2 = redact_bytes(orjson.dumps(after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+    return b, a, m + n1 + n2, dropped
+
+
+def _around_events(doc: dict) -> tuple[dict, dict, int]:
+    """The top-level keys before and after traceEvents, each redacted, and how many values were.
+
+    A previous annotation's `traceflops` record is dropped (a new one is written).
+    """
     keys = [k for k in doc if k != "traceflops"]
     at = keys.index("traceEvents") if "traceEvents" in keys else len(keys)
     before, m1 = redact({k: doc[k] for k in keys[:at]})
     after, m2 = redact({k: doc[k] for k in keys[at + 1:]})
-    b, n1 = redact_bytes(orjson.dumps(before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
-    a, n2 = redact_bytes(orjson.dumps(after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
-    return b, a, m1 + m2 + n1 + n2, dropped
+    return before, after, m1 + m2
 
 
 def xla_events(a: Analysis) -> list[dict]:
@@ -672,16 +681,9 @@ def redact_metadata(doc: dict) -> tuple[dict, int]:
     the top-level keys keep their order around it.
     """
     events = doc["traceEvents"]
-    n = 0
-    for e in events:
-        if isinstance(e, dict) and e.get("ph") == "M" and isinstance(e.get("args"), dict):
-            e["args"], m = redact(e["args"])
-            n += m
-    keys = [k for k in doc if k != "traceflops"]  # a trace annotated before: its record is replaced
-    at = keys.index("traceEvents")
-    before, m1 = redact({k: doc[k] for k in keys[:at]})
-    after, m2 = redact({k: doc[k] for k in keys[at + 1:]})
-    return {**before, "traceEvents": events, **after}, n + m1 + m2
+    n = _redact_meta_events(events)
+    before, after, m = _around_events(doc)
+    return {**before, "traceEvents": events, **after}, n + m
 
 
 def _record(summary: dict[str, Any], trace_path: str, note: str) -> tuple[dict[str, Any], bytes]:
@@ -704,11 +706,6 @@ def write_redacted(out_path: str, doc: dict, summary: dict[str, Any], trace_path
     body = data[:-1] + (b',"traceflops":' if len(data) > 2 else b'"traceflops":') + record + b"}"
     write_output(out_path, lambda out, tmp: out.write(body))
     return summary
-
-
-def write_trace(path: str, data: bytes) -> None:
-    """`data` written as a trace file (see `write_output`)."""
-    write_output(path, lambda out, tmp: out.write(data))
 
 
 def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:

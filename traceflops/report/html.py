@@ -709,7 +709,7 @@ def rank_budgets(summaries) -> str:
     return out + table(["term", *[f"rank {r}" for r, _ in budgets], "what it means"], rows, css_class="rank-budget-terms", explain_last=True)
 
 
-JOB_ADVICE_NONE = ('<p class="mute job-advice-none">No job-level advice is computed: each rank\'s advice is in its own report '
+JOB_ADVICE_NONE = ('<p class="mute job-advice-none">Nothing stands out across the ranks: each rank\'s own advice is in its report '
                    "(traceflops analyze RANK_TRACE --html PATH); the stragglers and collectives above say which rank and which collective to look at.</p>")
 
 STRAGGLER_WHY = {
@@ -790,7 +790,7 @@ def render_job_html(job, title: str | None = None) -> str:
                            for r in job.steps.iter_rows(named=True)]))
     body.append(h2("Stragglers (the rank the others waited for)", "stragglers") + stragglers_table(job.stragglers))
     body.append(h2("Collectives with the most arrival skew", "collectives") + collectives_table(job.collectives))
-    items = getattr(job, "advice", None)  # a job-level list shaped like Analysis.advice, once views.job makes one
+    items = job.advice  # shaped like Analysis.advice (views.job.job_advice)
     body.append(h2("What to try", "advice") + (advice_section(items) if items else JOB_ADVICE_NONE))
     if job.pipeline is not None and job.pipeline.height:
         body.append("<h2>Pipeline bubbles (P2P time)</h2>")

@@ -145,7 +145,7 @@ def budget_table(c: Console, job: Job) -> None:
 
 def job_advice_lines(c: Console, job: Job) -> None:
     """The job's own items (waits on a late rank): title, share, evidence, remedies; the ranks' items come after."""
-    own = [x for x in getattr(job, "advice", None) or [] if "ranks" not in (x.get("data") or {})]
+    own = [x for x in job.advice if "ranks" not in (x.get("data") or {})]
     if not own:
         return
     c.print("[bold]What to try for the job[/bold]")
@@ -159,7 +159,7 @@ def job_advice_lines(c: Console, job: Job) -> None:
 
 def advice_lines(c: Console, job: Job) -> None:
     """The ranks' own top items, a title once with the ranks it tops and each rank's share (`Job.advice`, per rank)."""
-    items = [x for x in getattr(job, "advice", None) or [] if "ranks" in (x.get("data") or {})]
+    items = [x for x in job.advice if "ranks" in (x.get("data") or {})]
     if not items:
         return
     c.print("[bold]What to try, per rank (each rank's top items, by the step time it would recover there)[/bold]")
