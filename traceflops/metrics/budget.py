@@ -175,3 +175,15 @@ def inputs_from_row(step: Mapping[str, Any], time: Mapping[str, Any], peak_flops
         attention_effective_flops=float(step.get("attention_effective_flops") or 0.0),
         time_us={k: float(time.get(k) or 0.0) for k in TIME_KEYS},
     )
+
+
+def step_inputs(step: Mapping[str, Any], peak_flops: float | None) -> BudgetInputs:
+    """Budget inputs of one row of `Analysis.steps` that carries its `time_<class>` columns (`steptime.attach_time`)."""
+    time = {"window": step["window"], **{k: step.get(f"time_{k}") or 0.0 for k in TIME_KEYS}}
+    return inputs_from_row(step, time, peak_flops)
+
+
+def steps_budget(rows: Iterable[Mapping[str, Any]], peak_flops: float | None) -> dict[str, float | None] | None:
+    """The loss budget of several steps added up: their inputs summed, then one budget (the totals', the advice's)."""
+    total = sum_inputs(step_inputs(r, peak_flops) for r in rows)
+    return loss_budget(total) if total is not None else None

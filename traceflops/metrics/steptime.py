@@ -23,10 +23,7 @@ def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None, dev
         mine = mine.group_by("step", maintain_order=True).agg([pl.col(c).sum() / len(devices) for c in mine.columns if c != "step"])
     rows = mine.rename({c: f"time_{c}" for c in (*PARTITION, *OVERLAYS)})
     steps = steps.join(rows, on="step", how="left")
-    budgets = []
-    for r in steps.iter_rows(named=True):
-        time = {"window": r["window"], **{c: r.get(f"time_{c}") or 0.0 for c in (*PARTITION, *OVERLAYS)}}
-        budgets.append(bd.loss_budget(bd.inputs_from_row(r, time, peak)))
+    budgets = [bd.loss_budget(bd.step_inputs(r, peak)) for r in steps.iter_rows(named=True)]
     return steps.with_columns(loss_budget=pl.Series(budgets, dtype=pl.Object))
 
 

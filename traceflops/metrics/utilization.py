@@ -141,16 +141,11 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
         cov = coverage(in_steps["dur"].to_numpy(), in_steps["flops"].is_not_null().to_numpy())
     time_us = {c: float(use[f"time_{c}"].sum()) for c in PARTITION}
     overlay_us = {c: float(use[f"time_{c}"].sum()) for c in OVERLAYS}
-    inputs = [
-        bd.inputs_from_row(r, {"window": r["window"], **{c: r[f"time_{c}"] or 0.0 for c in (*PARTITION, *OVERLAYS)}}, peak)
-        for r in use.iter_rows(named=True)
-    ]
-    total_inputs = bd.sum_inputs(inputs)
     return {
         "wall_us": wall,
         "time_us": time_us,
         "overlay_us": overlay_us,
-        "loss_budget": bd.loss_budget(total_inputs) if total_inputs else None,
+        "loss_budget": bd.steps_budget(use.iter_rows(named=True), peak),
         "matmul_count": counts,
         "flops": flops,
         "flops_known": not nothing_known,  # the one decision renderers and diffs read: unknown is never shown as 0

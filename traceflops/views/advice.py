@@ -113,7 +113,6 @@ class _Ctx:
     time: dict[str, float]  # partition and overlays, µs
     mfu: float | None
     budget: dict[str, float | None] | None = None  # the loss budget of these steps (as the report's totals)
-    peak: float | None = None  # FLOP/s of every device that ran the program
 
     def share(self, us: float) -> float:
         return float(us) / self.window if self.window else 0.0
@@ -140,16 +139,8 @@ def _context(a: Analysis, exclude_steps) -> _Ctx | None:
     mfu = None
     if peak and steps["model_flops"].null_count() == 0:
         mfu = float(steps["model_flops"].sum()) / (window * 1e-6 * peak)
-    return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu, _budget(steps, peak), peak)
-
-
-def _budget(steps: pl.DataFrame, peak: float | None) -> dict[str, float | None] | None:
-    """The loss budget of these steps, added up as the totals add theirs, so every term is the report's number."""
-    cols = (*PARTITION, *OVERLAYS)
-    rows = [bd.inputs_from_row(r, {"window": r["window"], **{c: r.get(f"time_{c}") or 0.0 for c in cols}}, peak)
-            for r in steps.iter_rows(named=True)]  # one row per step
-    total = bd.sum_inputs(rows)
-    return bd.loss_budget(total) if total is not None else None
+    # the loss budget of these steps by the totals' own sum, so every term is the report's number
+    return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu, bd.steps_budget(steps.iter_rows(named=True), peak))
 
 
 # What to try in a JAX program (an XLA profile), where the PyTorch remedies name the wrong tools.
