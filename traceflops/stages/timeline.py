@@ -301,7 +301,7 @@ def _idle_runs(s: _Sweep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return group[idx], start[idx], dur
 
 
-def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals as sorted disjoint (start, end): sort, running max of ends, new run at a jump."""
     if len(starts) == 0:
         return starts, ends
@@ -314,7 +314,7 @@ def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _overlaps_any(gs: np.ndarray, ge: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Whether each [gs, ge) shares time with any of the intervals [starts, ends)."""
-    ms, me = _merged(starts, ends)
+    ms, me = merged(starts, ends)
     if len(ms) == 0:
         return np.zeros(len(gs), bool)
     j = np.searchsorted(ms, ge, side="left") - 1  # last merged interval starting before the gap ends

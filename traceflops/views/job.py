@@ -25,6 +25,7 @@ from traceflops.core.results import Analysis, Job, RankSummary
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
 from traceflops.stages.critical_path import KINDS
+from traceflops.stages.timeline import merged
 from traceflops.views.collectives import collectives
 
 # Bus-bandwidth factors (NCCL tests' convention): bytes each rank moves over its links per byte of payload.
@@ -79,7 +80,7 @@ def summarize(a: Analysis) -> RankSummary:
         warnings=list(a.warnings),
         path_comm=None if a.critical_path is None else
         a.critical_path.filter(pl.col("kind") == "communication").select("step", "start", "end"),
-        advice=[{"kind": x.get("kind"), "title": x.get("title"), "share": x.get("share", x.get("recoverable")),
+        advice=[{"kind": x.get("kind"), "title": x.get("title"), "share": x["share"],
                  "recoverable": x.get("recoverable"), "term": x.get("term")} for x in a.advice[:ADVICE_PER_RANK]],
     )
 
@@ -92,14 +93,7 @@ ADVICE_PER_RANK = 3  # headlines a rank summary keeps for the job's "what to try
 
 def _union_measure(starts: np.ndarray, ends: np.ndarray):
     """F(x): the length of the union of [starts, ends) up to x, as a vectorized function (sorted-array interval algebra)."""
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    e = np.maximum.accumulate(e) if len(e) else e
-    new = np.r_[True, s[1:] > e[:-1]] if len(s) else np.zeros(0, bool)
-    run = np.cumsum(new) - 1
-    ms = s[new]
-    me = np.zeros(len(ms))
-    np.maximum.at(me, run, e)
+    ms, me = merged(starts, ends)
     before = np.r_[0.0, np.cumsum(me - ms)][:-1] if len(ms) else np.zeros(0)
 
     def F(x: np.ndarray) -> np.ndarray:
@@ -459,7 +453,7 @@ def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFr
             by_title.setdefault(x["title"], []).append((s.rank, x))
     per_rank = []
     for title, got in by_title.items():
-        share = {r: x.get("share", x.get("recoverable")) for r, x in got}
+        share = {r: x["share"] for r, x in got}
         known = [v for v in share.values() if v is not None]
         top = max(known) if known else None
         ev = (f"{fmt.ranks(share)}: {fmt.pct(min(known))} to {fmt.pct(top)} of their step time at peak"
