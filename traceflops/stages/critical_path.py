@@ -65,11 +65,12 @@ class _Graph:
     launch_tid: np.ndarray  # object arrays, like kind and name
     launch_name: np.ndarray
     by_end: np.ndarray  # kernel indices sorted by end
+    by_start: np.ndarray  # kernel indices sorted by start
     ends_sorted: np.ndarray
     syncs: dict  # tid -> (starts, ends, names) sorted by end
 
 
-def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> _Graph:
+def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     k = kernels.filter(pl.col("ts").is_not_null() & pl.col("dur").is_not_null()).sort("device", "stream", "ts")
     ts = k["ts"].to_numpy().astype(np.float64)
     end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)
@@ -126,7 +127,7 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame) -> 
         pred=pred, cross=cross, ready=ready, run_head=run_head, launch_ts=lts,
         launch_tid=_shared(k["launch_tid"]) if "launch_tid" in k.columns else np.full(len(ts), None, dtype=object),
         launch_name=_shared(k["launch_name"].fill_null("launch")) if "launch_name" in k.columns else np.full(len(ts), "launch", dtype=object),
-        by_end=by_end, ends_sorted=end[by_end], syncs=syncs,
+        by_end=by_end, ends_sorted=end[by_end], by_start=np.argsort(ts, kind="stable"), syncs=syncs,
     )
 
 
@@ -258,11 +259,11 @@ def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFra
     """Segments of every step's critical path (SEGMENT_SCHEMA), contiguous over the step's device window.
 
     `kernels` carry `cls`, `step` and their launch (`launch_ts`, `launch_dur`,
-    `launch_tid`, `launch_name`, `op_row`); `steps` carry `step`, `start`, `window`.
+    `launch_tid`, `launch_name`); `ops` name the host segments; `steps` carry `step`, `start`, `window`.
     """
     if kernels.height == 0 or steps.height == 0:
         return pl.DataFrame(schema=SEGMENT_SCHEMA)
-    g = _graph(kernels, launches, ops)
+    g = _graph(kernels, launches)
     win = steps.filter(pl.col("start").is_not_null() & pl.col("window").is_not_null()).sort("start")
     frames = []
     for step, lo, width in win.select("step", "start", "window").iter_rows():
@@ -270,9 +271,10 @@ def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFra
         p = _Path(step, lo, hi)
         # The step ends at its last device activity, or where the next step's first one starts.
         at = int(np.searchsorted(g.ends_sorted, hi + _EPS, "right")) - 1
-        nxt = np.flatnonzero((g.ts >= hi - _EPS) & (g.ts <= hi + _EPS))
-        if nxt.size and (at < 0 or g.ends_sorted[at] < hi - _EPS):
-            _walk(g, int(nxt[np.argmin(g.ts[nxt])]), p, skip_busy=True)
+        first = int(np.searchsorted(g.ts, hi - _EPS, "left", sorter=g.by_start))  # the first kernel starting at the end
+        nxt = int(g.by_start[first]) if first < len(g.ts) and g.ts[g.by_start[first]] <= hi + _EPS else None
+        if nxt is not None and (at < 0 or g.ends_sorted[at] < hi - _EPS):
+            _walk(g, nxt, p, skip_busy=True)
         elif at >= 0:
             _walk(g, int(g.by_end[at]), p, skip_busy=False)
         if not p.done:
