@@ -25,14 +25,18 @@ def loss_budget(row: Mapping[str, Any]) -> dict[str, float] | None:
     lb = row.get("loss_budget")
     if isinstance(lb, Mapping):
         return dict(lb)
-    terms = {k[len(BUDGET_PREFIX):]: v for k, v in row.items() if k.startswith(BUDGET_PREFIX)}
-    return terms if terms and any(v is not None for v in terms.values()) else None
+    return _prefixed(row, BUDGET_PREFIX)
 
 
 def critical_path(row: Mapping[str, Any]) -> dict[str, float] | None:
     """The step's critical path by kind (µs), from `path_<kind>` columns; None where the trace has none."""
-    kinds = {k[len(PATH_PREFIX):]: v for k, v in row.items() if k.startswith(PATH_PREFIX)}
-    return kinds if kinds and any(v is not None for v in kinds.values()) else None
+    return _prefixed(row, PATH_PREFIX)
+
+
+def _prefixed(row: Mapping[str, Any], prefix: str) -> dict[str, Any] | None:
+    """The row's `<prefix><name>` columns by name; None where there are none or all are null."""
+    got = {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
+    return got if got and any(v is not None for v in got.values()) else None
 
 
 def step_record(s: Mapping[str, Any], rank: int | None) -> dict[str, Any]:

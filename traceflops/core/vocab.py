@@ -28,3 +28,6 @@ JAX_BACKWARD_SCOPE_RE = r"(^|/)transpose\("
 # A CPU backend's collective: the work as it ran (its worker thread's annotation), and the call that issued it.
 HOST_COMM_WORK_RE = r"^gloo:"
 HOST_COMM_CALL_RE = r"^c10d::"
+
+# More ranks than any machine has: a world or rank beyond it is corrupt (read from a trace or given as a flag).
+MAX_RANKS = 1 << 24

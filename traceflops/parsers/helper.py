@@ -51,12 +51,12 @@ def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool,
         got = decode_strict(text)
         return REFUSED if got is None else got
 
-    def take(item) -> Decoded:
+    def result(item) -> Decoded:
         return item.value if isinstance(item, Claimed) else decode_counted(item)
 
     proc = _start() if helper else None
     if proc is None:
-        yield from map(take, make_arrays(here))
+        yield from map(result, make_arrays(here))
         return
     replies: queue.Queue = queue.Queue()
     outbox: queue.Queue = queue.Queue()
@@ -78,7 +78,7 @@ def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool,
     try:
         for item in make_arrays(claim):
             if isinstance(item, Claimed) or not has_room():
-                order.append(("here", take(item)))
+                order.append(("here", result(item)))
             else:
                 outbox.put(item)
                 order.append(("remote", item))

@@ -40,7 +40,7 @@ from traceflops.core.trace import (
     thread_order,
     with_null_hints,
 )
-from traceflops.core.vocab import PROFILER_STEP_RE
+from traceflops.core.vocab import MAX_RANKS, PROFILER_STEP_RE
 from traceflops.parsers.helper import decode_in_order
 from traceflops.parsers.helper_start import wanted
 from traceflops.parsers.io import max_bytes_default
@@ -163,8 +163,6 @@ NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
 TOO_DEEP = "events nested too deeply to decode (skipped)"
 OVERSIZED = f"traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB (skipped unread)"
 TRAILING = "bytes after the end of the trace's JSON document (another document or garbage; not read)"
-# More ranks than any machine has: a world or rank beyond it is corrupt, and later stages size tables by it.
-MAX_RANKS = 1 << 24
 # msgspec refuses nesting deeper than the interpreter's recursion limit with RecursionError, not DecodeError.
 _UNREADABLE = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 

@@ -16,6 +16,7 @@ from typing import Any
 from traceflops.core import hardware as hw
 from traceflops.core.errors import OptionsError
 from traceflops.core.results import ModelOptions
+from traceflops.core.vocab import MAX_RANKS
 from traceflops.flops import model as mf
 
 MODES = (None, "training", "inference")
@@ -31,8 +32,8 @@ BOUNDS: dict[str, tuple[bool, float, float]] = {
     "tokens_per_step": (False, 1.0, 1e15),
     "tokens_per_second": (False, 1e-6, 1e15),
     "executed_flops_per_token": (False, 1.0, 1e21),
-    "world_size": (True, 1, 1 << 24),
-    "devices": (True, 1, 1 << 24),
+    "world_size": (True, 1, MAX_RANKS),
+    "devices": (True, 1, MAX_RANKS),
     "peak_tflops": (False, 1e-6, 1e7),
     "pipeline_stages": (True, 1, 1 << 20),
     "microbatches": (True, 1, 1 << 20),

@@ -110,9 +110,12 @@ def check_reachable(address: str | None, timeout: float = 5.0) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             pass
     except (OSError, ValueError, OverflowError) as e:
-        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
-        raise InputError(None, f"cannot reach the Ray cluster at {address!r} ({why})",
-                         "start one (`ray start --head`) or leave out --ray-address to run a local one") from None
+        raise _unreachable(address, getattr(e, "strerror", None) or str(e) or type(e).__name__) from None
+
+
+def _unreachable(address: str, why: str) -> InputError:
+    return InputError(None, f"cannot reach the Ray cluster at {address!r} ({why})",
+                      "start one (`ray start --head`) or leave out --ray-address to run a local one")
 
 
 def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
@@ -129,8 +132,10 @@ def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
                      logging_level=logging.ERROR)  # stderr keeps the one line of a failure
         except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError or its own types here
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise InputError(None, f"cannot reach the Ray cluster at {address!r} ({first})",
-                             "start one (`ray start --head`) or leave out --ray-address to run a local one") from None
+            if address is None:
+                raise InputError(None, f"could not start a local Ray cluster ({first})",
+                                 "check the Ray install, or run without --executor ray") from None
+            raise _unreachable(address, first) from None
     try:
         task = ray.remote(_attempt_on_worker)
         try:
