@@ -258,7 +258,7 @@ def test_job_advice_headlines_once_per_title_with_their_ranks(shared):
     from traceflops.views.job import job_advice
 
     job = analyze_job(shared / DLRM)
-    item = lambda title, share: {"title": title, "recoverable": share}
+    item = lambda title, share: {"title": title, "share": share}  # the shape views.job.summarize keeps
     summaries = [replace(s, advice=[item("Communication is exposed", 0.4), *([item("Idle", 0.3)] if s.rank in (1, 3) else [])])
                  for s in job.summaries]
     out = piped(render, replace(job, summaries=summaries, advice=job_advice(summaries, job.stragglers, job.collectives)))
