@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -257,19 +258,39 @@ def test_the_analysis_kept_for_annotating_writes_the_same_trace(tmp_path, which,
     annotate reads would fail or write nulls here)."""
     from tests.builders import ROOT
     from traceflops.report.annotate import for_annotation
-    from traceflops.views.rollup import module_of
+    from traceflops.views.rollup import launching_rows, module_of
 
     src = {"gpu": lambda: write_doc(gpu_doc(), tmp_path / "in.json.gz"),
            "cpu": lambda: str(next(iter(sorted((ROOT / "fixtures" / "cpu").glob("*.json.gz"))))),
            "shared gpu": lambda: str(shared / "kineto" / "v100_transformer_rank1.json.gz"),
            "xplane": lambda: str(next(iter(sorted((ROOT / "fixtures").rglob("*.xplane.pb")))))}[which]()
     a = analyze(src)
-    modules = module_of(a.ops) if a.kernels.height and a.meta.get("format") != "xplane" else None
-    full = annotate(src, a, str(tmp_path / "full.json.gz"), modules)
-    kept = annotate(src, for_annotation(a), str(tmp_path / "kept.json.gz"), modules)
+    named = a.kernels.height and a.meta.get("format") != "xplane"
+    full = annotate(src, a, str(tmp_path / "full.json.gz"), module_of(a.ops) if named else None)
+    slim = for_annotation(a)  # modules named after slimming, from the ops that launched kernels (as the command does)
+    kept = annotate(src, slim, str(tmp_path / "kept.json.gz"), module_of(slim.ops, launching_rows(slim.kernels)) if named else None)
     assert {**full, "path": None} == {**kept, "path": None}
     assert read(tmp_path / "full.json.gz") == read(tmp_path / "kept.json.gz")
     assert for_annotation(a).trace.ops.height == 0 and for_annotation(a).idle_gaps is None
+
+
+@pytest.mark.parametrize("user", [None, "narenas:2"])
+def test_annotating_hands_freed_pages_back_at_once_unless_the_user_set_the_allocator(tmp_path, user):
+    """The analysis is held while the trace streams through: pages freed stage by stage and not yet purged were a
+    tenth of the command's peak. A user's own allocator setting is kept as given."""
+    from tests.run.test_job_memory import CONF, last_values
+
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    code = ("import os, sys; from click.testing import CliRunner; from traceflops.cli.main import main\n"
+            f"r = CliRunner().invoke(main, ['annotate', '--no-cache', {src!r}, '-o', {str(tmp_path / 'out.json.gz')!r}])\n"
+            "assert r.exit_code == 0, r.output\n"
+            f"print(os.environ[{CONF!r}])")
+    env = {k: v for k, v in os.environ.items() if k != CONF} | ({CONF: user} if user else {})
+    conf = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    if user:  # polars puts its own defaults first, as it loads
+        assert conf.endswith(user) and "dirty_decay_ms:0" not in conf, conf
+    else:
+        assert last_values(conf)["dirty_decay_ms"] == "0" and last_values(conf)["muzzy_decay_ms"] == "0", conf
 
 
 def test_a_document_appended_after_the_trace_is_left_out_and_counted(tmp_path):

@@ -111,17 +111,18 @@ def annotate_cmd(trace, output, **kw):
     kw, debug = _opts(kw)
 
     def go():
-        from traceflops.core.memory import return_freed_memory
+        from traceflops.core.memory import prefer_release_at_once, return_freed_memory
+
+        prefer_release_at_once()
         from traceflops.report.annotate import annotate, for_annotation
         from traceflops.run.load import analyze
-        from traceflops.views.rollup import module_of
+        from traceflops.views.rollup import launching_rows, module_of
 
         opts, cache_dir = options_from(kw)
         refuse_overwrite([trace], **{"-o": output})
-        a = analyze(trace, opts, cache_dir)
-        modules = module_of(a.ops) if a.kernels.height else None
-        a = for_annotation(a)  # the rest of the analysis is let go before the trace is streamed through
+        a = for_annotation(analyze(trace, opts, cache_dir))  # the rest of the analysis is let go before the trace is streamed through
         return_freed_memory()
+        modules = module_of(a.ops, launching_rows(a.kernels)) if a.kernels.height else None
         s = annotate(trace, a, output, modules)
         click.echo(printable(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
                    f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted"), err=True)

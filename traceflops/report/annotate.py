@@ -400,7 +400,9 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
 
 
 # What annotating reads of an analysis (both formats); `for_annotation` keeps these and lets the rest go.
-OP_COLUMNS = ("op_id", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul", "ran", "flops", "step")
+# With what naming each kernel's module reads (`row`, `parent`, `seq`, `is_node`): it runs on the slimmed analysis.
+OP_COLUMNS = ("op_id", "row", "parent", "seq", "is_node", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul",
+              "ran", "flops", "step")
 KERNEL_COLUMNS = ("kernel_id", "name", "kind", "cls", "phase", "device", "stream", "ts", "dur", "flops", "step", "op_row")
 ROOFLINE_COLUMNS = ("kernel_id", "bound", "intensity", "recoverable_us")
 

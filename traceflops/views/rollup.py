@@ -62,6 +62,12 @@ def by_kernel(kernels: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
+def launching_rows(kernels: pl.DataFrame) -> np.ndarray:
+    """The op rows that launched kernels, ascending: the only ones whose module a kernel view names."""
+    used = kernels["op_row"].drop_nulls().unique().sort()
+    return used.filter(used >= 0).cast(pl.Int64).to_numpy()
+
+
 def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame:
     """Per op row (all, or `rows`): `module` (name) and `module_source` ('annotation' | 'forward_seq' | 'top_op')."""
     n = ops.height
@@ -124,9 +130,7 @@ def by_module(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     kernels with unknown FLOPs add nothing).
     """
     k = kernels.select("dur", "phase", "cls", pl.col("flops").cast(pl.Float64), pl.col("op_row").cast(pl.Int64))
-    used = k["op_row"].drop_nulls().unique().sort()
-    used = used.filter(used >= 0).to_numpy()
-    mods = module_of(ops, used)  # only the ops that launched kernels
+    mods = module_of(ops, launching_rows(k))  # only the ops that launched kernels
     k = k.join(mods, left_on="op_row", right_on="row", how="left", maintain_order="left")
     total = k["dur"].sum() if k.height else 0.0
     per_phase = []
