@@ -147,6 +147,12 @@ def test_a_step_both_warm_up_and_outlier_says_why():
     assert "3.00× the median" in both[0] and "+20.000 ms" in both[0] and "idle moved most" in both[0]
     assert f"--exclude-step {first}" in both[0]
     assert only[0].startswith("ProfilerStep#2: outlier:") and "-5.000 ms" in only[0] and "warm-up" not in only[0]
+    # the rules as step statistics apply them (its module docstring): 3 MADs and 5% of the median, or 20% of it
+    assert "more than 3 median absolute deviations (and 5%) from the median and more than 20% from the median" in only[0]
+    from traceflops.report.html import step_stats_section
+
+    rows = step_stats_section(ss)
+    assert "more than 3 median absolute deviations (and 5%) from the median, more than 20% from the median" in rows
 
 
 def _opts():

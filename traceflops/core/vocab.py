@@ -15,6 +15,15 @@ BUSY_CLASSES = ("matmul", "other_compute", "memcpy", "memset", "communication")
 
 OUTSIDE = -1  # step id of work outside every step
 
+# A step is an outlier when its window is this far from the median (metrics.stepstats); reports say which rule held.
+OUTLIER_MAD_K = 3.0
+OUTLIER_MAD_FLOOR = 0.05  # a MAD outlier must also be this far (a fraction of the median): near-identical steps have a MAD near 0
+OUTLIER_RELATIVE = 0.20
+OUTLIER_RULES = {
+    "mad": f"more than {OUTLIER_MAD_K:g} median absolute deviations (and {OUTLIER_MAD_FLOOR:.0%}) from the median",
+    "relative": f"more than {OUTLIER_RELATIVE:.0%} from the median",
+}
+
 PROFILER_STEP_RE = r"^ProfilerStep#\d+$"  # the profiler's own step spans
 STEP_MARKER_RE = rf"{PROFILER_STEP_RE}|^Optimizer\."  # host annotations that mark steps, not model code
 

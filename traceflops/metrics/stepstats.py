@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from traceflops.core.vocab import OUTLIER_MAD_FLOOR as MAD_FLOOR
+from traceflops.core.vocab import OUTLIER_MAD_K as MAD_K
+from traceflops.core.vocab import OUTLIER_RELATIVE as RELATIVE
 from traceflops.core.vocab import PARTITION
 
-MAD_K = 3.0
-MAD_FLOOR = 0.05  # a MAD outlier must also be this far from the median (fraction of it)
-RELATIVE = 0.20
 WARMUP_RATIO = 1.5
 MIN_STEPS_FOR_OUTLIERS = 3  # two steps sit symmetrically about their median: neither is the odd one
 

@@ -43,7 +43,7 @@ import polars as pl
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
 from traceflops.core.version import VERSION
-from traceflops.core.vocab import PARTITION, PHASES
+from traceflops.core.vocab import OUTLIER_RULES, PARTITION, PHASES
 
 MAX_POINTS = 1500  # roofline points drawn (the longest kernels)
 MAX_STEPS = 64
@@ -568,7 +568,7 @@ def step_stats_section(ss: dict[str, Any] | None) -> str:
               num(fmt.pct(o.get("deviation_frac")), o.get("deviation_frac"), "deviation_frac"),
               PART_LABELS.get(o.get("term"), o.get("term") or "—"),
               num("—" if o.get("term_delta_us") is None else fmt.ms(o["term_delta_us"], True), o.get("term_delta_us"), "term_delta_us"),
-              ", ".join(_RULES.get(x, x) for x in o.get("rules") or []) + (" (warm-up)" if o.get("warmup") else "") + (" (last)" if o.get("last") else "")]
+              ", ".join(OUTLIER_RULES.get(x, x) for x in o.get("rules") or []) + (" (warm-up)" if o.get("warmup") else "") + (" (last)" if o.get("last") else "")]
              for o in outl], left=(3, 5), css_class="step-outliers")
     else:
         out += '<p class="mute">No outlier step.</p>'
@@ -580,8 +580,6 @@ def step_stats_section(ss: dict[str, Any] | None) -> str:
         out += '<p class="mute">No warm-up step.</p>'
     return out
 
-
-_RULES = {"mad": "over 3 median absolute deviations from the median", "relative": "over 20% from the median"}
 
 PATH_COLORS = {
     "host": "#dd6b20",

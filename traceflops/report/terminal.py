@@ -24,7 +24,7 @@ from rich.text import Text
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
-from traceflops.core.vocab import PHASES
+from traceflops.core.vocab import OUTLIER_RULES, PHASES
 
 PIPE_WIDTH = 200  # columns when the output is not a terminal
 BAR = 40  # cells of a full (100%) bar
@@ -41,8 +41,6 @@ BAND_MEANING = {
     "exceptional": "over 75% MFU: rare: check the peak, the FLOPs and the device count before trusting it",
 }
 
-# Why step_stats flags an outlier (its `rules`).
-OUTLIER_RULES = {"mad": "far outside the other steps' spread (MAD)", "relative": "far from the median step"}
 
 
 class _PrintableConsole(Console):
@@ -216,7 +214,7 @@ def steps_table(c: Console, a: Analysis, known: bool) -> None:
     first = a.steps["start"].min() if a.steps.height else None
     for s in a.steps.iter_rows(named=True):
         unknown = s.get("flops_unknown_count") or 0
-        step_known = known and not (s["flops_executed"] == 0 and unknown > 0)
+        step_known = known and s["flops_known"]
         st.add_row(
             text(s["name"]) + (" (last)" if s["last"] else ""),
             start_ms(s["start"], first),
