@@ -75,7 +75,7 @@ def with_phase_flops(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None, device_only: bool = False) -> pl.DataFrame:
-    """Per step: executed and model FLOPs, MFU, HFU. A step whose matmul FLOPs are all unknown has HFU null, never 0."""
+    """Per step: executed and model FLOPs, MFU, HFU, `flops_known`. A step whose matmul FLOPs are all unknown has HFU null, never 0."""
     executed = sum(pl.col(f"flops_{p}") for p in PHASES)
     secs = pl.col("window") * 1e-6
     peak_e = pl.lit(peak, pl.Float64)
@@ -85,6 +85,7 @@ def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | 
         model_flops.alias("model_flops"),
         (model_flops / (secs * peak_e)).alias("mfu"),
         pl.when(unknown).then(None).otherwise(executed / (secs * peak_e)).alias("hfu"),
+        (~unknown).alias("flops_known"),  # the one decision: renderers show unknown, never 0
     ]
     if model_no_attn is not None:
         cols.append((model_no_attn / (secs * peak_e)).alias("mfu_no_attention"))

@@ -17,7 +17,7 @@ from traceflops.storage.bundle import write_bundle
 from traceflops.storage.trace_cache import TABLES, key, read_entry, writable_entry
 
 REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape")
-REPORT_SHAPE = 2  # raised when a kept field gains a key (totals' flops_known): an older report is never served
+REPORT_SHAPE = 3  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
 REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats", "path_summary")
 
 
