@@ -372,3 +372,13 @@ def trace(ops=None, kernels=None, launches=None, path: str = "t.json"):
 
     return Trace(given(ops, OPS_SCHEMA), given(kernels, KERNELS_SCHEMA), given(launches, LAUNCHES_SCHEMA),
                  empty(MARKERS_SCHEMA), empty(STEPS_SCHEMA), {"path": path}, Warnings())
+
+
+def gemm_trace_file(path, m: int, n: int, k: int, dur: float, dtype: str = BF16,
+                    kernel: str = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", step_us: float = 5000) -> str:
+    """One step of `step_us`, one m×k·k×n mm of `dtype` operands and its kernel of `dur` µs: the trace written to `path`."""
+    b = Builder()
+    b.annotation("ProfilerStep#1", 0, step_us)
+    b.op("aten::mm", 10, 30, **shapes([[m, k], [k, n]], [dtype, dtype]))
+    b.kernel(kernel, 12, 100, dur)
+    return b.write(path)

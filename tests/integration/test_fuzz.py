@@ -125,6 +125,15 @@ def _pick(r: random.Random, doc: dict) -> dict | None:
     return r.choice(dicts) if dicts else None
 
 
+def _picked(r: random.Random, doc: dict, most: int):
+    """1 to `most` randomly chosen event objects (the same one may come twice); none when the trace holds none."""
+    for _ in range(r.randint(1, most)):
+        e = _pick(r, doc)
+        if e is None:
+            return
+        yield e
+
+
 def _retype(r: random.Random, v):
     return r.choice([str(v), 7, -3.5, [v], None, {"v": v}, True, "", [], {"a": [1, {"b": None}]}])
 
@@ -141,10 +150,7 @@ def _garbage(r: random.Random, depth: int):
 
 
 def m_delete_keys(r, doc):
-    for _ in range(r.randint(1, 8)):
-        e = _pick(r, doc)
-        if e is None:
-            return
+    for e in _picked(r, doc, 8):
         args = e.get("args")
         if isinstance(args, dict) and args and r.random() < 0.5:
             del args[r.choice(list(args))]
@@ -153,10 +159,7 @@ def m_delete_keys(r, doc):
 
 
 def m_change_types(r, doc):
-    for _ in range(r.randint(1, 8)):
-        e = _pick(r, doc)
-        if e is None:
-            return
+    for e in _picked(r, doc, 8):
         args = e.get("args")
         if isinstance(args, dict) and r.random() < 0.5:
             k = r.choice(ARG_KEYS)
@@ -177,10 +180,7 @@ def m_shuffle(r, doc):
 
 
 def m_huge(r, doc):
-    for _ in range(r.randint(1, 4)):
-        e = _pick(r, doc)
-        if e is None:
-            return
+    for e in _picked(r, doc, 4):
         args = e.get("args")
         if isinstance(args, dict) and r.random() < 0.4:
             k = r.choice(("External id", "correlation", "device", "Sequence number", "Input Dims"))
@@ -192,25 +192,17 @@ def m_huge(r, doc):
 
 def m_nan(r, doc):
     """NaN / Infinity literals (not JSON: json.dumps writes them anyway)."""
-    for _ in range(r.randint(1, 4)):
-        e = _pick(r, doc)
-        if e is None:
-            return
+    for e in _picked(r, doc, 4):
         e[r.choice(("ts", "dur"))] = r.choice((float("nan"), float("inf"), float("-inf")))
 
 
 def m_negative(r, doc):
-    for _ in range(r.randint(1, 6)):
-        e = _pick(r, doc)
-        if e is not None:
-            e["dur"] = -r.uniform(0, 1e4)
+    for e in _picked(r, doc, 6):
+        e["dur"] = -r.uniform(0, 1e4)
 
 
 def m_args_garbage(r, doc):
-    for _ in range(r.randint(1, 6)):
-        e = _pick(r, doc)
-        if e is None:
-            return
+    for e in _picked(r, doc, 6):
         if r.random() < 0.2:
             e["args"] = _garbage(r, r.randint(1, 6))
             continue
@@ -233,10 +225,7 @@ CONTROL = ("\x1b[2J", "\x1b]0;pwned\x07", "\x1b]8;;http://example.invalid\x1b\\"
 
 def m_control_chars(r, doc):
     """Terminal escapes, C1 controls, NUL, bidi overrides and rich markup appended to names, categories and labels."""
-    for _ in range(r.randint(1, 8)):
-        e = _pick(r, doc)
-        if e is None:
-            return
+    for e in _picked(r, doc, 8):
         args = e.get("args")
         if isinstance(args, dict) and ("name" in args or "labels" in args) and r.random() < 0.5:  # M events: process/thread names
             k = "name" if "name" in args else "labels"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import BF16, CPU, Builder, shapes
+from tests.builders import BF16, CPU, Builder, gemm_trace_file
 from traceflops.core import hardware as hw
 from traceflops.run.load import analyze
 from traceflops.views.advice import advise
@@ -119,11 +119,7 @@ def test_synchronisation_gap_names_its_caller(tmp_path):
 
 def square_gemm(path, dtype, kernel, dur, n=2048):
     """One step, one n×n·n×n mm of `dtype` operands and its kernel of `dur` µs, analysed."""
-    b = Builder()
-    b.annotation("ProfilerStep#1", 0, 3000)
-    b.op("aten::mm", 10, 30, **shapes([[n, n], [n, n]], [dtype, dtype]))
-    b.kernel(kernel, 12, 100, dur)
-    return analyze(b.write(path))
+    return analyze(gemm_trace_file(path, n, n, n, dur, dtype, kernel, step_us=3000))
 
 
 def test_fp32_gemm_on_h100(tmp_path):

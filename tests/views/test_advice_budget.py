@@ -11,7 +11,14 @@ import re
 
 import pytest
 
-from tests.builders import BF16, CPU, FIXTURES, Builder, shapes, shared_fixtures
+from tests.builders import (
+    CPU,
+    FIXTURES,
+    Builder,
+    gemm_trace_file,
+    shapes,
+    shared_fixtures,
+)
 from traceflops.core import hardware as hw
 from traceflops.run.load import analyze
 from traceflops.run.options import model_options
@@ -191,12 +198,8 @@ def test_a_synchronising_step_is_the_idle_entry_with_reason_sync(tmp_path):
     assert any(".item()" in r for r in idle["remedies"])
 
 
-def gemm_trace(path, m, n, k, dur, dtype=BF16, kernel="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"):
-    b = Builder()
-    b.annotation("ProfilerStep#1", 0, 5000)
-    b.op("aten::mm", 10, 30, **shapes([[m, k], [k, n]], [dtype, dtype]))
-    b.kernel(kernel, 12, 100, dur)
-    return analyze(b.write(path))
+def gemm_trace(path, m, n, k, dur, **kw):
+    return analyze(gemm_trace_file(path, m, n, k, dur, **kw))
 
 
 def test_a_slow_gemm_with_a_wave_tail_is_the_matmul_below_peak_entry(tmp_path):
