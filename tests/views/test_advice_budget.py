@@ -260,3 +260,10 @@ def test_xla_entries_speak_jax():
         assert not [r for r in it["remedies"] + it.get("record", []) if PYTORCH.search(r)]
     nm = only(a.advice, "non_matmul")
     assert any("jit" in r for r in nm["remedies"])
+
+
+def test_every_loss_term_of_the_budget_has_an_advice_entry():
+    from traceflops.metrics.budget import TERMS
+    from traceflops.views.advice import ENTRIES
+
+    assert set(ENTRIES) == set(TERMS) - {"mfu", "attention_mask_credit"}  # the only two that are no loss

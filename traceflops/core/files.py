@@ -15,6 +15,23 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
+
+
+def open_if_regular(path: str | os.PathLike, *, follow_links: bool = True) -> tuple[BinaryIO | None, os.stat_result]:
+    """The file opened for reading if it is a regular file (else None), and its stat; nothing is read.
+
+    Opened non-blocking and checked with fstat first: a FIFO without a writer
+    would hang the open, and a device such as /dev/zero never ends. Raises what
+    `os.open` raises (OSError; ValueError for a NUL in the name).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None, st
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb"), st
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Iterator
 
 from traceflops.core.errors import InputError, OptionsError
+from traceflops.core.files import open_if_regular
 
 DEFAULT_MAX_BYTES = 32 << 30  # decompressed bytes; override with TRACEFLOPS_MAX_BYTES
 MAX_BYTES_VAR = "TRACEFLOPS_MAX_BYTES"
@@ -80,21 +81,17 @@ def check_regular(path: str) -> os.stat_result:
 def open_trace(path: str):
     """The regular file opened for reading, or one clear InputError saying why it cannot be.
 
-    Opened non-blocking and checked with fstat before any read, so that a FIFO
-    without a writer does not hang and /dev/zero is never read.
+    A FIFO without a writer does not hang it and /dev/zero is never read (`open_if_regular`).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        f, st = open_if_regular(path)
     except OSError as e:
         raise _os_error(path, e) from None
     except ValueError:
         raise InputError(path, "is not a valid file name", "check the path") from None
-    err = not_regular(path, os.fstat(fd).st_mode)
-    if err is not None:
-        os.close(fd)
-        raise err
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    if f is None:
+        raise not_regular(path, st.st_mode)
+    return f
 
 
 def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[bytes]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError, InputError
-from traceflops.core.files import write_atomic
+from traceflops.core.files import open_if_regular, write_atomic
 
 MAX_MEMBER_BYTES = 4 << 30
 MAX_MEMBERS = 64
@@ -44,19 +43,17 @@ def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[s
 def open_regular(path: str | Path, max_bytes: int):
     """The bundle file opened for reading: InputError when it is missing, unreadable or not a regular file (a pipe, /dev/zero), FormatError past `max_bytes`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        f, st = open_if_regular(path)
     except FileNotFoundError:
         raise InputError(str(path), "no such file", "check the path") from None
     except OSError as e:
         raise InputError(str(path), f"cannot be opened ({e.strerror})", "check the path and its permissions") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-        os.close(fd)
-        if stat.S_ISREG(st.st_mode):
-            raise FormatError(str(path), f"is larger than a traceflops bundle can be ({st.st_size} bytes)", _REDO)
+    if f is None:
         raise InputError(str(path), "is not a regular file", "save it to a file first and pass that file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    if st.st_size > max_bytes:
+        f.close()
+        raise FormatError(str(path), f"is larger than a traceflops bundle can be ({st.st_size} bytes)", _REDO)
+    return f
 
 
 def _members_fit(infos: list[zipfile.ZipInfo], max_bytes: int) -> bool:

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from traceflops.core.errors import TraceflopsError
+from traceflops.core.files import open_if_regular
 from traceflops.core.trace import (
     KERNELS_SCHEMA,
     LAUNCHES_SCHEMA,
@@ -57,14 +58,12 @@ def _content_digest(f, st: os.stat_result) -> str:
 def key(path: str) -> str | None:
     """Names a trace file's cache entries: changes when any byte of the file, its mtime, or the version does; None (no caching) when it cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        f, st = open_if_regular(path)
     except (OSError, ValueError):
         return None  # the parser says why it cannot be read
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None  # a pipe or a device: never hashed, never cached
-        os.set_blocking(fd, True)
+    if f is None:
+        return None  # a pipe or a device: never hashed, never cached
+    with f:
         digest = _content_digest(f, st)
     return hashlib.sha256(f"{VERSION}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{digest}".encode()).hexdigest()[:32]
 
@@ -72,14 +71,14 @@ def key(path: str) -> str | None:
 def read_entry(entry: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[dict, dict] | None:
     """A cache entry's tables and metadata; None when absent, damaged, too large, or not a regular file (a link is never followed)."""
     try:
-        fd = os.open(entry, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        f, st = open_if_regular(entry, follow_links=False)
     except OSError:
         return None  # absent, a link (ELOOP under O_NOFOLLOW), or unreadable: a miss, rewritten by `store`
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+    if f is None:
+        return None
+    with f:
+        if st.st_size > max_bytes:
             return None
-        os.set_blocking(fd, True)
         try:
             return read_bundle(f, max_bytes=max_bytes, name=str(entry))
         except TraceflopsError:

@@ -745,8 +745,6 @@ TERM_OF = {  # the budget term a rule's item explains part of
     "communication": "communication_exposed", "recompute": "recompute",
 }
 ENTRY_KIND = {"communication_exposed": "communication"}  # a term whose entry keeps its rule's kind (else: the term)
-LOSS_TERMS = ("non_matmul", "idle", "matmul_below_peak", "communication_exposed", "recompute", "memcpy_exposed",
-              "matmul_flops_unknown", "extra_executed")  # mfu is no loss; the mask credit is never positive
 FUSE_GAP_US = 5.0  # short kernels this close on one stream run back to back
 FUSE_RUN = 3  # so many short non-matmul kernels in a row are one fusion candidate
 
@@ -1137,6 +1135,7 @@ def _extra_executed(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
     return "Matmuls do more work than the model needs", ev, remedies, {"model_flops": model, "executed_flops": executed}, [], True
 
 
+# One entry per loss term of the budget, in this order when two are equal (mfu is no loss; the mask credit is never positive).
 ENTRIES = {
     "non_matmul": _non_matmul,
     "idle": _idle,
@@ -1179,7 +1178,7 @@ def advise(a: Analysis, exclude_steps=(), min_share: float = MIN_SHARE,
         return []
     found = [it for rule in RULES if (it := rule(ctx)) is not None and it["recoverable"] >= min_share]
     budget = ctx.budget or {}
-    big = [t for t in LOSS_TERMS if budget.get(t) is not None and budget[t] >= term_share]
+    big = [t for t in ENTRIES if budget.get(t) is not None and budget[t] >= term_share]
     entries = [_entry(ctx, t, budget[t], sorted((f for f in found if f["term"] == t), key=lambda f: -f["recoverable"]))
                for t in big]
     alone = [f for f in found if f["term"] not in big]
