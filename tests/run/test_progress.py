@@ -41,3 +41,14 @@ def test_no_progress_reaches_a_pipe(tmp_path):
 
     r = CliRunner().invoke(main, ["analyze", str(FIXTURES / "dist" / "ddp"), "--no-cache", "--format", "json"])
     assert r.exit_code == 0 and "ranks:" not in r.stderr and "analysing:" not in r.stderr
+
+
+def test_the_last_stage_stays_shown_while_it_runs_and_is_cleared_after(capsys):
+    from traceflops.cli.common import Progress
+
+    p = Progress(quiet=False)
+    p.on = p.big = True  # a terminal and a big file
+    p.stage("advice")
+    assert capsys.readouterr().err.endswith("analysing: advice")
+    p.done()
+    assert capsys.readouterr().err == "\r\x1b[2K"

@@ -90,8 +90,12 @@ class Progress:
         if self.on and self.big:
             sys.stderr.write(f"\r\x1b[2Kanalysing: {name}")
             sys.stderr.flush()
-            if name == "advice":
-                sys.stderr.write("\r\x1b[2K")
+
+    def done(self) -> None:
+        """The analysis is over: its stage line is cleared before the report prints."""
+        if self.on and self.big:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
 
     def ranks(self, done: int, total: int) -> None:
         """Ranks summarised so far, of all."""

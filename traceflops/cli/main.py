@@ -66,7 +66,10 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir, left_out)
         a = _cached_report(paths[0], opts, cache_dir) if not (html_out or tables_dir) else None
         if a is None:
-            a = run_analysis(paths[0], opts, cache_dir, progress)
+            try:
+                a = run_analysis(paths[0], opts, cache_dir, progress)
+            finally:
+                progress.done()  # an error's line starts on a clean line too
             _store_report(paths[0], opts, cache_dir, a)
         if left_out:
             a = replace(a, warnings=[*left_out, *a.warnings])

@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-
-def path_text(path) -> str | None:
-    """A file name as text: bytes that are not UTF-8 (kept by Python as lone surrogates) written as `\\xff` escapes."""
-    if path is None:
-        return None
-    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
 import re
 from typing import Any
 
@@ -20,6 +13,13 @@ NONE = "—"  # what an unknown number reads as
 _INVISIBLE = "\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
 _CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_INVISIBLE}]")
 _CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_INVISIBLE}]")
+
+
+def path_text(path) -> str | None:
+    """A file name as text: bytes that are not UTF-8 (kept by Python as lone surrogates) written as `\\xff` escapes."""
+    if path is None:
+        return None
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def pct(v, digits: int = 1, keep_small: bool = True) -> str:
