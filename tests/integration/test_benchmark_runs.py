@@ -13,7 +13,7 @@ def test_benchmark_runs_at_a_small_size(shared, tmp_path):
     subprocess.run([sys.executable, str(shared.parent / "tools" / "tile_trace.py"), str(shared / "kineto" / "v100_transformer_rank1.json.gz"), "1", str(trace)], check=True)
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_parse.py"), "--trace", str(trace), "--repeat", "1", "--out", str(out)],
                    check=True, capture_output=True, timeout=900)
-    r = json.loads(out.read_text())
+    r = json.loads(out.read_text())["trace"]
     for name in ("orjson.loads", "traceflops parse", "traceflops analyze --no-cache", "traceflops analyze, again (cached)"):
         assert "error" not in r[name] and r[name]["wall_s"] > 0 and r[name]["peak_tree_rss_mb"] > 0, name
         assert r[name]["cpu_s"] > 0 and r[name]["runs"] == 1, name
