@@ -42,7 +42,6 @@ BAND_MEANING = {
 }
 
 
-
 class _PrintableConsole(Console):
     """A rich console whose rendered strings never carry control characters (newlines kept: rich lays out lines)."""
 
