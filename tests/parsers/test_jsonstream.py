@@ -135,3 +135,24 @@ def test_a_claim_that_decodes_proves_the_cut_and_a_refusal_falls_back(tmp_path, 
                 got += json.loads(bytes(item))
     assert got == events and not res.truncated
     assert claimed
+
+
+@pytest.mark.parametrize("shift", [-40, -14, -13, -12, -1, 0, 1, 2, 30, 70_000])
+@pytest.mark.parametrize("after", [b"", b' {"traceEvents": [{"ph": "X", "name": "second document"}]}'])
+def test_the_array_is_found_wherever_it_opens_about_the_first_piece_of_a_chunk(tmp_path, shift, after):
+    """The first 64 KiB of a chunk are searched alone first: a key, a decoy in a string, the '[' or the root's close
+    straddling that boundary (or far past it) must read as they do in tiny chunks, which json.loads checks above."""
+    from traceflops.parsers.jsonstream import HEAD_PIECE
+
+    doc = dict(TRICKY)
+    prefix = json.dumps({"pad": "", "note": doc["note"]})[:-1] + ', "traceEvents": '
+    doc = {"pad": "x" * max(0, HEAD_PIECE + shift - len(prefix)), "note": doc["note"], "traceEvents": doc["traceEvents"],
+           "distributedInfo": doc["distributedInfo"]}
+    raw = json.dumps(doc).encode() + after
+    path = tmp_path / "t.json"
+    path.write_bytes(raw)
+    events, res = run(path, 8 << 20)
+    small_events, small = run(path, 7)
+    assert events == small_events == TRICKY["traceEvents"]
+    assert (res.head, res.trailing, res.arrays) == (small.head, small.trailing, small.arrays)
+    assert res.trailing == (len(after.replace(b" ", b"")) if after else 0)
