@@ -99,7 +99,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
     part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
     devices = tl.program_devices(part)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
-    steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all, device_only=ops.height == 0 and kernels.height > 0)
+    steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels))
     outside = util.outside_section(kernels, ops, activities)
     warnings += util.window_warnings(steps, kernels, outside)
 

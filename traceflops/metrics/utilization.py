@@ -74,12 +74,23 @@ def with_phase_flops(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def device_only(ops: pl.DataFrame, kernels: pl.DataFrame) -> bool:
+    """Device activity without a single host op: no shapes recorded, so no FLOP can be known."""
+    return ops.height == 0 and kernels.height > 0
+
+
+def flops_unknown(device_only, executed, unknown_count):
+    """No FLOP known: device activity only, or none counted while some matmul's FLOPs are unknown. HFU is then
+    null and a diff says unknown, never 0. Takes plain values (the totals) or polars expressions (each step)."""
+    return device_only | ((executed == 0) & (unknown_count > 0))
+
+
 def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None, device_only: bool = False) -> pl.DataFrame:
     """Per step: executed and model FLOPs, MFU, HFU, `flops_known`. A step whose matmul FLOPs are all unknown has HFU null, never 0."""
     executed = sum(pl.col(f"flops_{p}") for p in PHASES)
     secs = pl.col("window") * 1e-6
     peak_e = pl.lit(peak, pl.Float64)
-    unknown = pl.lit(device_only) | ((executed == 0) & (pl.col("flops_unknown_count").fill_null(0) > 0))
+    unknown = flops_unknown(pl.lit(device_only), executed, pl.col("flops_unknown_count").fill_null(0))
     cols = [
         executed.alias("flops_executed"),
         model_flops.alias("model_flops"),
@@ -112,12 +123,6 @@ def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
     return sel["flops"].null_count()
 
 
-def flops_unknown(ops: pl.DataFrame, kernels: pl.DataFrame, executed: int, unknown_count: int) -> bool:
-    """No FLOP of the trace is known: device activity without a host op (no shapes at all), or none counted while
-    some matmul's FLOPs are unknown. HFU is then null, and a diff says unknown: never 0."""
-    return (ops.height == 0 and kernels.height > 0) or (executed == 0 and unknown_count > 0)
-
-
 def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
     use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
@@ -127,7 +132,7 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     model_total = use["model_flops"].sum() if use["model_flops"].null_count() < use.height else None
     no_attn = use["mfu_no_attention"]
     secs = wall * 1e-6
-    nothing_known = flops_unknown(ops, kernels, flops["executed"], int(in_steps_unknown(ops, opt)))
+    nothing_known = bool(flops_unknown(device_only(ops, kernels), flops["executed"], int(in_steps_unknown(ops, opt))))
     mfu = None if nothing_known and not opt.spec else utilization(model_total, secs, peak)
     hfu = None if nothing_known else utilization(flops["executed"], secs, peak)
     mfu_na = None

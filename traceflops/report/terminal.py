@@ -88,11 +88,6 @@ def bar(share) -> str:
     return "█" * round(share * BAR) or "▏"
 
 
-def flops_known(a: Analysis) -> bool:
-    """Whether the trace's FLOPs are known at all (`metrics.utilization.flops_unknown`, decided once in the totals)."""
-    return a.totals["flops_known"]
-
-
 def flops_cell(v, ops: int, unknown: int, known: bool = True) -> str:
     """A FLOP count, or `—` where it is unknown: none known in the trace, or a phase with matmuls that counted none while some have unknown FLOPs."""
     if not known or (not v and ops and unknown):
@@ -107,7 +102,7 @@ def render(a: Analysis, console: Console | None = None, critical_path: dict[str,
     Analysis' own `path_summary`; with neither, the section is left out.
     """
     c = console or printable_console()
-    known = flops_known(a)
+    known = a.totals["flops_known"]  # decided once, in the totals (metrics.utilization.flops_unknown)
     header(c, a)
     phase_table(c, a, known)
     budget_table(c, a)
