@@ -75,7 +75,7 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     ts = k["ts"].to_numpy().astype(np.float64)
     end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)
     dev = k["device"].fill_null(-1).to_numpy()
-    stream = _codes(k["stream"].cast(pl.Utf8).fill_null(""))
+    stream = _codes(k["stream"].cast(pl.Utf8).fill_null(""))[1]
     same = np.zeros(len(ts), dtype=bool)
     if len(ts) > 1:
         same[1:] = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
@@ -131,9 +131,11 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     )
 
 
-def _codes(values: pl.Series) -> np.ndarray:
-    """An integer per row, equal where the values are (nulls one value of their own)."""
-    return values.cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1).to_numpy()
+def _codes(values: pl.Series) -> tuple[list, np.ndarray]:
+    """The distinct non-null values, and per row the index of its value among them (their count for a null)."""
+    distinct = values.drop_nulls().unique(maintain_order=True)
+    at = values.replace_strict(distinct, pl.int_range(distinct.len(), eager=True), default=distinct.len(), return_dtype=pl.Int64)
+    return distinct.to_list(), at.fill_null(distinct.len()).to_numpy()
 
 
 def _shared(values: pl.Series) -> np.ndarray:
@@ -142,9 +144,8 @@ def _shared(values: pl.Series) -> np.ndarray:
     Kernel names are long and repeat thousands of times: one string per row
     was a fifth of a large trace's peak memory; a pointer per row is not.
     """
-    distinct = values.drop_nulls().unique(maintain_order=True)
-    at = values.replace_strict(distinct, pl.int_range(distinct.len(), eager=True), default=distinct.len(), return_dtype=pl.Int64)
-    return np.array([*distinct.to_list(), None], dtype=object)[at.fill_null(distinct.len()).to_numpy()]
+    distinct, at = _codes(values)
+    return np.array([*distinct, None], dtype=object)[at]
 
 
 class _Path:
