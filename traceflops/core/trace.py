@@ -114,8 +114,8 @@ def compact(df: pl.DataFrame) -> pl.DataFrame:
     were a fifth of a large trace's memory.
     """
     n = df.height
-    null = [c for c, t in df.schema.items() if df[c].null_count() == n]
-    return df.with_columns([null_column(n, t).alias(c) for c, t in df.schema.items() if c in null]) if null and n else df
+    null = [null_column(n, t).alias(c) for c, t in df.schema.items() if df[c].null_count() == n] if n else []
+    return df.with_columns(null) if null else df
 
 
 def empty(schema: dict) -> pl.DataFrame:
