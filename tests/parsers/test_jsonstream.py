@@ -140,8 +140,8 @@ def test_a_claim_that_decodes_proves_the_cut_and_a_refusal_falls_back(tmp_path, 
 @pytest.mark.parametrize("shift", [-40, -14, -13, -12, -1, 0, 1, 2, 30, 70_000])
 @pytest.mark.parametrize("after", [b"", b' {"traceEvents": [{"ph": "X", "name": "second document"}]}'])
 def test_the_array_is_found_wherever_it_opens_about_the_first_piece_of_a_chunk(tmp_path, shift, after):
-    """The first 64 KiB of a chunk are searched alone first: a key, a decoy in a string, the '[' or the root's close
-    straddling that boundary (or far past it) must read as they do in tiny chunks, which json.loads checks above."""
+    """The first 64 KiB of a chunk are searched alone first: a key, a decoy in a string or the '[' straddling that
+    boundary (or far past it) must read as they do in tiny chunks, which json.loads checks above."""
     from traceflops.parsers.jsonstream import HEAD_PIECE
 
     doc = dict(TRICKY)
@@ -156,3 +156,15 @@ def test_the_array_is_found_wherever_it_opens_about_the_first_piece_of_a_chunk(t
     assert events == small_events == TRICKY["traceEvents"]
     assert (res.head, res.trailing, res.arrays) == (small.head, small.trailing, small.arrays)
     assert res.trailing == (len(after.replace(b" ", b"")) if after else 0)
+
+
+@pytest.mark.parametrize("blank", [0, 70_000])
+def test_a_document_that_closes_in_the_first_piece_counts_what_follows_it(tmp_path, blank):
+    """The whole trace inside a chunk's first 64 KiB: what follows its close, there or past the boundary, is trailing."""
+    after = b" " * blank + b'{"traceEvents": [{"ph": "X", "name": "second"}]}'
+    path = tmp_path / "t.json"
+    path.write_bytes(json.dumps(TRICKY).encode() + after)
+    events, res = run(path, 8 << 20)
+    small_events, small = run(path, 7)
+    assert events == small_events == TRICKY["traceEvents"]
+    assert res.trailing == small.trailing == len(after.replace(b" ", b""))

@@ -1,6 +1,7 @@
 """A helper process decodes some chunks: the parsed trace must not depend on it."""
 
 import io
+import os
 import subprocess
 import sys
 
@@ -62,13 +63,18 @@ def test_a_helper_is_sent_nothing_before_it_says_it_is_ready(v100, monkeypatch, 
     got = tmp_path / "received"
     script = f"import sys; open({str(got)!r}, 'w').write(str(len(sys.stdin.buffer.read())))"
 
+    started = []
+
     def silent():
-        return subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        started.append(subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL))
+        return started[-1]
 
     alone = _parse(v100, monkeypatch, False)
     monkeypatch.setattr(helper, "_start", silent)
     helped = _parse(v100, monkeypatch, True)
     assert_frame_equal(alone.kernels, helped.kernels)
+    assert len(started) == 1 and started[0].wait(timeout=30) == 0  # it has written what it received
     assert got.read_text() == "8"  # only the empty frame that stops it
 
 
@@ -79,13 +85,27 @@ def test_a_helper_that_cannot_start_changes_nothing(v100, monkeypatch):
     assert_frame_equal(alone.kernels, helped.kernels)
 
 
-def test_helper_is_wanted_for_large_files_only(tmp_path, monkeypatch):
+def test_helper_is_wanted_from_256_mib_of_json_only(tmp_path, monkeypatch):
+    """256 MiB of JSON, a gzip file's size counted ×8 (a Kineto trace compresses about that much); forced either way."""
     monkeypatch.delenv(helper_start.ENV, raising=False)
-    small = tmp_path / "small.json"
-    small.write_bytes(b'{"traceEvents": []}')
-    assert not helper_start.wanted(str(small))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # two cores, whatever runs this
+
+    def sized(name: str, size: int, head: bytes = b"{") -> str:
+        path = tmp_path / name
+        path.write_bytes(head)
+        os.truncate(path, size)  # sparse: no disk used
+        return str(path)
+
+    mib = 1 << 20
+    assert helper_start.wanted(sized("big.json", 256 * mib))
+    assert not helper_start.wanted(sized("under.json", 256 * mib - 1))
+    assert helper_start.wanted(sized("big.json.gz", 32 * mib, b"\x1f\x8b"))
+    assert not helper_start.wanted(sized("under.json.gz", 32 * mib - 1, b"\x1f\x8b"))
+    assert not helper_start.wanted(sized("gz_named_plain.json.gz", 32 * mib))  # its bytes say what it is, not its name
     monkeypatch.setenv(helper_start.ENV, "1")
-    assert helper_start.wanted(str(small))
+    assert helper_start.wanted(sized("small.json", 20))
+    monkeypatch.setenv(helper_start.ENV, "0")
+    assert not helper_start.wanted(sized("big.json", 256 * mib))
 
 
 def test_the_helper_protocol_round_trip():
@@ -95,11 +115,15 @@ def test_the_helper_protocol_round_trip():
     out = subprocess.run([sys.executable, "-m", "traceflops.parsers.decode_worker"], input=frame, capture_output=True, check=True).stdout
     stream = io.BytesIO(out)
     assert helper._read_frame(stream) == b"ready"
-    tables, _ = helper.unpack(helper._read_frame(stream))
+    blob = helper._read_frame(stream)
+    tables, _ = helper.unpack(blob)
     kernels = tables["kernels"]
     assert kernels["name"].to_list() == ["k"] and kernels["correlation"].to_list() == [5]
-    assert kernels["bytes"].to_list() == [None] and kernels.schema["bytes"] == pl.Int64  # sent as a name and a type
+    assert kernels["bytes"].to_list() == [None] and kernels.schema["bytes"] == pl.Int64
     assert helper._read_frame(stream) is None
+    import msgspec  # a column null throughout crosses as its name and type, not as Arrow values
+
+    assert msgspec.msgpack.decode(blob)["tables"]["kernels"]["nulls"]["bytes"] == "Int64"
 
 
 def test_ranks_in_a_pool_or_on_ray_take_one_core_each(monkeypatch):
@@ -120,8 +144,7 @@ def test_ranks_in_a_pool_or_on_ray_take_one_core_each(monkeypatch):
 def test_a_helper_started_early_is_the_one_the_parse_takes(v100, monkeypatch):
     """The CLI starts a large trace's helper before its own imports; the parse then uses that process."""
     alone = _parse(v100, monkeypatch, False)
-    monkeypatch.delenv(helper_start.ENV, raising=False)
-    monkeypatch.setattr(helper_start, "MIN_BYTES", 1)
+    monkeypatch.setenv(helper_start.ENV, "1")  # wanted whatever the machine's cores
     helper_start.start_early(v100)
     assert len(helper_start._early) == 1
     early = helper_start._early[0]
@@ -132,8 +155,7 @@ def test_a_helper_started_early_is_the_one_the_parse_takes(v100, monkeypatch):
 
 
 def test_an_early_helper_no_parse_takes_is_stopped(v100, monkeypatch):
-    monkeypatch.delenv(helper_start.ENV, raising=False)
-    monkeypatch.setattr(helper_start, "MIN_BYTES", 1)
+    monkeypatch.setenv(helper_start.ENV, "1")
     helper_start.start_early(v100)
     early = helper_start._early[0]
     helper_start.drop_early()
@@ -161,3 +183,19 @@ def test_a_table_whose_columns_are_all_null_travels_whole():
     tables, counts = helper.unpack(helper.pack(({"t": df}, {"x": 1})))
     assert_frame_equal(tables["t"], df)
     assert counts == {"x": 1}
+
+
+def test_no_helper_is_started_early_for_an_xla_profile(tmp_path, monkeypatch):
+    """The XLA parser decodes no JSON: a helper started for it would sit idle, holding its memory, to the end."""
+    from traceflops.cli.common import start_decode_helper
+
+    monkeypatch.setenv(helper_start.ENV, "1")  # wanted, were it a Kineto trace
+    profile = tmp_path / "host.xplane.pb"
+    profile.write_bytes(b"\x00" * 64)
+    start_decode_helper([str(profile)], {"no_cache": True})
+    assert helper_start._early == []
+    trace = tmp_path / "t.json"
+    trace.write_bytes(b'{"traceEvents": []}')
+    start_decode_helper([str(trace)], {"no_cache": True})
+    assert len(helper_start._early) == 1
+    helper_start.drop_early()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceflops.core.errors import FormatError, NotATraceError
-from traceflops.parsers.io import open_trace
+from traceflops.parsers.io import GZIP_MAGIC, open_trace
 
 if TYPE_CHECKING:  # polars loads with the parser that is used, not with this package (see helper_start)
     from traceflops.core.trace import Trace
@@ -20,7 +20,7 @@ def detect_format(path: str) -> str:
         return "kineto"
     with open_trace(path) as f:  # a FIFO or a device is an InputError here, never a blocked read
         head = f.read(2)
-    if head == b"\x1f\x8b" or head[:1] in (b"{", b"["):
+    if head == GZIP_MAGIC or head[:1] in (b"{", b"["):
         return "kineto"
     raise NotATraceError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
 

@@ -14,7 +14,7 @@ from traceflops.core.files import open_if_regular
 
 DEFAULT_MAX_BYTES = 32 << 30  # decompressed bytes; override with TRACEFLOPS_MAX_BYTES
 MAX_BYTES_VAR = "TRACEFLOPS_MAX_BYTES"
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)\s*")
@@ -101,7 +101,7 @@ def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterat
     parser's to report. `progress(read, size)` follows the compressed bytes read.
     """
     with open_trace(path) as f:
-        gz = f.read(2) == b"\x1f\x8b"
+        gz = f.read(2) == GZIP_MAGIC
         f.seek(0)
         size = os.fstat(f.fileno()).st_size
         if not gz and size > limit:
@@ -137,7 +137,7 @@ def _gunzip(blocks: Iterator[bytes], piece: int, path: str) -> Iterator[bytes]:
             while data:
                 if head is not None:
                     head += data[: 2 - len(head)]
-                    if not _GZIP_MAGIC.startswith(head):
+                    if not GZIP_MAGIC.startswith(head):
                         raise InputError(path, f"has trailing garbage after its gzip data ({done} bytes inflated)",
                                          "re-copy or re-export the trace, or cut it at the end of the gzip data")
                     head = None if len(head) == 2 else head

@@ -10,8 +10,9 @@ at once. A document cut short yields every event that was complete.
 Hostile layouts are bounded, not trusted: a UTF-8 byte-order mark is dropped,
 a second root-level traceEvents array is read too (and counted), an entry
 longer than `MAX_ENTRY_BYTES` is skipped by the structural scan without being
-held (and counted), and top-level fields beside the events longer than
-`MAX_HEAD_BYTES` refuse the file.
+held (and counted), top-level fields beside the events longer than
+`MAX_HEAD_BYTES` refuse the file, and bytes after the root object's close
+(another document appended, garbage) are counted, never read as events.
 """
 
 from __future__ import annotations

@@ -499,7 +499,7 @@ def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
 
 
 def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: Warnings, source: str) -> Trace:
-    """The chunks' tables joined in file order, numbered, with the head's metadata."""
+    """The chunks' tables joined in file order, numbered, with the head's metadata; `parts` is emptied as it goes."""
     empty = split_tables([], Warnings())
     tables = {}
     for t in TABLES:  # table by table, each chunk's part let go as it is joined: one table is ever held twice
