@@ -39,6 +39,7 @@ _BOM = b"\xef\xbb\xbf"
 MAX_ENTRY_BYTES = 16 << 20
 # deviceProperties and distributedInfo are kilobytes: more beside the events is not a trace to read.
 MAX_HEAD_BYTES = 64 << 20
+SEP = b", \n\r\t"  # what may stand between two array entries
 HEAD_PIECE = 64 << 10  # how much of a chunk is first searched for the array's start
 
 
@@ -210,7 +211,7 @@ class _Scanner:
             events.append(block)
             start = last
         if stop < len(data):
-            leftover = (bytes(self.pending) + data[start:stop]).strip(b", \n\r\t")
+            leftover = (bytes(self.pending) + data[start:stop]).strip(SEP)
             if leftover:
                 self.stray += leftover.count(b",") + 1
             self.pending.clear()
@@ -221,7 +222,7 @@ class _Scanner:
             self.rest = data[stop + 1 :]
         else:
             # between events only separators: keep nothing until an event starts
-            self.pending += data[start:] if self.pending else data[start:].lstrip(b", \n\r\t")
+            self.pending += data[start:] if self.pending else data[start:].lstrip(SEP)
         if len(depth_after):
             self.depth = int(depth_after[-1])
         return events
@@ -245,7 +246,7 @@ def split_events(block: bytes) -> list[bytes]:
     for e in ends.tolist():
         out.append(block[start : e + 1])
         start = e + 1
-    if block[start:].strip(b", \n\r\t"):
+    if block[start:].strip(SEP):
         out.append(block[start:])
     return out
 
@@ -309,7 +310,6 @@ def _outside_string(prefix: bytes, at: int, struct: np.ndarray) -> bool:
 
 
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
-_SEP = b", \n\r\t"
 
 
 def last_cut(data: bytes) -> int:
@@ -332,14 +332,14 @@ def last_cut(data: bytes) -> int:
 
 
 def _wrap(entries: bytes) -> bytes:
-    return b"[" + entries.lstrip(_SEP) + b"]"
+    return b"[" + entries.lstrip(SEP) + b"]"
 
 
 def _as_array(pending: bytes, data: bytes, end: int) -> bytearray:
     """'[' + pending + data[:end] + ']' in one buffer: each chunk is copied once."""
     start = 0
     if not pending:
-        while start < end and data[start] in _SEP:
+        while start < end and data[start] in SEP:
             start += 1
     buf = bytearray(b"[")
     buf += pending
@@ -475,13 +475,13 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
                                       "pass a PyTorch profiler trace as the profiler wrote it")
                 if data is None:
                     return
-                data, pending = data.lstrip(_SEP), b""  # the rest of the chunk takes the fast path like any other
+                data, pending = data.lstrip(SEP), b""  # the rest of the chunk takes the fast path like any other
                 continue
             if skipping:
                 at = _skip_entry(sc, data)
                 if at is None:
                     return
-                data, skipping = data[at:].lstrip(_SEP), False
+                data, skipping = data[at:].lstrip(SEP), False
                 continue
             cut = last_cut(data)
             if cut >= 0:
@@ -492,11 +492,11 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
                 else:
                     proven, item = got is not REFUSED, Claimed(got)
                 if proven:
-                    pending = data[cut:].lstrip(_SEP)
+                    pending = data[cut:].lstrip(SEP)
                     yield [item], res
                     return
             elif len(pending) < 4 * chunk:
-                pending = pending + data if pending else data.lstrip(_SEP)  # no boundary yet: an entry longer than a chunk
+                pending = pending + data if pending else data.lstrip(SEP)  # no boundary yet: an entry longer than a chunk
                 yield from bound_pending()
                 return
             yield scan(pending + data), res

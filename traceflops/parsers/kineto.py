@@ -46,6 +46,7 @@ from traceflops.parsers.helper_start import wanted
 from traceflops.parsers.io import max_bytes_default
 from traceflops.parsers.jsonstream import (
     MAX_ENTRY_BYTES,
+    SEP,
     root_members,
     split_events,
     stream_events,
@@ -158,7 +159,6 @@ def kernel_kinds(cat: pl.Expr, name: pl.Expr) -> pl.Expr:
 
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _HEAD_DECODER = msgspec.json.Decoder(_Head)
-_SEP = b", \n\r\t"
 NOT_AN_OBJECT = "traceEvents entries that are not objects (skipped)"
 TOO_DEEP = "events nested too deeply to decode (skipped)"
 OVERSIZED = f"traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB (skipped unread)"
@@ -201,7 +201,7 @@ def decode_counted(text: bytes | bytearray) -> tuple[dict[str, pl.DataFrame], Co
 
 
 def _decode_pieces(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
-    pieces = [q for q in (_object_only(p.lstrip(_SEP), warnings) for p in pieces) if q]
+    pieces = [q for q in (_object_only(p.lstrip(SEP), warnings) for p in pieces) if q]
     out = []
     for p in pieces:
         try:
@@ -218,6 +218,13 @@ def _decode_pieces(pieces: list[bytes], warnings: Warnings) -> list[_Event]:
     return out
 
 
+def read_event(piece: bytes) -> _Event | None:
+    """One traceEvents entry as the parser reads it (its fields, args dropped when they do not fit), or None where
+    the parser skips it: what a tool that rewrites the trace numbers, so its ids are the parser's."""
+    got = _decode_pieces([piece], Warnings())
+    return got[0] if got else None
+
+
 def _object_only(piece: bytes, warnings: Warnings) -> bytes:
     """An event's bytes from its opening brace; array entries before it that are not objects are counted.
 
@@ -227,7 +234,7 @@ def _object_only(piece: bytes, warnings: Warnings) -> bytes:
     if piece[:1] == b"{" or not piece:
         return piece
     at = piece.find(b"{")
-    stray = (piece[:at] if at >= 0 else piece).strip(_SEP)
+    stray = (piece[:at] if at >= 0 else piece).strip(SEP)
     if stray:
         warnings.add(NOT_AN_OBJECT, stray.count(b",") + 1)
     return piece[at:] if at >= 0 else b""

@@ -69,6 +69,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from operator import methodcaller
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -86,12 +87,13 @@ from traceflops.core.vocab import PHASES
 from traceflops.parsers.io import check_regular, max_bytes_default
 from traceflops.parsers.jsonstream import (
     MAX_ENTRY_BYTES,
+    SEP,
     StreamResult,
     root_members,
     split_events,
     stream_events,
 )
-from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS
+from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS, read_event
 
 CAT = "traceflops"
 CHUNK = 2 << 20  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
@@ -101,7 +103,6 @@ PROCESS = "traceflops"
 # --- reading and numbering ----------------------------------------------------
 
 
-_SEP = b", \n\r\t"
 # The parser's typed decode refuses nesting deeper than the interpreter's recursion limit, orjson only past 1024 levels:
 # this skim (in C, no values built) says where the parser would have skipped an entry.
 _SKIM = msgspec.json.Decoder(list[msgspec.Raw])
@@ -114,13 +115,30 @@ def _decoded(text: bytes | bytearray) -> list:
     return orjson.loads(text)
 
 
+class Verbatim(dict):
+    """An entry the parser reads but orjson cannot (a number no double holds, in a field the parser skips): numbered
+    by the fields the parser read, written through as its own bytes (`raw`), so unannotated."""
+
+    def __init__(self, fields: dict, raw: bytes) -> None:
+        super().__init__(fields)
+        self.raw = raw
+
+
+def _entry(piece: bytes):
+    """A piece orjson cannot decode: a `Verbatim` where the parser still reads it, else its bytes (numbered as nothing)."""
+    ev = read_event(piece)
+    if ev is None:
+        return piece
+    return Verbatim({"ph": ev.ph, "cat": ev.cat, "name": ev.name, "ts": ev.ts, "dur": ev.dur}, piece)
+
+
 def array_entries(text: bytes | bytearray) -> list:
     """One array of whole traceEvents entries (a `jsonstream.stream_events` text), decoded.
 
     An array that does not decode whole is split and decoded entry by entry; an
-    entry that still does not (nested too deeply, a number no double holds, not
-    JSON) stays its own bytes, written through as it was: the parser skips it,
-    so it is numbered as nothing (a `bytes` is never a decoded JSON value).
+    entry that still does not stays as it was and is written through: its bytes
+    where the parser skips it too (nested too deeply, not JSON), numbered as
+    nothing; a `Verbatim` where the parser reads it, numbered as the parser does.
     """
     try:
         return _decoded(text)
@@ -128,31 +146,32 @@ def array_entries(text: bytes | bytearray) -> list:
         pass
     out: list = []
     for piece in split_events(bytes(text).strip()[1:-1]):
-        piece = piece.strip(_SEP)
+        piece = piece.strip(SEP)
         if not piece:
             continue
         try:
             out.extend(_decoded(b"[" + piece + b"]"))
         except _UNREADABLE:
-            out.append(piece)
+            out.append(_entry(piece))
     return out
 
 
 def serialized(items: list) -> bytes:
     """The entries as the inside of a JSON array (no brackets), decoded ones as orjson writes them, verbatim ones as they were."""
-    if not any(x.__class__ is bytes for x in items):
+    if not any(map(_as_read, items)):
         return orjson.dumps(items, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-    parts, run = [], []
-    for x in items + [b""]:
-        if x.__class__ is bytes:
-            if run:
-                parts.append(orjson.dumps(run, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
-                run = []
-            if x:
-                parts.append(x)
+    parts = []
+    for kept, run in groupby(items, key=_as_read):
+        if kept:
+            parts += [x if x.__class__ is bytes else x.raw for x in run]
         else:
-            run.append(x)
+            parts.append(orjson.dumps(list(run), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
     return b",".join(parts)
+
+
+def _as_read(x) -> bool:
+    """An entry written through as it was read (bytes, or a `Verbatim`), not re-serialized."""
+    return x.__class__ is bytes or x.__class__ is Verbatim
 
 
 def _usable(e: Any) -> bool:
@@ -445,13 +464,13 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
                 redacted = got.redacted + _redact_meta_events(new)
                 before, after, n_head, dropped = _head_parts(got.head)
                 if dropped:
-                    got.warnings.append(f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply) left out")
+                    got.warnings.append(f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
+                                        "a number no double holds, not JSON) left out")
                 out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
                 spool.seek(0)
                 shutil.copyfileobj(spool, out, 1 << 20)
                 n_new = len(new)
                 n_added = _write_added(out, new, got.written)
-                del new
                 summary = {
                     "events_in": got.events_in,
                     "events_added": n_new,
@@ -479,7 +498,7 @@ def _write_added(out: BinaryIO, new: list, after_events: bool, batch: int = 8192
     n = 0
     for i in range(0, len(new), batch):
         k = min(batch, len(new) - i)
-        data, m = redact_bytes(serialized(new[i : i + k]))
+        data, m = redact_bytes(orjson.dumps(new[i : i + k], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])  # all decoded values
         new[i : i + k] = [None] * k
         n += m
         out.write(b"," + data if i or after_events else data)
@@ -509,7 +528,6 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
     for texts, res in stream_events(path, max_bytes_default(), chunk=CHUNK):
         for text in texts:
             items = array_entries(text)
-            del text
             kern_at, op_at = numbering(items)
             if kernels is not None:
                 for e, r in kernels.take(items, kern_at, path):
@@ -518,7 +536,7 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
                 _add_op_args(e, r)
             got.redacted += _redact_meta_events(items)
             got.pids |= used_pids(items)
-            unread += sum(1 for x in items if x.__class__ is bytes)
+            unread += sum(map(_as_read, items))
             data, n = redact_bytes(serialized(items))
             got.redacted += n
             got.events_in += len(items)
@@ -548,7 +566,8 @@ def _stream_warnings(res: StreamResult, unread: int) -> list[str]:
     if res.stray:
         out.append(f"{res.stray} traceEvents entries after the last object that are not objects left out")
     if unread:
-        out.append(f"{unread} traceEvents entries that do not decode (nested too deeply, not JSON) written through unchanged, unannotated")
+        out.append(f"{unread} traceEvents entries that do not decode (nested too deeply, a number no double holds, not JSON) "
+                   "written through unchanged, unannotated")
     return out
 
 
@@ -585,9 +604,9 @@ def _redact_meta_events(events: list) -> int:
 def _head_parts(head: bytes) -> tuple[bytes, bytes, int, int]:
     """The top-level keys before and after traceEvents, redacted and serialized (each without braces), the count, and the fields left out.
 
-    A previous annotation's `traceflops` record is dropped (a new one is written).
-    A head that does not decode whole is read field by field (`jsonstream.root_members`),
-    as the parser reads it; a field that does not decode (nested too deeply) is left out.
+    A previous annotation's `traceflops` record is dropped (`_around_events`).
+    A head orjson does not decode whole is read field by field (`jsonstream.root_members`);
+    a field it does not decode (nested too deeply, a number no double holds, not JSON) is left out.
     """
     dropped = 0
     try:
@@ -713,7 +732,7 @@ def write_redacted(out_path: str, doc: dict, summary: dict[str, Any], trace_path
 def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:
     """`fill(out, tmp)` writes the trace into a temporary file beside `path`, which then replaces it; what `fill` returned.
 
-    Gzipped unless `path` ends in .json, compressed as it is written (the output is never held whole).
+    Gzipped unless `path` ends in .json, compressed as `fill` writes it.
     `tmp` is that file's path, for scratch files beside it.
     """
     result = None
