@@ -326,3 +326,23 @@ def test_an_event_with_a_number_no_double_holds_is_numbered_as_the_parser_does(t
     # every other kernel carries its own FLOPs: an id shifted by one would give a kernel its neighbour's
     assert sorted(e["args"]["traceflops.flops"] for e in marked if e["name"] == "sm90_gemm_bwd") == [2 * M * K * N] * 2
     assert any("a number no double holds" in w for w in s["warnings"])
+
+
+@pytest.mark.parametrize("junk", ["1e400", "[" * 100_000 + "]" * 100_000])
+def test_a_metadata_entry_that_does_not_decode_is_left_out_not_written_through(tmp_path, junk):
+    """A process label's args are redacted by key; one that cannot be decoded (a number no double holds: the parser
+    still reads it; nested too deeply: nobody does) cannot be, so it is left out and counted, not copied as it was."""
+    doc = two_steps().doc()
+    meta = '{"ph": "M", "name": "process_labels", "pid": 100, "args": {"api_token": "hunter2hunter2", "junk": ' + junk + "}}"
+    src = tmp_path / "meta.json"
+    src.write_text(events_text(doc, meta))
+    a = analyze(str(src))
+    out = tmp_path / "out.json"
+    s = annotate(str(src), a, str(out))
+    text = out.read_text()
+    assert "hunter2" not in text
+    assert "process_labels" not in text
+    got = json.loads(text)
+    assert [e["args"]["traceflops.flops"] for e in marked_kernels(got)] == [2 * M * K * N] * 2
+    assert s["events_in"] == len(doc["traceEvents"]) + 1
+    assert any("1 metadata ('M') entries that do not decode left out" in w for w in s["warnings"])

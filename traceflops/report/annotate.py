@@ -34,7 +34,10 @@ metadata ('M') event (process and thread labels). The recorded events' own
 args and names (shapes, types, ids the parser reads) are not redacted by key,
 but the whole written trace, added events included, passes the shape rules
 (`core.redact.redact_bytes`: URL passwords and known token shapes), so no
-token-shaped string reaches the output wherever it sat. A top-level
+token-shaped string reaches the output wherever it sat. An entry that does
+not decode is written through as it was, except a metadata entry (or bytes
+that may be one), which is left out and counted: its labels cannot be
+redacted by key. A top-level
 `traceflops` key records what was added and how many values were redacted.
 
 The output is written atomically (a temporary file beside it, then a rename),
@@ -66,6 +69,7 @@ import dataclasses
 import gzip
 import math
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -167,6 +171,17 @@ def serialized(items: list) -> bytes:
         else:
             parts.append(orjson.dumps(list(run), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
     return b",".join(parts)
+
+
+_MAYBE_META = re.compile(rb'"M"|\\u')
+
+
+def _unredactable(x) -> bool:
+    """A metadata entry the key rules cannot reach: one the parser read as 'M', or bytes nobody reads that may be one
+    (an "M" string, or an escape that could spell it). Written through, its labels would be copied unredacted."""
+    if x.__class__ is Verbatim:
+        return x.get("ph") == "M"
+    return x.__class__ is bytes and _MAYBE_META.search(x) is not None
 
 
 def _as_read(x) -> bool:
@@ -513,6 +528,7 @@ class _Streamed:
     events_in: int = 0  # entries written, in file order
     written: bool = False  # anything written to the spool
     redacted: int = 0  # values redacted in metadata events and by shape in the events' bytes
+    meta_left_out: int = 0  # metadata entries that do not decode (their args cannot be redacted by key)
     pids: set = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
 
@@ -536,10 +552,14 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
                 _add_op_args(e, r)
             got.redacted += _redact_meta_events(items)
             got.pids |= used_pids(items)
-            unread += sum(map(_as_read, items))
+            got.events_in += len(items)
+            if any(map(_as_read, items)):
+                kept = [x for x in items if not _unredactable(x)]
+                got.meta_left_out += len(items) - len(kept)
+                items = kept
+                unread += sum(map(_as_read, items))
             data, n = redact_bytes(serialized(items))
             got.redacted += n
-            got.events_in += len(items)
             if data:
                 spool.write(b"," + data if got.written else data)
                 got.written = True
@@ -550,11 +570,11 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
         kernels.finish(path)
     ops.finish(path)
     got.head = res.head
-    got.warnings = _stream_warnings(res, unread)
+    got.warnings = _stream_warnings(res, unread, got.meta_left_out)
     return got
 
 
-def _stream_warnings(res: StreamResult, unread: int) -> list[str]:
+def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list[str]:
     """What of the input is not in the output as decoded events, each counted (the parser counts the same in its warnings)."""
     out = []
     if res.arrays > 1:
@@ -568,6 +588,9 @@ def _stream_warnings(res: StreamResult, unread: int) -> list[str]:
     if unread:
         out.append(f"{unread} traceEvents entries that do not decode (nested too deeply, a number no double holds, not JSON) "
                    "written through unchanged, unannotated")
+    if meta_left_out:
+        out.append(f"{meta_left_out} metadata ('M') entries that do not decode left out (their labels could not be "
+                   "checked for secrets)")
     return out
 
 
