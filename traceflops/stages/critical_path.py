@@ -238,18 +238,16 @@ def _walk(g: _Graph, start_kernel: int, p: _Path, skip_busy: bool) -> None:
             if p.done:
                 return
         kind = int(g.pred[h])
-        if kind != _STREAM:  # the gap before the run: launch latency, a cross-stream wait, or nothing recorded
-            p.add(g.ready[h], {_LAUNCH: "launch", _CROSS: "sync"}.get(kind, "idle"),
-                  {_LAUNCH: g.launch_name[h], _CROSS: "wait on another stream"}.get(kind, "idle"))
         if kind == _STREAM:  # a run head in the middle of a stream only after skip_busy
             p.add(g.end[h - 1], "idle", "idle")
             i = h - 1
-        elif kind == _LAUNCH:
+        elif kind == _LAUNCH:  # one segment per launch: the runtime call and its latency until the kernel starts
             p.add(g.launch_ts[h], "launch", g.launch_name[h])
             i = _host(g, g.launch_tid[h], float(g.launch_ts[h]), p)
         elif kind == _CROSS:
+            p.add(g.ready[h], "sync", "wait on another stream")
             i = int(g.cross[h])
-        else:
+        else:  # nothing recorded explains the run's start: idle back to the window's start
             p.add(p.lo, "idle", "idle")
             i = None
     if not p.done:
