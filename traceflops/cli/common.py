@@ -127,14 +127,14 @@ class Progress:
             self.bar.stop()
 
 
-def start_decode_helper(traces, kw) -> None:
+def start_decode_helper(traces, no_cache: bool) -> None:
     """One large trace's decode helper, started before this process's imports so the two import side by side.
 
     Only without a cache: a kept report may need no parse at all, and its check
     reads the whole file first (the helper then starts with the parse). Only for
     a Kineto trace: the XLA parser takes no helper, and an idle one held ~60 MB to the end.
     """
-    if len(traces) == 1 and kw.get("no_cache"):
+    if len(traces) == 1 and no_cache:
         from traceflops.core.errors import TraceflopsError
         from traceflops.parsers import detect_format
         from traceflops.parsers.helper_start import start_early

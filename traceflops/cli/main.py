@@ -48,7 +48,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     progress = Progress(kw.get("quiet", False))
 
     def go():
-        start_decode_helper(traces, kw)
+        start_decode_helper(traces, bool(kw.get("no_cache")))
         from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.inputs import expand_with_warnings
         from traceflops.run.load import analyze as run_analysis

@@ -113,9 +113,14 @@ def compact(df: pl.DataFrame) -> pl.DataFrame:
     holds its values: 16 bytes per row for text, 8 for a number. Ten of them
     were a fifth of a large trace's memory.
     """
-    n = df.height
-    null = [null_column(n, t).alias(c) for c, t in df.schema.items() if df[c].null_count() == n] if n else []
+    null = [null_column(df.height, df.schema[c]).alias(c) for c in all_null(df)]
     return df.with_columns(null) if null else df
+
+
+def all_null(df: pl.DataFrame) -> list[str]:
+    """The columns that hold no value (none in a table without rows: there is nothing to store)."""
+    n = df.height
+    return [c for c in df.columns if df[c].null_count() == n] if n else []
 
 
 def empty(schema: dict) -> pl.DataFrame:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 import polars as pl
 
-from traceflops.core.trace import null_column
+from traceflops.core.trace import all_null, null_column
 from traceflops.parsers.helper_start import take
 from traceflops.parsers.jsonstream import REFUSED, Claimed
 
@@ -179,7 +179,7 @@ def pack(decoded: Decoded) -> bytes:
     tables, counts = decoded
     out = {}
     for name, df in tables.items():
-        empty = {c: str(t) for c, t in df.schema.items() if str(t) in _NULL_TYPES and df[c].null_count() == df.height}
+        empty = {c: str(df.schema[c]) for c in all_null(df) if str(df.schema[c]) in _NULL_TYPES}
         rest = df.drop(list(empty))
         out[name] = {"rows": df.height, "columns": df.columns, "nulls": empty, "values": _ipc(rest) if rest.width else None}
     return msgspec.msgpack.encode({"counts": dict(counts), "tables": out})

@@ -80,7 +80,6 @@ def start_early(path: str) -> None:
     proc = start()
     if proc is not None:
         _early.append(proc)
-        atexit.register(drop_early)
 
 
 def take() -> subprocess.Popen | None:
@@ -98,3 +97,6 @@ def drop_early() -> None:
         proc = _early.pop()
         proc.kill()
         proc.wait()
+
+
+atexit.register(drop_early)
