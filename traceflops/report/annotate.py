@@ -45,15 +45,15 @@ gzipped unless the name ends in plain `.json`, compressed as it is written.
 
 The input is read as the parser reads it (`parsers.jsonstream.stream_events`):
 a few MiB of whole entries at a time are decoded, annotated and written to a
-spool file beside the output, so memory holds one such array and the analysis,
+nameless spool file beside the output, so memory holds one such array and the analysis,
 never the document. The output is then assembled in the input's key order: the
 top-level keys before traceEvents, the events (the spool, then the added ones),
 the keys after, the `traceflops` record. Layouts the parser reads are written
 as one plain document: a byte-order mark is dropped, two root-level traceEvents
 arrays become one (in file order), an entry longer than
 `jsonstream.MAX_ENTRY_BYTES` is left out, and an entry that does not decode
-(nested too deeply, not JSON) is written through as its bytes, unannotated;
-each is counted in the record's `warnings`. A file cut short is refused.
+(nested too deeply, not JSON) is written through as its bytes, unannotated
+(a metadata entry is left out instead, see above); each is counted in the record's `warnings`. A file cut short is refused.
 
 Device activities are matched to `Analysis.kernels` by `kernel_id`, which the
 Kineto parser assigns as the order, in the file, of the complete ('X') events
@@ -71,6 +71,7 @@ import math
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -470,36 +471,33 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
     def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
-        spool_path = tmp.with_name(tmp.name + ".events")
-        try:
-            with open(spool_path, "w+b") as spool:
-                got = _stream_input(trace_path, spool, kernels, ops)
-                pid = _new_pid(got.pids)
-                new = added_events(analysis, pid)
-                redacted = got.redacted + _redact_meta_events(new)
-                before, after, n_head, dropped = _head_parts(got.head)
-                if dropped:
-                    got.warnings.append(f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
-                                        "a number no double holds, not JSON) left out")
-                out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
-                spool.seek(0)
-                shutil.copyfileobj(spool, out, 1 << 20)
-                n_new = len(new)
-                n_added = _write_added(out, new, got.written)
-                summary = {
-                    "events_in": got.events_in,
-                    "events_added": n_new,
-                    "kernels_annotated": 0 if kernels is None else kernels.frame.height,
-                    "ops_annotated": analysis.ops.height,
-                    "pid": pid,
-                    "redacted_values": redacted + n_head + n_added,
-                    **({"warnings": got.warnings} if got.warnings else {}),
-                }
-                summary, record = _record(summary, trace_path, note)
-                out.write(b"]" + (b"," + after if after else b"") + b',"traceflops":' + record + b"}")
-                return summary
-        finally:
-            spool_path.unlink(missing_ok=True)
+        # Nameless where the system allows (O_TMPFILE): nothing is left beside the output if the process is killed.
+        with tempfile.TemporaryFile(dir=tmp.parent, prefix=".traceflops-events-") as spool:
+            got = _stream_input(trace_path, spool, kernels, ops)
+            pid = _new_pid(got.pids)
+            new = added_events(analysis, pid)
+            redacted = got.redacted + _redact_meta_events(new)
+            before, after, n_head, dropped = _head_parts(got.head)
+            if dropped:
+                got.warnings.append(f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
+                                    "a number no double holds, not JSON) left out")
+            out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
+            spool.seek(0)
+            shutil.copyfileobj(spool, out, 1 << 20)
+            n_new = len(new)
+            n_added = _write_added(out, new, got.written)
+            summary = {
+                "events_in": got.events_in,
+                "events_added": n_new,
+                "kernels_annotated": 0 if kernels is None else kernels.frame.height,
+                "ops_annotated": analysis.ops.height,
+                "pid": pid,
+                "redacted_values": redacted + n_head + n_added,
+                **({"warnings": got.warnings} if got.warnings else {}),
+            }
+            summary, record = _record(summary, trace_path, note)
+            out.write(b"]" + (b"," + after if after else b"") + b',"traceflops":' + record + b"}")
+            return summary
 
     summary = write_output(out_path, fill)
     return {**summary, "path": str(out_path)}
