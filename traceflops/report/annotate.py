@@ -92,7 +92,9 @@ from traceflops.core.vocab import PHASES
 from traceflops.parsers.io import check_regular, max_bytes_default
 from traceflops.parsers.jsonstream import (
     MAX_ENTRY_BYTES,
+    REFUSED,
     SEP,
+    Claimed,
     StreamResult,
     root_members,
     split_events,
@@ -118,6 +120,14 @@ def _decoded(text: bytes | bytearray) -> list:
     """A JSON array of entries decoded, if both orjson and the parser's decoder read it whole (else it raises)."""
     _SKIM.decode(text)
     return orjson.loads(text)
+
+
+def _claim(text: bytearray):
+    """The stream's proof of a cut: the array decoded whole (no skim first), else REFUSED (the scanner splits it)."""
+    try:
+        return _decoded(text)
+    except _UNREADABLE:
+        return REFUSED
 
 
 class Verbatim(dict):
@@ -539,9 +549,9 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
     got = _Streamed()
     unread = 0
     res = None
-    for texts, res in stream_events(path, max_bytes_default(), chunk=CHUNK):
+    for texts, res in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=_claim):
         for text in texts:
-            items = array_entries(text)
+            items = text.value if text.__class__ is Claimed else array_entries(text)
             kern_at, op_at = numbering(items)
             if kernels is not None:
                 for e, r in kernels.take(items, kern_at, path):
