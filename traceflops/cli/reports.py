@@ -103,7 +103,8 @@ def _terminal_text(render, value) -> str:
 def annotate_cmd(trace, output, **kw):
     """Write TRACE back with phases, FLOPs and counters, for Perfetto or chrome://tracing.
 
-    Every input event is kept; device kernels (and ops) gain `traceflops.*`
+    Input events are kept (one left out, such as a metadata entry that does
+    not decode, is counted in the warnings); device kernels (and ops) gain `traceflops.*`
     args; a new `traceflops` process holds per-phase tracks, step windows and
     counters (achieved TFLOP/s, MFU and HFU per step). Secrets in the trace's
     metadata (environment variables, tokens, keys, passwords) are redacted.
@@ -122,7 +123,8 @@ def annotate_cmd(trace, output, **kw):
         refuse_overwrite([trace], **{"-o": output})
         a = for_annotation(analyze(trace, opts, cache_dir))  # the rest of the analysis is let go before the trace is streamed through
         return_freed_memory()
-        modules = module_of(a.ops, launching_rows(a.kernels)) if a.kernels.height else None
+        kineto = a.meta.get("format") != "xplane"  # an XLA profile's annotation names no modules
+        modules = module_of(a.ops, launching_rows(a.kernels)) if kineto and a.kernels.height else None
         s = annotate(trace, a, output, modules)
         click.echo(printable(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
                    f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted"), err=True)

@@ -2,8 +2,8 @@
 
 `annotate(trace_path, analysis, out_path)` streams the original JSON through and writes it back with:
 
-* every input event kept, in order, unchanged except that device activities
-  (and ops) gain args:
+* every input event kept, in order (those left out are listed below and
+  counted), unchanged except that device activities (and ops) gain args:
   - device activity (kernel, memcpy, memset): `traceflops.phase`,
     `traceflops.class` (matmul | other_compute | communication | memcpy |
     memset), `traceflops.flops` (null when unknown or not a matmul),
