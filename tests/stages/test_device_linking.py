@@ -139,3 +139,28 @@ def test_thread_order_check_agrees_with_polars_sort_nulls_included():
         assert in_thread_order(want)
         assert in_thread_order(df) == want.equals(df)
         assert thread_order(df).equals(want)
+
+
+def test_layout_and_copy_kernels_under_a_matmul_op_are_not_matmul_time(tmp_path):
+    """cuDNN and MIOpen run a convolution as transposes around a GEMM: the transposes move data, so they are
+    other compute, and the GEMM kernel carries the op's FLOPs (2·M·K·N by the formula) alone. An op that
+    launched no kernel but such a helper keeps it as its matmul kernel, so its FLOPs are not lost."""
+    from tests.builders import Builder
+
+    m, k, n = 48, 40, 24
+    shapes = {"Input Dims": [[m, k], [k, n]], "Input type": ["float", "float"]}
+    b = Builder()
+    b.annotation("ProfilerStep#0", 0, 1000)
+    b.op("aten::mm", 10, 50, **shapes)
+    b.kernel("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>", 11, 100, 30)
+    b.kernel("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8", 12, 130, 10)
+    b.kernel("batched_transpose_32x32_half", 13, 140, 20)
+    b.op("aten::mm", 100, 20, **shapes)
+    b.kernel("void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false, (cudnnKernelDataType_t)0>", 101, 200, 5)
+    a = analyze(b.write(tmp_path / "t.json.gz"))
+    got = {r["name"].split("<")[0].split("(")[0]: (r["cls"], r["flops"]) for r in a.kernels.iter_rows(named=True)}
+    assert got["void cudnn::ops::nchwToNhwcKernel"] == ("other_compute", None)
+    assert got["batched_transpose_32x32_half"] == ("other_compute", None)
+    assert got["sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8"] == ("matmul", 2 * m * k * n)
+    assert got["void cudnn::ops::nhwcToNchwKernel"] == ("matmul", 2 * m * k * n)  # its op's only kernel
+    assert a.kernels["flops"].sum() == a.totals["flops"]["executed"] == 2 * 2 * m * k * n

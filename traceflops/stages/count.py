@@ -225,12 +225,23 @@ def _first_dtype(types: str) -> str | None:
 GEMM_KERNEL_RE = r"(?i)gemm|cutlass|cublas|hipblas|rocblas|\bnvjet|xmma|implicit_convolve|conv2d_|dgrad|wgrad|fprop|cijk_"
 
 
-def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Matmul-class kernels: compute kernels launched under an executed leaf matmul op.
+# Kernels a GEMM or convolution library runs around its GEMM that only move data: layout transforms (cuDNN, MIOpen),
+# tensor scaling and offset tables (cuDNN), sub-tensor ops (MIOpen), copies into a contiguous operand (PyTorch).
+AUX_KERNEL_RE = (r"(?i)nchwToNhwc|nhwcToNchw|transpose|scalePackedTensor|compute[AB]?OffsetsKernel|SubTensorOp"
+                 r"|direct_copy_kernel|copy_device_to_device")
 
-    The op's FLOPs are shared among its compute kernels in proportion to duration.
-    A trace without host ops (device activity only) has no op to ask: there a
-    GEMM or convolution kernel is matmul-class by its name, its FLOPs unknown.
+_SAYS_GEMM = GEMM_KERNEL_RE + r"|triton_tem|matmul|gemv"  # a fused GEMM template (inductor's triton_tem_*) may name a transpose
+
+
+def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Matmul-class kernels: compute kernels launched under an executed leaf matmul op, but for its data movers.
+
+    The op's FLOPs are shared among its matmul kernels in proportion to duration.
+    A kernel named as a layout transform or copy (`AUX_KERNEL_RE`, unless its
+    name also says GEMM) does no FLOPs: other compute, unless it is all the op
+    launched (its FLOPs then stay on it rather than vanish). A trace without
+    host ops (device activity only) has no op to ask: there a GEMM or
+    convolution kernel is matmul-class by its name, its FLOPs unknown.
     """
     if kernels.height == 0:
         return kernels.with_columns(
@@ -245,7 +256,9 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
     )
     has_op = pl.col("matmul_row").is_not_null() if ops.height else pl.col("name").str.contains(GEMM_KERNEL_RE)
-    is_mm = (pl.col("kind") == "compute") & has_op
+    compute = pl.col("kind") == "compute"
+    mover = pl.col("name").str.contains(AUX_KERNEL_RE) & ~pl.col("name").str.contains(_SAYS_GEMM)
+    is_mm = compute & has_op & (~mover | ~(compute & ~mover).any().over("matmul_row"))
     kernels = kernels.with_columns(
         cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
     )
