@@ -146,6 +146,25 @@ def test_many_tiny_elementwise_kernels_are_the_non_matmul_entry(tmp_path):
     assert any("compile" in r for r in nm["remedies"])
 
 
+def test_convolution_layout_transposes_point_to_channels_last(tmp_path):
+    """cuDNN transposing NCHW activations to NHWC around each convolution: the transposes are most of the non-matmul
+    time (30 of 40 µs here), and the entry says so and names the memory format that removes them."""
+    b = Builder()
+    b.annotation("ProfilerStep#1", 0, 5000)
+    for i in range(3):
+        b.op("aten::cudnn_convolution", 10 + 100 * i, 60)
+        b.kernel("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>",
+                 11 + 100 * i, 1000 + 200 * i, 10)
+        b.kernel("sm80_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nchw", 12 + 100 * i, 1010 + 200 * i, 50)
+    b.op("aten::add", 400, 5)
+    b.kernel(ELEMENTWISE[0], 401, 1700, 10)
+    a = analyze(b.write(tmp_path / "conv.json.gz"))
+    nm = only(a.advice, "non_matmul")
+    assert nm["data"]["layout_transpose_us"] == pytest.approx(30.0)
+    assert any("3 layout transposes" in e and "30.0 µs" in e for e in nm["evidence"])
+    assert "channels_last" in nm["remedies"][0]
+
+
 def test_a_host_bound_step_is_the_idle_entry_with_reason_host_bound(tmp_path):
     b = Builder()
     b.annotation("ProfilerStep#1", 0, 2000)

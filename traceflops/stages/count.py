@@ -227,7 +227,8 @@ GEMM_KERNEL_RE = r"(?i)gemm|cutlass|cublas|hipblas|rocblas|\bnvjet|xmma|implicit
 
 # Kernels a GEMM or convolution library runs around its GEMM that only move data: layout transforms (cuDNN, MIOpen),
 # tensor scaling and offset tables (cuDNN), sub-tensor ops (MIOpen), copies into a contiguous operand (PyTorch).
-AUX_KERNEL_RE = (r"(?i)nchwToNhwc|nhwcToNchw|transpose|scalePackedTensor|compute[AB]?OffsetsKernel|SubTensorOp"
+LAYOUT_KERNEL_RE = r"(?i)nchwToNhwc|nhwcToNchw|NCHW2CNHW|CNHW2NCHW|batched_transpose"  # NCHW <-> NHWC around a convolution
+AUX_KERNEL_RE = (LAYOUT_KERNEL_RE + r"|transpose|scalePackedTensor|compute[AB]?OffsetsKernel|SubTensorOp"
                  r"|direct_copy_kernel|copy_device_to_device")
 
 _SAYS_GEMM = GEMM_KERNEL_RE + r"|triton_tem|matmul|gemv"  # a fused GEMM template (inductor's triton_tem_*) may name a transpose

@@ -82,6 +82,7 @@ from traceflops.core.vocab import GAP_REASONS, OVERLAYS, PARTITION
 from traceflops.metrics import budget as bd
 from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
+from traceflops.stages.count import LAYOUT_KERNEL_RE
 from traceflops.stages.link import nearest
 from traceflops.views.rollup import GEMM_TIME_MATTERS
 
@@ -747,6 +748,7 @@ TERM_OF = {  # the budget term a rule's item explains part of
 ENTRY_KIND = {"communication_exposed": "communication"}  # a term whose entry keeps its rule's kind (else: the term)
 FUSE_GAP_US = 5.0  # short kernels this close on one stream run back to back
 FUSE_RUN = 3  # so many short non-matmul kernels in a row are one fusion candidate
+LAYOUT_SHARE = 0.1  # layout transposes this much of the non-matmul time are worth their own remedy
 
 RECORD = {  # what to record next time, by framework
     "shapes": ("profile with record_shapes=True: the ops' input shapes give FLOPs and GEMM shapes",
@@ -902,7 +904,17 @@ def _non_matmul(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
         ev.append(phase)
     opt = float(other.filter(pl.col("phase") == "optimizer")["dur"].sum()) if other.height and "phase" in other.columns else 0.0
     total = float(other["dur"].sum()) if other.height else 0.0
+    layout = other.filter(pl.col("name").str.contains(LAYOUT_KERNEL_RE)) if device and other.height else other.clear()
+    data["layout_transpose_us"] = t_layout = float(layout["dur"].sum()) if layout.height else 0.0
+    if total and t_layout >= LAYOUT_SHARE * total:
+        ev.append(f"{layout.height} layout transposes around convolutions (NCHW to NHWC and back) take {fmt.duration(t_layout)}, "
+                  f"{fmt.pct(t_layout / total, keep_small=False)} of it")
     remedies = _remedies_of(findings)
+    if total and t_layout >= LAYOUT_SHARE * total:
+        remedies += _say(ctx, [("channels_last: model.to(memory_format=torch.channels_last) and the same for its inputs, so cuDNN "
+                               "runs the convolutions in NHWC without transposing (tensor cores want NHWC, above all in fp16/bf16)")],
+                         [("The convolutions are transposed to and from the layout cuDNN runs: give the convolutions NHWC "
+                           "(dimension_numbers=('NHWC', 'HWIO', 'NHWC')) so XLA has nothing to transpose")])
     remedies += _say(ctx, [
         ("torch.compile the model (or its hot blocks): Inductor fuses chains of elementwise and normalization ops into one kernel, "
         "so the intermediates never go through memory"),
