@@ -123,6 +123,16 @@ def all_null(df: pl.DataFrame) -> list[str]:
     return [c for c in df.columns if df[c].null_count() == n] if n else []
 
 
+def names_matching(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Series:
+    """The distinct names that match `pattern` (and not `unless`): a kernel name repeats thousands of times, so the
+    regex runs once per name, not once per kernel (per kernel it was most of this stage on a large trace)."""
+    distinct = names.drop_nulls().unique()
+    hit = distinct.str.contains(pattern)
+    if unless is not None:
+        hit = hit & ~distinct.str.contains(unless)
+    return distinct.filter(hit)
+
+
 def empty(schema: dict) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 

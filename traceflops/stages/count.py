@@ -14,6 +14,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.dtypes import dtype_of
+from traceflops.core.trace import names_matching
 from traceflops.flops import aten as registry
 from traceflops.stages.link import by_row, nearest, spread
 
@@ -258,8 +259,11 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     )
     has_op = pl.col("matmul_row").is_not_null() if ops.height else pl.col("name").str.contains(GEMM_KERNEL_RE)
     compute = pl.col("kind") == "compute"
-    mover = pl.col("name").str.contains(AUX_KERNEL_RE) & ~pl.col("name").str.contains(_SAYS_GEMM)
-    is_mm = compute & has_op & (~mover | ~(compute & ~mover).any().over("matmul_row"))
+    movers = names_matching(kernels["name"], AUX_KERNEL_RE, unless=_SAYS_GEMM)
+    is_mm = compute & has_op
+    if movers.len():
+        mover = pl.col("name").is_in(movers.implode())
+        is_mm = is_mm & (~mover | ~(compute & ~mover).any().over("matmul_row"))
     kernels = kernels.with_columns(
         cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
     )
