@@ -113,3 +113,5 @@ class Job:
     warnings: list[str]
     summaries: list[RankSummary]
     advice: list[dict[str, Any]] = field(default_factory=list)  # the job's "what to try": waits on late ranks, ranks' own top items
+    # Each warning once, as reports say it: (text, the ranks that gave it (none: the job's own), the most times one gave it).
+    warning_groups: list[tuple[str, tuple[int, ...], int]] = field(default_factory=list)

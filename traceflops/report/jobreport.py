@@ -169,14 +169,6 @@ def advice_lines(c: Console, job: Job) -> None:
 
 
 def warning_lines(job: Job) -> list[str]:
-    """The job's warnings once each: a rank's warning said once for all the ranks that gave it (`ranks 0-7: ...`), repeats counted."""
-    per_rank = {f"rank {s.rank}: {w}": (s.rank, w) for s in job.summaries for w in s.warnings}
-    own = [w for w in job.warnings if w not in per_rank]
-    ranks_of: dict[str, list[int]] = {}
-    repeats: dict[str, int] = {}
-    for s in job.summaries:
-        for w, n in fmt.counted(s.warnings):
-            ranks_of.setdefault(w, []).append(s.rank)
-            repeats[w] = max(repeats.get(w, 0), n)
-    return ([fmt.times(w, n) for w, n in fmt.counted(own)]
-            + [fmt.times(f"{fmt.ranks(rs)}: {w}", repeats[w]) for w, rs in ranks_of.items()])
+    """The job's warnings once each (`Job.warning_groups`): a rank's warning said once for all the ranks that gave it
+    (`ranks 0-7: ...`), repeats counted."""
+    return [fmt.times(f"{fmt.ranks(rs)}: {w}" if rs else w, n) for w, rs, n in job.warning_groups]

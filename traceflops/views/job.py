@@ -409,11 +409,23 @@ def job_view(
     totals["model_source"] = model.get("source")
     if m.height == 0 and len(summaries) > 1:
         warnings.append("no collective matched across ranks: clocks not aligned, arrival skew unknown")
+    groups = warning_groups(warnings, summaries)
     for s in summaries:
         warnings += [f"rank {s.rank}: {w}" for w in s.warnings]
     late = stragglers(coll, summaries)
     return Job(per_rank_table(summaries), steps, coll, late, pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals,
-               warnings, summaries, advice=job_advice(summaries, late, coll, exclude_steps))
+               warnings, summaries, advice=job_advice(summaries, late, coll, exclude_steps), warning_groups=groups)
+
+
+def warning_groups(own: list[str], summaries: list[RankSummary]) -> list[tuple[str, tuple[int, ...], int]]:
+    """The job's own warnings, then each rank warning once for all the ranks that gave it, with its most repeats in one rank."""
+    ranks_of: dict[str, list[int]] = {}
+    repeats: dict[str, int] = {}
+    for s in summaries:
+        for w, n in fmt.counted(s.warnings):
+            ranks_of.setdefault(w, []).append(s.rank)
+            repeats[w] = max(repeats.get(w, 0), n)
+    return [(w, (), n) for w, n in fmt.counted(own)] + [(w, tuple(rs), repeats[w]) for w, rs in ranks_of.items()]
 
 
 UNIT = "of step time, over all ranks"
