@@ -164,3 +164,14 @@ def test_layout_and_copy_kernels_under_a_matmul_op_are_not_matmul_time(tmp_path)
     assert got["sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8"] == ("matmul", 2 * m * k * n)
     assert got["void cudnn::ops::nhwcToNchwKernel"] == ("matmul", 2 * m * k * n)  # its op's only kernel
     assert a.kernels["flops"].sum() == a.totals["flops"]["executed"] == 2 * 2 * m * k * n
+
+
+def test_a_nameless_kernel_under_a_matmul_op_stays_matmul_beside_a_data_mover():
+    """A kernel without a name is not known to only move data, so it keeps its share of the op's FLOPs."""
+    from traceflops.stages.count import classify_kernels
+
+    k = pl.DataFrame({"name": [None, "void cudnn::ops::nchwToNhwcKernel<float>", "sm80_xmma_gemm_f32"],
+                      "kind": ["compute"] * 3, "op_row": [0, 0, 0], "dur": [1.0, 1.0, 2.0]})
+    ops = pl.DataFrame({"parent": [-1], "matmul": [True], "flops": [6.0], "row": [0]})
+    got = classify_kernels(k, ops).select("cls", "flops").rows()
+    assert got == [("matmul", 2.0), ("other_compute", None), ("matmul", 4.0)]

@@ -262,7 +262,7 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     movers = names_matching(kernels["name"], AUX_KERNEL_RE, unless=_SAYS_GEMM)
     is_mm = compute & has_op
     if movers.len():
-        mover = pl.col("name").is_in(movers.implode())
+        mover = pl.col("name").is_in(movers.implode()).fill_null(False)  # a nameless kernel moves nothing known
         is_mm = is_mm & (~mover | ~(compute & ~mover).any().over("matmul_row"))
     kernels = kernels.with_columns(
         cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
