@@ -32,16 +32,6 @@ def inflater(request, monkeypatch):
     return request.param
 
 
-def test_isal_is_used_where_it_is_installed(inflater):
-    pytest.importorskip("isal")
-    import subprocess
-    import sys
-
-    got = subprocess.run([sys.executable, "-c", "import traceflops.parsers.io as m; print(m.inflate.__name__)"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    assert got == "isal.isal_zlib"
-
-
 def members(data: bytes, n: int) -> bytes:
     step = len(data) // n + 1
     return b"".join(gzip.compress(data[i:i + step]) for i in range(0, len(data), step))

@@ -123,14 +123,14 @@ def all_null(df: pl.DataFrame) -> list[str]:
     return [c for c in df.columns if df[c].null_count() == n] if n else []
 
 
-def names_matching(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Series:
-    """The distinct names that match `pattern` (and not `unless`): a kernel name repeats thousands of times, so the
-    regex runs once per name, not once per kernel (per kernel it was most of this stage on a large trace)."""
+def name_matches(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Series:
+    """Per row, whether the name matches `pattern` (and not `unless`); a null name matches nothing. The regex runs
+    once per distinct name: kernel names are long and repeat thousands of times (per row it was most of a stage)."""
     distinct = names.drop_nulls().unique()
     hit = distinct.str.contains(pattern)
     if unless is not None:
         hit = hit & ~distinct.str.contains(unless)
-    return distinct.filter(hit)
+    return names.is_in(distinct.filter(hit).implode()).fill_null(False)
 
 
 def empty(schema: dict) -> pl.DataFrame:

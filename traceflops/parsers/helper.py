@@ -179,7 +179,8 @@ def pack(decoded: Decoded) -> bytes:
     tables, counts = decoded
     out = {}
     for name, df in tables.items():
-        empty = {c: str(df.schema[c]) for c in all_null(df) if str(df.schema[c]) in _NULL_TYPES}
+        kinds = {c: str(t) for c, t in df.schema.items()}
+        empty = {c: kinds[c] for c in all_null(df) if kinds[c] in _NULL_TYPES}
         rest = df.drop(list(empty))
         out[name] = {"rows": df.height, "columns": df.columns, "nulls": empty, "values": _ipc(rest) if rest.width else None}
     return msgspec.msgpack.encode({"counts": dict(counts), "tables": out})

@@ -36,7 +36,7 @@ from traceflops.core.trace import (
     Trace,
     Warnings,
     compact,
-    names_matching,
+    name_matches,
     null_column,
     thread_order,
     with_null_hints,
@@ -152,12 +152,10 @@ IGNORED_CATS = frozenset(
 _COMM_RE = re.compile(r"(?i)nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.IGNORECASE)
 
 
-def kernel_kinds(cat: pl.Expr, name: pl.Expr, names: pl.Series) -> pl.Expr:
-    """compute | communication | memcpy | memset, from the category and (for kernels) the name; `names` are the
-    kernels' names (the regex runs on each distinct one)."""
+def kernel_kinds(cat: pl.Expr, names: pl.Series) -> pl.Expr:
+    """compute | communication | memcpy | memset, from the category and (for kernels) the name."""
     base = cat.replace_strict(KERNEL_CATS, default=None)
-    comm = name.is_in(names_matching(names, _COMM_RE.pattern).implode())
-    return pl.when((base == "compute") & comm).then(pl.lit("communication")).otherwise(base)
+    return pl.when((base == "compute") & pl.lit(name_matches(names, _COMM_RE.pattern))).then(pl.lit("communication")).otherwise(base)
 
 
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
@@ -532,7 +530,7 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
         .with_row_index("kernel_id")
         .with_columns(
             pl.col("kernel_id").cast(pl.Int64),
-            kind=kernel_kinds(pl.col("cat"), pl.col("name"), tables["kernels"]["name"]),
+            kind=kernel_kinds(pl.col("cat"), tables["kernels"]["name"]),
             device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False)),
             stream=pl.coalesce("stream", "tid"),
         )

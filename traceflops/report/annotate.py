@@ -101,6 +101,13 @@ from traceflops.parsers.jsonstream import (
 )
 from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS, read_event
 
+try:  # ISA-L's deflate at level 2: ten times as fast as zlib's level 6 (a tenth of annotate's time), a third larger
+    from isal.igzip import GzipFile as GzipWriter
+    GZIP_LEVEL = 2
+except ImportError:  # a platform without its wheel
+    from gzip import GzipFile as GzipWriter
+    GZIP_LEVEL = 6
+
 CAT = "traceflops"
 CHUNK = 2 << 20  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
 PROCESS = "traceflops"
@@ -112,12 +119,6 @@ PROCESS = "traceflops"
 # The parser's typed decode refuses nesting deeper than the interpreter's recursion limit, orjson only past 1024 levels:
 # this skim (in C, no values built) says where the parser would have skipped an entry.
 _SKIM = msgspec.json.Decoder(list[msgspec.Raw])
-try:  # ISA-L's deflate at level 2: ten times as fast as zlib's level 6 (a tenth of annotate's time), a third larger
-    from isal.igzip import GzipFile as GzipWriter
-    GZIP_LEVEL = 2
-except ImportError:  # a platform without its wheel
-    from gzip import GzipFile as GzipWriter
-    GZIP_LEVEL = 6
 _UNREADABLE = (orjson.JSONDecodeError, msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 

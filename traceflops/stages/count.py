@@ -14,7 +14,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.dtypes import dtype_of
-from traceflops.core.trace import names_matching
+from traceflops.core.trace import name_matches
 from traceflops.flops import aten as registry
 from traceflops.stages.link import by_row, nearest, spread
 
@@ -259,14 +259,14 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     )
     has_op = pl.col("matmul_row").is_not_null() if ops.height else pl.col("name").str.contains(GEMM_KERNEL_RE)
     compute = pl.col("kind") == "compute"
-    movers = names_matching(kernels["name"], AUX_KERNEL_RE, unless=_SAYS_GEMM)
+    mover = name_matches(kernels["name"], AUX_KERNEL_RE, unless=_SAYS_GEMM)
     is_mm = compute & has_op
-    if movers.len():
-        mover = pl.col("name").is_in(movers.implode()).fill_null(False)  # a nameless kernel moves nothing known
-        is_mm = is_mm & (~mover | ~(compute & ~mover).any().over("matmul_row"))
+    if mover.any():  # a column, not a literal: the window below sees it group by group
+        kernels = kernels.with_columns(mover.alias("_mover"))
+        is_mm = is_mm & (~pl.col("_mover") | ~(compute & ~pl.col("_mover")).any().over("matmul_row"))
     kernels = kernels.with_columns(
         cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
-    )
+    ).drop("_mover", strict=False)
     # Only the op's matmul kernels share its FLOPs (a memset it launched does none).
     mm_dur = pl.when(pl.col("cls") == "matmul").then(pl.col("dur")).otherwise(0.0)
     share = pl.col("dur") / mm_dur.sum().over("matmul_row")

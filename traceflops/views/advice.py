@@ -78,7 +78,7 @@ from traceflops.core import fmt
 from traceflops.core import hardware as hw
 from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
 from traceflops.core.results import Analysis
-from traceflops.core.trace import names_matching
+from traceflops.core.trace import name_matches
 from traceflops.core.vocab import GAP_REASONS, OVERLAYS, PARTITION
 from traceflops.metrics import budget as bd
 from traceflops.metrics.peak import TF32_RE
@@ -905,14 +905,14 @@ def _non_matmul(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
         ev.append(phase)
     opt = float(other.filter(pl.col("phase") == "optimizer")["dur"].sum()) if other.height and "phase" in other.columns else 0.0
     total = float(other["dur"].sum()) if other.height else 0.0
-    layout = other.filter(pl.col("name").is_in(names_matching(other["name"], LAYOUT_KERNEL_RE).implode())) \
-        if device and other.height else other.clear()
+    layout = other.filter(name_matches(other["name"], LAYOUT_KERNEL_RE)) if device and other.height else other.clear()
     data["layout_transpose_us"] = t_layout = float(layout["dur"].sum()) if layout.height else 0.0
-    if total and t_layout >= LAYOUT_SHARE * total:
+    layout_matters = total > 0 and t_layout >= LAYOUT_SHARE * total
+    if layout_matters:
         ev.append(f"{layout.height} layout transposes around convolutions (NCHW to NHWC and back) take {fmt.duration(t_layout)}, "
                   f"{fmt.pct(t_layout / total, keep_small=False)} of it")
     remedies = _remedies_of(findings)
-    if total and t_layout >= LAYOUT_SHARE * total:
+    if layout_matters:
         remedies += _say(ctx, [("channels_last: model.to(memory_format=torch.channels_last) and the same for its inputs, so cuDNN "
                                "runs the convolutions in NHWC without transposing (tensor cores want NHWC, above all in fp16/bf16)")],
                          [("The convolutions are transposed to and from the layout cuDNN runs: give the convolutions NHWC "
