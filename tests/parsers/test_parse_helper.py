@@ -130,15 +130,30 @@ def test_ranks_in_a_pool_or_on_ray_take_one_core_each(monkeypatch):
     """A rank run beside others does not start a decode helper of its own."""
     from traceflops.run import ranks
 
-    monkeypatch.setenv(helper_start.ENV, "unset below")  # recorded, so teardown restores the caller's environment
-    monkeypatch.delenv(helper_start.ENV)
+    for var in (helper_start.ENV, ranks.POLARS_THREADS):
+        monkeypatch.setenv(var, "unset below")  # recorded, so teardown restores the caller's environment
+        monkeypatch.delenv(var)
     ranks.one_core_per_rank()
     import os
 
-    assert os.environ[helper_start.ENV] == "0"
+    assert os.environ[helper_start.ENV] == "0" and os.environ[ranks.POLARS_THREADS] == "1"
     monkeypatch.setenv(helper_start.ENV, "1")
+    monkeypatch.setenv(ranks.POLARS_THREADS, "2")
     ranks.one_core_per_rank()  # a user's own setting wins
-    assert os.environ[helper_start.ENV] == "1"
+    assert os.environ[helper_start.ENV] == "1" and os.environ[ranks.POLARS_THREADS] == "2"
+
+
+def test_a_pool_worker_runs_polars_on_one_thread(monkeypatch):
+    """The setting reaches polars in a spawned worker (importing traceflops starts polars' pool: too late to set it there)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from traceflops.run import ranks
+
+    monkeypatch.delenv(ranks.POLARS_THREADS, raising=False)
+    with ranks._worker_environment(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.submit(pl.thread_pool_size).result() == 1
+    assert ranks.POLARS_THREADS not in os.environ  # this process's environment as it was
 
 
 def test_a_helper_started_early_is_the_one_the_parse_takes(v100, monkeypatch):

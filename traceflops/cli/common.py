@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from traceflops.core.errors import EXIT_INTERNAL, InputError, TraceflopsError
+from traceflops.core.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    InputError,
+    Terminated,
+    TraceflopsError,
+)
 from traceflops.core.files import same_file
 from traceflops.core.fmt import printable
 
@@ -16,15 +27,24 @@ def run_command(debug: bool, fn):
     """`fn()`, with any error as one line on stderr and its exit code (a traceback only with --debug).
 
     The line is `printable`: a file name or a trace string in it cannot send escape sequences to the terminal.
+    Ctrl-C and SIGTERM stop it the same way: what is half written is removed, one line says so, and the exit
+    code is the shell's 128 + the signal.
     """
     try:
-        return fn()
+        with _sigterm_raises():
+            return fn()
     except TraceflopsError as e:
         if debug:
             raise
         click.echo(printable(e.line()), err=True)
         sys.exit(e.exit_code)
-    except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
+    except KeyboardInterrupt:
+        click.echo("traceflops: interrupted (Ctrl-C)", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Terminated:
+        click.echo("traceflops: terminated (SIGTERM)", err=True)
+        sys.exit(EXIT_TERMINATED)
+    except (click.ClickException, click.exceptions.Exit):
         raise
     except Exception as e:
         if debug:
@@ -34,6 +54,23 @@ def run_command(debug: bool, fn):
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises Terminated while `fn` runs (the main thread only: where Python can take a handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 
 
 def refuse_overwrite(inputs, **outputs) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 EXIT_INPUT = 2  # click's own usage errors also exit 2
 EXIT_FORMAT = 3
 EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it: 128 + the signal
+EXIT_TERMINATED = 143  # SIGTERM (`kill`, `timeout`, a batch scheduler)
 
 
 class TraceflopsError(Exception):
@@ -67,3 +69,10 @@ class ConservationError(ValueError):
 
     def __reduce__(self):
         return (self.__class__, (self.what, str(self)))
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so `finally` blocks run (a half-written output is removed) as for Ctrl-C.
+
+    A BaseException, like KeyboardInterrupt: no `except Exception` on the way out swallows it.
+    """
