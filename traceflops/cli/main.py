@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import click
 
-from traceflops.core.memory import prefer_prompt_release
+from traceflops.core.memory import prefer_one_thread, prefer_prompt_release
 
 prefer_prompt_release()  # before anything loads polars
 
@@ -49,14 +49,17 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
 
     def go():
         start_decode_helper(traces, bool(kw.get("no_cache")))
-        from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.inputs import expand_with_warnings
+
+        paths, left_out = expand_with_warnings(list(traces))
+        if len(paths) > 1 and executor == "local" and jobs > 1:
+            prefer_one_thread()  # before polars loads: this process analyses ranks beside its workers
+        from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.load import analyze as run_analysis
         from traceflops.run.options import check_numbers
 
         check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
         opts, cache_dir = options_from(kw)
-        paths, left_out = expand_with_warnings(list(traces))
         refuse_extras_over(paths, html_out, tables_dir)
         if len(paths) > 1:
             from traceflops.run.ranks import summarize_all
