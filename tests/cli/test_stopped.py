@@ -31,7 +31,9 @@ def _wait_for(found, proc: subprocess.Popen, what: str, timeout: float = 60.0):
     deadline = time.monotonic() + timeout
     while not (got := found()):
         assert proc.poll() is None, f"ended before {what}: {proc.stderr.read()}"
-        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no {what} after {timeout} s")
         time.sleep(0.01)
     return got
 
@@ -39,7 +41,14 @@ def _wait_for(found, proc: subprocess.Popen, what: str, timeout: float = 60.0):
 def _stopped(proc: subprocess.Popen, sig: int, timeout: float = 30.0) -> tuple[int, str, float]:
     t = time.monotonic()
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=timeout)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    finally:  # a command that ignored the signal is not left running after the test
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+            proc.wait()
     return proc.returncode, err, time.monotonic() - t
 
 
