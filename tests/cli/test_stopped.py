@@ -14,7 +14,7 @@ import orjson
 import psutil
 import pytest
 
-from traceflops.core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from traceflops.core.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "fixtures" / "cpu" / "ns_ckpt_nonreentrant.json.gz"
@@ -36,6 +36,18 @@ def _wait_for(found, proc: subprocess.Popen, what: str, timeout: float = 60.0):
             pytest.fail(f"no {what} after {timeout} s")
         time.sleep(0.01)
     return got
+
+
+def _workers(parent: psutil.Process) -> list[psutil.Process]:
+    """The job's pool workers (not multiprocessing's resource tracker)."""
+    found = []
+    for c in parent.children(recursive=True):
+        try:
+            if "spawn_main" in " ".join(c.cmdline()):
+                found.append(c)
+        except psutil.Error:  # gone already
+            pass
+    return found
 
 
 def _stopped(proc: subprocess.Popen, sig: int, timeout: float = 30.0) -> tuple[int, str, float]:
@@ -85,11 +97,26 @@ def test_a_stopped_job_stops_its_workers_at_once(tmp_path, sig, code, line):
         (folder / f"rank{r}.json.gz").symlink_to(TRACE)
     proc = _start("analyze", folder, "--format", "json", "--jobs", "2")
     parent = psutil.Process(proc.pid)
-    workers = _wait_for(lambda: [c for c in parent.children(recursive=True) if "multiprocessing" in " ".join(c.cmdline())],
-                        proc, "job workers")
+    workers = _wait_for(lambda: _workers(parent), proc, "job workers")
     time.sleep(0.5)  # the workers at a rank each
     rc, err, took = _stopped(proc, sig)
     assert (rc, err.strip()) == (code, line)
     assert took < 5.0, took
     _, alive = psutil.wait_procs(workers, timeout=5)
     assert alive == []
+
+
+def test_a_job_whose_worker_is_killed_says_so_in_one_line(tmp_path):
+    """A worker killed under the job (the kernel's OOM killer, a `kill -9`): exit 2 and one line, not a traceback."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r in range(120):
+        (folder / f"rank{r}.json.gz").symlink_to(TRACE)
+    proc = _start("analyze", folder, "--format", "json", "--jobs", "2")
+    parent = psutil.Process(proc.pid)
+    workers = _wait_for(lambda: _workers(parent), proc, "job workers")
+    time.sleep(0.5)
+    workers[0].kill()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_INPUT, err
+    assert len(err.strip().splitlines()) == 1 and "worker process of the job ended" in err and "Traceback" not in err, err

@@ -62,6 +62,7 @@ def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "loc
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
 
         # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
         workers = min(jobs, len(work)) - 1  # this process analyses ranks too: it is one of the jobs
@@ -69,8 +70,10 @@ def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "loc
                 ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             try:
                 got = _shared(work, pool, workers, done)
-            except BaseException:
+            except BaseException as e:
                 _stop_workers(pool)
+                if isinstance(e, BrokenProcessPool):
+                    raise _worker_died() from None
                 raise
     return _kept(got, len(paths), skipped)
 
@@ -125,6 +128,12 @@ def _shared(work: list, pool, workers: int, done) -> list:
     finally:
         stop.set()
     return results
+
+
+def _worker_died() -> InputError:
+    return InputError(None, "a worker process of the job ended before its rank was analysed (killed, e.g. for memory, or "
+                      "started by a script that calls the job outside `if __name__ == \"__main__\":`)",
+                      "rerun with fewer --jobs, or guard the script's entry point")
 
 
 def _stop_workers(pool) -> None:
