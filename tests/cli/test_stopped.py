@@ -88,17 +88,22 @@ def test_a_stopped_annotate_leaves_no_temporary_output(tmp_path, long_trace, sig
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("sig, code, line", STOPS, ids=["SIGTERM", "SIGINT"])
-def test_a_stopped_job_stops_its_workers_at_once(tmp_path, sig, code, line):
-    """A job of 120 ranks on two workers (several seconds of work) ends within seconds, its queued ranks dropped."""
+def _running_job(tmp_path: Path) -> tuple[subprocess.Popen, list[psutil.Process]]:
+    """A job of 120 ranks (the CPU fixture again and again, several seconds of work) on --jobs 2, its worker started."""
     folder = tmp_path / "job"
     folder.mkdir()
     for r in range(120):
         (folder / f"rank{r}.json.gz").symlink_to(TRACE)
     proc = _start("analyze", folder, "--format", "json", "--jobs", "2")
     parent = psutil.Process(proc.pid)
-    workers = _wait_for(lambda: _workers(parent), proc, "job workers")
-    time.sleep(0.5)  # the workers at a rank each
+    return proc, _wait_for(lambda: _workers(parent), proc, "job workers")
+
+
+@pytest.mark.parametrize("sig, code, line", STOPS, ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_job_stops_its_workers_at_once(tmp_path, sig, code, line):
+    """It ends within seconds, its queued ranks dropped."""
+    proc, workers = _running_job(tmp_path)
+    time.sleep(0.5)  # this process and the worker at a rank each
     rc, err, took = _stopped(proc, sig)
     assert (rc, err.strip()) == (code, line)
     assert took < 5.0, took
@@ -108,13 +113,7 @@ def test_a_stopped_job_stops_its_workers_at_once(tmp_path, sig, code, line):
 
 def test_a_job_whose_worker_is_killed_says_so_in_one_line(tmp_path):
     """A worker killed under the job (the kernel's OOM killer, a `kill -9`): exit 2 and one line, not a traceback."""
-    folder = tmp_path / "job"
-    folder.mkdir()
-    for r in range(120):
-        (folder / f"rank{r}.json.gz").symlink_to(TRACE)
-    proc = _start("analyze", folder, "--format", "json", "--jobs", "2")
-    parent = psutil.Process(proc.pid)
-    workers = _wait_for(lambda: _workers(parent), proc, "job workers")
+    proc, workers = _running_job(tmp_path)
     time.sleep(0.5)
     workers[0].kill()
     _, err = proc.communicate(timeout=30)
