@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -60,15 +61,31 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None
         return _write_through(path, write)
     if path.is_symlink():
         path = Path(os.path.realpath(path))
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        for _ in range(8):
+            # Named before it exists: `tempfile.mkstemp` names the file only once it is made, and a signal raised
+            # between the two (as one was, under load) left it behind.
+            tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+            if _created(tmp):
+                break
+            tmp = None  # someone else's (1 in 2**48): never removed
+        else:
+            raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
         write(tmp)
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
+    finally:  # Ctrl-C or SIGTERM (raised as an exception) included, wherever it lands
+        if tmp is not None and tmp.exists():
             tmp.unlink()
+
+
+def _created(tmp: Path) -> bool:
+    """A new empty file (mode 0600) at `tmp`, or False where one is there already."""
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        return True
+    except FileExistsError:
+        return False
 
 
 def _write_through(path: Path, write: Callable[[Path], None]) -> None:

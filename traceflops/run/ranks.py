@@ -145,7 +145,9 @@ def _stop_workers(pool) -> None:
     # This pool's own workers, never a caller's; once they are gone the pool fails every rank still queued.
     for worker in list((getattr(pool, "_processes", None) or {}).values()):
         worker.terminate()
-    pool.shutdown(wait=False)
+    # Waiting for the pool's own thread to end: left to end on its own, it raced the interpreter's exit
+    # (an OSError traceback after the command's last line, Python 3.11).
+    pool.shutdown(wait=True)
 
 
 def _attempt(args: tuple) -> RankSummary | NotATraceError:
