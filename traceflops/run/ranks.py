@@ -8,12 +8,15 @@ import os
 import queue
 import socket
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
-from traceflops.core.memory import POLARS_THREADS, children_release_at_once
+from traceflops.core.memory import (
+    POLARS_THREADS,
+    VAR,
+    children_environment,
+    release_at_once,
+)
 from traceflops.core.results import RankSummary
 from traceflops.parsers.helper_start import ENV
 from traceflops.run.load import analyze
@@ -137,17 +140,15 @@ def _worker_died() -> InputError:
 
 
 def _stop_workers(pool) -> None:
-    """The workers stopped and the ranks not done dropped: otherwise leaving the pool (an error, Ctrl-C, SIGTERM)
-    first waits for every rank still queued."""
-    if hasattr(pool, "terminate_workers"):  # Python 3.14
-        pool.terminate_workers()
-        return
-    # This pool's own workers, never a caller's; once they are gone the pool fails every rank still queued.
-    for worker in list((getattr(pool, "_processes", None) or {}).values()):
+    """The workers stopped, so the pool fails the ranks not done at once: otherwise leaving it (an error, Ctrl-C,
+    SIGTERM) first waits for every rank still queued.
+
+    The `with` around the pool then waits for the pool's own thread to end; a
+    `shutdown(wait=False)` here left it to end alone, and it raced the
+    interpreter's exit (an OSError traceback after the last line, Python 3.11).
+    """
+    for worker in list((getattr(pool, "_processes", None) or {}).values()):  # this pool's own, never a caller's
         worker.terminate()
-    # Waiting for the pool's own thread to end: left to end on its own, it raced the interpreter's exit
-    # (an OSError traceback after the command's last line, Python 3.11).
-    pool.shutdown(wait=True)
 
 
 def _attempt(args: tuple) -> RankSummary | NotATraceError:
@@ -175,25 +176,18 @@ def one_core_per_rank() -> None:
     command's own process has it from `prefer_one_thread`. A user's own
     settings win.
     """
-    os.environ.setdefault(ENV, "0")
-    os.environ.setdefault(POLARS_THREADS, "1")
+    for k, v in _ONE_CORE.items():
+        os.environ.setdefault(k, v)
 
 
-@contextmanager
-def _worker_environment() -> Iterator[None]:
-    """The environment the rank workers started inside inherit (one core each, freed memory handed back at once);
-    then this process's own again."""
-    saved = {k: os.environ.get(k) for k in (ENV, POLARS_THREADS)}
-    one_core_per_rank()
-    try:
-        with children_release_at_once():
-            yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+_ONE_CORE = {ENV: "0", POLARS_THREADS: "1"}
+
+
+def _worker_environment():
+    """The environment the rank workers started inside inherit: one core each, freed memory handed back at once
+    (a user's own settings win); then this process's own again."""
+    return children_environment({**{k: os.environ.get(k, v) for k, v in _ONE_CORE.items()},
+                                 VAR: release_at_once(os.environ.get(VAR))})
 
 
 def _attempt_on_worker(args: tuple) -> RankSummary | NotATraceError:
