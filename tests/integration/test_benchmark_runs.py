@@ -24,3 +24,16 @@ def test_benchmark_runs_at_a_small_size(shared, tmp_path):
     except ImportError:
         return
     assert "time_vs_hta" in r["traceflops analyze --no-cache"]
+
+
+def test_decode_floor_runs_on_a_small_trace(shared, tmp_path):
+    out = tmp_path / "floor.json"
+    trace = shared / "kineto" / "dlrm_8rank" / "rank0.json.gz"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode_floor.py"), "--trace", str(trace), "--repeat", "1", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600)
+    r = json.loads(out.read_text())
+    for name in ("orjson.loads", "msgspec typed decode (structs only)", "traceflops parse (one process)", "traceflops analysis of the parsed trace"):
+        assert r[name] > 0, name
+    for name in ("start: import the CLI and the analysis", "start: traceflops analyze of a 0.4 MB trace"):
+        assert r[name]["wall_s"] > 0 and r[name]["cpu_s"] > 0, name
+    assert r["peers (NDJSON copy)"]["polars read_ndjson"] > 0  # polars is a dependency: always measured
