@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("TRACEFLOPS_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+SHARED = Path(os.environ.get("TRACEFLOPS_FIXTURES", ROOT.parent / "shared" / "fixtures"))  # as the tests and benchmarks read it
 MODEL = ["--params", "1.2e6", "--layers", "2", "--heads", "4", "--head-dim", "12", "--seq-len", "40",
          "--tokens-per-step", "160"]
 VARIANTS = {"plain": [], "peak": ["--peak-tflops", "1"], "model": MODEL, "model_peak": [*MODEL, "--peak-tflops", "1"]}
@@ -40,8 +40,12 @@ def save(out: Path) -> None:
         for t in traces():
             for variant, flags in VARIANTS.items():
                 name = f"{t.relative_to(t.parents[1]).as_posix().replace('/', '__')}.{variant}.json"
-                r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "analyze", str(t), "--format", "json",
-                                    "--no-cache", "--cache-dir", cache, *flags], capture_output=True, text=True)
+                # Run from the fixtures' folder with a relative path: reports saved from two checkouts name the same
+                # files alike, and no checkout in the caller's folder shadows the traceflops on PYTHONPATH.
+                here = t.parents[1]
+                r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "analyze",
+                                    t.relative_to(here).as_posix(), "--format", "json", "--no-cache", "--cache-dir", cache, *flags],
+                                   capture_output=True, text=True, cwd=here)
                 (out / name).write_text(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:]}))
                 print(r.returncode, name, flush=True)
 

@@ -59,7 +59,7 @@ def nearest(parent: np.ndarray, mask: np.ndarray) -> np.ndarray:
     of the distances climbed, not the depth times every op.
     """
     result = np.where(mask, np.arange(len(parent)), -1)
-    if not mask.any():  # nothing marked (often: no optimizer, no checkpoint): nothing to climb to
+    if not mask.any():  # nothing marked (often: no checkpoint, no hook, no compiled region): nothing to climb to
         return result
     todo = np.flatnonzero(~mask & (parent >= 0))
     at = parent[todo]

@@ -32,7 +32,7 @@ def node_names(names: pl.Series) -> pl.Series:
     """Autograd node name of a backward-node op ('' for other ops).
 
     The regex runs once per distinct name (a trace repeats a few hundred names
-    over every step): per row it was a quarter of phase tagging.
+    over every step): per row it was a fifth of phase tagging.
     """
     distinct = names.unique()
     nodes = distinct.str.extract(_NODE_RE.pattern, 1).fill_null(distinct.str.extract(_NODE_RE.pattern, 2)).fill_null("")
