@@ -31,20 +31,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+# beside this script (its folder is first on sys.path); it loads no polars
+from bench_parse import SHARED, compile_package, tiled, timed
+
 os.environ.setdefault("POLARS_MAX_THREADS", "1")  # one core: before polars loads
 os.environ.setdefault("TRACEFLOPS_PARSE_HELPER", "0")
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bench_parse import SHARED, tiled
 
 SMALLEST = SHARED / "kineto" / "dlrm_8rank" / "rank0.json.gz"  # 0.4 MB: what a command costs before the file's size counts
 
@@ -60,19 +56,10 @@ def cpu_median(fn, repeat: int) -> float:
     return round(statistics.median(times), 4)
 
 
-def fresh_process(code: str, repeat: int) -> dict:
-    """Median wall and CPU seconds of a new interpreter running `code` (after a warm-up run)."""
-    import resource
-
-    got = []
-    for i in range(repeat + 1):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, cwd=tempfile.gettempdir())
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if i:
-            got.append((time.perf_counter() - t, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime))
-    return {"wall_s": round(statistics.median(g[0] for g in got), 4), "cpu_s": round(statistics.median(g[1] for g in got), 4)}
+def _seconds(run: dict) -> dict:
+    if "error" in run:
+        raise SystemExit(f"decode_floor: a start-up run failed: {run['error']}")
+    return {"wall_s": run["wall_s"], "cpu_s": run["cpu_s"]}
 
 
 def event_arrays(path: str) -> list:
@@ -150,11 +137,12 @@ def measure(path: str, repeat: int) -> dict:
         raw = gzip.decompress(raw)
     arrays = event_arrays(path)
     res: dict = {"trace": path, "bytes": len(raw)}
-    res["start: import the CLI and the analysis"] = fresh_process(
-        "import traceflops.cli.main, traceflops.pipeline, traceflops.parsers.kineto, traceflops.report.jsonreport", repeat)
-    res["start: traceflops analyze of a 0.4 MB trace"] = fresh_process(
+    # a fresh interpreter each, as bench_parse times its contenders (median wall and CPU seconds after a warm-up)
+    res["start: import the CLI and the analysis"] = _seconds(timed(
+        "import traceflops.cli.main, traceflops.pipeline, traceflops.parsers.kineto, traceflops.report.jsonreport", path, repeat))
+    res["start: traceflops analyze of a 0.4 MB gzipped trace"] = _seconds(timed(
         "from traceflops.cli.main import main\n"
-        f"main(['analyze', {str(SMALLEST)!r}, '--quiet', '--format', 'json', '--no-cache'], standalone_mode=False)", repeat)
+        f"main(['analyze', {str(SMALLEST)!r}, '--quiet', '--format', 'json', '--no-cache'], standalone_mode=False)", path, repeat))
     res["orjson.loads"] = cpu_median(lambda: orjson.loads(raw), repeat)
 
     def typed_decode():
@@ -184,6 +172,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out")
     a = ap.parse_args()
+    compile_package()  # as bench_parse does: the start-up measured is an installed package's
     res = measure(a.trace or tiled(a.tiles), a.repeat)
     text = json.dumps(res, indent=2)
     print(text)

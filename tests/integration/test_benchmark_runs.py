@@ -34,6 +34,6 @@ def test_decode_floor_runs_on_a_small_trace(shared, tmp_path):
     r = json.loads(out.read_text())
     for name in ("orjson.loads", "msgspec typed decode (structs only)", "traceflops parse (one process)", "traceflops analysis of the parsed trace"):
         assert r[name] > 0, name
-    for name in ("start: import the CLI and the analysis", "start: traceflops analyze of a 0.4 MB trace"):
+    for name in ("start: import the CLI and the analysis", "start: traceflops analyze of a 0.4 MB gzipped trace"):
         assert r[name]["wall_s"] > 0 and r[name]["cpu_s"] > 0, name
     assert r["peers (NDJSON copy)"]["polars read_ndjson"] > 0  # polars is a dependency: always measured

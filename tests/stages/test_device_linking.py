@@ -113,7 +113,7 @@ def test_nearest_marked_ancestor_equals_climbing_one_by_one():
     for _ in range(200):
         n = int(rng.integers(1, 300))
         parent = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
-        mask = rng.random(n) < 0.2
+        mask = rng.random(n) < rng.choice([0.0, 0.05, 0.2, 1.0])  # none marked and all marked included
         want = []
         for i in range(n):
             j = i
