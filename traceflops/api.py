@@ -27,11 +27,12 @@ def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int
             head_dim: int | None = None, seq_len: int | None = None, model_config: str | os.PathLike | dict | None = None,
             tokens_per_step: float | None = None, hardware: str | None = None, precision: str | None = None,
             peak_tflops: float | None = None, world_size: int | None = None, mode: str | None = None,
-            exclude_steps: tuple[int, ...] = ()) -> Analysis:
-    """Analyse one trace (Kineto JSON or XLA xplane.pb) as `traceflops analyze PATH` does."""
+            exclude_steps: tuple[int, ...] = (), graph_captures: tuple[str | os.PathLike, ...] = ()) -> Analysis:
+    """Analyse one trace (Kineto JSON or XLA xplane.pb) as `traceflops analyze PATH` does (`graph_captures`:
+    `--graph-capture`)."""
     opts = options(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len, model_config=model_config,
                    tokens_per_step=tokens_per_step, hardware=hardware, precision=precision, peak_tflops=peak_tflops,
-                   world_size=world_size, mode=mode, exclude_steps=exclude_steps)
+                   world_size=world_size, mode=mode, exclude_steps=exclude_steps, graph_captures=graph_captures)
     return _analyze(str(path), opts)
 
 

@@ -8,6 +8,7 @@ way: `InternalError`, exit 4, never a wrong number.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import polars as pl
@@ -36,6 +37,12 @@ from traceflops.stages.count import (
 from traceflops.stages.critical_path import critical_path, with_path_columns
 from traceflops.stages.link import link
 from traceflops.stages.phases import tag_kernels, tag_ops
+from traceflops.stages.replays import (
+    attribute_replays,
+    captured_launches,
+    merge_captures,
+    replayed_graphs,
+)
 from traceflops.stages.steps import (
     assign,
     by_execution,
@@ -52,26 +59,31 @@ from traceflops.views import advice, rollup
 from traceflops.views import critical_path as path_view
 
 
-def analyze_trace(trace: Trace, opt: ModelOptions, on_stage=None) -> Analysis:
-    """`on_stage(name)` is called as each group of stages starts (a progress display), if given."""
+def analyze_trace(trace: Trace, opt: ModelOptions, on_stage=None, captures: Sequence[Trace] = ()) -> Analysis:
+    """`on_stage(name)` is called as each group of stages starts (a progress display), if given. `captures` are traces
+    that recorded the CUDA/HIP graphs this one replays (the trace's own captures are always read)."""
     stage = on_stage or (lambda name: None)
     stage("clean")
     trace = clean(trace)
     try:
-        a = _analyze(trace, opt, stage)
+        a = _analyze(trace, opt, stage, captures)
     except ConservationError as e:
         raise InternalError(trace.meta.get("path"), f"{e.what} conservation check failed: {e}", BUG) from e
     check_analysis(a)
     return a
 
 
-def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
+def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] = ()) -> Analysis:
     # link, phases, count
     stage("link, phases, FLOPs")
     linked = link(trace)
+    if replayed_graphs(linked):
+        captured = merge_captures([captured_launches(c) for c in (trace, *captures)])
+        linked = attribute_replays(linked, captured, trace.warnings)
     ops = tag_ops(linked, has_formula(linked.ops["name"], linked.ops["matmul_hint"]), trace.steps)
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
+    not_captured = None if device_trace else tl.device_not_captured(trace)  # a device job's trace without its device activity
     ops = count_ops(ops, kernels, device_trace)
     total = total_flops(ops)
     if total > TOTAL_FLOPS_MAX:
@@ -87,15 +99,15 @@ def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
     ops = ops.with_columns(step=by_execution(ops, assign(ops, "ts", host), host))
     kernels = classify_kernels(kernels.with_columns(step=kernel_steps(kernels, ops, host)), ops)
     steps = device_windows(host, window_work(kernels, ops)).sort("ts")
-    warnings = step_warnings(trace, steps, step_source, warnings_cut) + asked
+    warnings = ([not_captured] if not_captured else []) + step_warnings(trace, steps, step_source, warnings_cut) + asked
 
     # peak, model FLOPs, per-step utilization
     hardware, peak, precision = mpeak.choose_hardware(trace, ops, kernels, opt, warnings)
-    steps = util.with_phase_flops(steps, ops)
+    steps = util.with_phase_flops(steps, ops, kernels)
     mode = opt.mode or ("training" if (ops["phase"] == "backward").any() else "inference")
     world = opt.world_size or trace.meta.get("world_size") or 1
     model, model_per_step, model_no_attn = msec.model_section(opt, ops, steps, mode, world, warnings)
-    activities = kernels if device_trace else tl.cpu_activities(ops)
+    activities = kernels if device_trace or not_captured else tl.cpu_activities(ops)  # host ops are no device's time
     part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
     devices = tl.program_devices(part)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
@@ -120,6 +132,8 @@ def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
     if roof is not None:
         totals["overlay_us"]["memory_bound"] = steptime.memory_bound_us(kernels, roof, steps, opt, devices)
     totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt, devices)
+    if not_captured:
+        steps, totals = steptime.without_device_time(steps, totals)
     warnings += util.suspect(totals.get("mfu"), totals.get("hfu"))
     warnings += util.unknown_flops_warnings(ops, kernels, totals)
     warnings += util.hook_warnings(ops)
@@ -136,7 +150,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
     stage("advice")
     a = Analysis(
         trace=trace, ops=ops, kernels=kernels, steps=steps, hardware=hardware, model=model, totals=totals,
-        outside_steps=outside, warnings=warnings, ranks=[util.rank_row(trace, totals)], partition=part,
+        outside_steps=outside, warnings=warnings, ranks=[util.rank_row(trace, totals)], partition=part.clear() if not_captured else part,
         idle_gaps=gaps, launch_stats=stats, roofline=roof,
         top_kernels=roofline.top_recoverable(roof) if roof is not None else None,
         by_kernel=rollup.by_kernel(kernels) if device_trace else None,
@@ -144,5 +158,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage) -> Analysis:
         by_gemm_shape=rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
         step_stats=step_stats(steps), critical_path=path,
     )
+    if not_captured:  # no device time to follow or to advise on
+        return replace(a, path_summary={"available": False, "why": path_view.NOT_CAPTURED})
     a = replace(a, path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps))  # advice reads it
     return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))

@@ -19,6 +19,7 @@ from traceflops.core.redact import REDACTED
 from traceflops.core.results import ModelOptions
 from traceflops.report.annotate import annotate, numbering
 from traceflops.run.load import analyze
+from traceflops.run.options import model_options
 
 M, K, N = 48, 80, 24
 SECRET = "hf_verySecretToken0042"
@@ -309,7 +310,8 @@ def test_every_shared_trace_annotates_losslessly(shared, name, tmp_path):
             continue
         for k in ("name", "ts", "dur", "ph", "cat", "pid", "tid"):
             assert after.get(k) == before.get(k), (k, before)
-    b = analyze(str(out))
+    captures = src.parent / "capture_traces"  # the graph captures found beside the source, given to its copy
+    b = analyze(str(out), model_options(graph_captures=[str(captures)]) if captures.is_dir() else None)
     assert (b.kernels.height, b.ops.height, b.steps.height) == (a.kernels.height, a.ops.height, a.steps.height)
     assert b.steps.select(STEP_COLS).to_dicts() == a.steps.select(STEP_COLS).to_dicts()
     assert b.partition.to_dicts() == a.partition.to_dicts()

@@ -228,10 +228,10 @@ def test_a_check_that_fires_inside_the_pipeline_is_an_internal_error(monkeypatch
     from traceflops import pipeline
     from traceflops.core.results import ModelOptions
 
-    def broken(trace, opt, stage):
+    def broken(trace, opt, stage, captures=()):
         tl.check_partition(_partition_row(idle=3.0))
 
-    def other(trace, opt, stage):
+    def other(trace, opt, stage, captures=()):
         raise ValueError("not a conservation check")
 
     t = trace(ops(("a", "1", 0.0, 1.0, 1)))

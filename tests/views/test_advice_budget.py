@@ -66,7 +66,7 @@ def only(items, term):
 
 def check_covers_budget(a, xla: bool) -> None:
     """Every budget term ≥ 5% has exactly one entry headed by its exact value, largest first, and says what to do."""
-    budget = a.totals["loss_budget"]
+    budget = a.totals["loss_budget"] or {}  # null: no device time to share out (a capture without device activity)
     items = a.advice
     big = [t for t in LOSSES if budget.get(t) is not None and budget[t] >= BUDGET_MIN_SHARE]
     for t in big:

@@ -25,6 +25,7 @@ class ModelOptions:
     precision: str | None = None
     peak_tflops: float | None = None
     exclude_steps: tuple[int, ...] = ()
+    graph_captures: tuple[str, ...] = ()  # traces that recorded the CUDA/HIP graphs the analysed trace replays
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ LAUNCHES_SCHEMA = {
     "dur": pl.Float64,
     "correlation": pl.Int64,
     "ext_id": pl.Int64,
+    "kernel": pl.Utf8,  # the kernel a launch names (Kineto's `kernel` arg): what a graph capture recorded
 }
 
 MARKERS_SCHEMA = {

@@ -40,3 +40,10 @@ HOST_COMM_CALL_RE = r"^c10d::"
 
 # More ranks than any machine has: a world or rank beyond it is corrupt (read from a trace or given as a flag).
 MAX_RANKS = 1 << 24
+
+# A capture that names a device but holds none of its activity (CPU activity only, or the CUPTI range profiler):
+# its warning opens with one of these and is shown in every report's headline, not only among the warnings.
+NO_DEVICE_ACTIVITY = "no device activity in this capture"
+RANGE_PROFILER_CAPTURE = "this is a CUPTI range-profiler capture"
+HEADLINE_WARNINGS = (NO_DEVICE_ACTIVITY, RANGE_PROFILER_CAPTURE)
+PROFILE_THE_DEVICE = "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"

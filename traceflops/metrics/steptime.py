@@ -55,3 +55,15 @@ def attach_launch_stats(steps: pl.DataFrame, stats: pl.DataFrame | None) -> pl.D
                      pl.col("median_launch_delay").alias("launch_median_delay_us")),
         on="step", how="left",
     )
+
+
+def without_device_time(steps: pl.DataFrame, totals: dict) -> tuple[pl.DataFrame, dict]:
+    """A trace that names a device but holds none of its activity (`timeline.device_not_captured`): each step's and
+    the totals' time classes, loss budget, MFU and HFU unknown (null), never numbers made from host op durations."""
+    cols = [c for c in (*(f"time_{c}" for c in (*PARTITION, *OVERLAYS)), "mfu", "mfu_no_attention", "hfu") if c in steps.columns]
+    steps = steps.with_columns([pl.lit(None, steps.schema[c]).alias(c) for c in cols])
+    if "loss_budget" in steps.columns:
+        steps = steps.with_columns(loss_budget=pl.Series([None] * steps.height, dtype=pl.Object))
+    unknown = ("mfu", "mfu_no_attention", "hfu", "time_us", "overlay_us", "loss_budget", "flops_coverage", "idle_us_by_reason")
+    # no device time: no matmul time whose FLOPs could be known or not (coverage unknown, not partial)
+    return steps, totals | dict.fromkeys(unknown) | {"flops_lower_bound": False, "unknown_matmul_kernels": []}

@@ -11,9 +11,14 @@ from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
 from traceflops.flops.aten import OP_FLOPS_MAX, OUT_OF_RANGE
+from traceflops.flops.kernels import family_of
 from traceflops.metrics import budget as bd
+from traceflops.stages.link import by_row
+from traceflops.stages.replays import GRAPH_LAUNCH_RE
 
 HFU_SUSPECT = 0.85
+COVERAGE_COMPLETE = 0.95  # below this share of matmul time with known FLOPs, FLOP totals are lower bounds
+UNKNOWN_SHOWN = 5  # the largest unknown matmul kernels named in the report
 
 
 def phase_flops(ops: pl.DataFrame) -> pl.DataFrame:
@@ -66,12 +71,29 @@ def coverage(times: np.ndarray, known: np.ndarray) -> float | None:
     return None if total <= 0 else float(times[known].sum()) / total
 
 
-def with_phase_flops(steps: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Each step with its FLOPs and matmul counts by phase (0 where a step ran none)."""
+def with_phase_flops(steps: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Each step with its FLOPs and matmul counts by phase (0 where a step ran none).
+
+    `flops_unknown_count` also counts the matmul kernels no op gave FLOPs (told by name: a graph replay, a framework
+    op without a formula): a step whose only matmuls are those has unknown, not zero, FLOPs.
+    """
     per_step = phase_flops(ops)
-    return steps.join(per_step, on="step", how="left").with_columns(
+    out = steps.join(per_step, on="step", how="left").with_columns(
         [pl.col(c).fill_null(0) for c in per_step.columns if c != "step"]
     )
+    unknown = unknown_kernels_per_step(kernels)
+    if unknown is None:
+        return out
+    return out.join(unknown, on="step", how="left").with_columns(
+        flops_unknown_count=pl.col("flops_unknown_count") + pl.col("_unknown_kernels").fill_null(0)).drop("_unknown_kernels")
+
+
+def unknown_kernels_per_step(kernels: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Per step, the matmul kernels whose FLOPs no op gave (`matmul_row` null)."""
+    if kernels is None or kernels.height == 0 or "cls" not in kernels.columns:
+        return None
+    return (kernels.filter((pl.col("cls") == "matmul") & pl.col("matmul_row").is_null())
+            .group_by("step").agg(_unknown_kernels=pl.len().cast(pl.Int64)))
 
 
 def device_only(ops: pl.DataFrame, kernels: pl.DataFrame) -> bool:
@@ -132,7 +154,9 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     model_total = use["model_flops"].sum() if use["model_flops"].null_count() < use.height else None
     no_attn = use["mfu_no_attention"]
     secs = wall * 1e-6
-    nothing_known = bool(flops_unknown(device_only(ops, kernels), flops["executed"], int(in_steps_unknown(ops, opt))))
+    # Matmul ops, and matmul kernels no op counted, whose FLOPs are unknown (any of either: nothing known is not 0).
+    unknown = int(in_steps_unknown(ops, opt)) or int(use["flops_unknown_count"].sum() or 0)
+    nothing_known = bool(flops_unknown(device_only(ops, kernels), flops["executed"], unknown))
     mfu = None if nothing_known and not opt.spec else utilization(model_total, secs, peak)
     hfu = None if nothing_known else utilization(flops["executed"], secs, peak)
     mfu_na = None
@@ -147,6 +171,7 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
         cov = coverage(in_steps["dur"].to_numpy(), in_steps["flops"].is_not_null().to_numpy())
     time_us = {c: float(use[f"time_{c}"].sum()) for c in PARTITION}
     overlay_us = {c: float(use[f"time_{c}"].sum()) for c in OVERLAYS}
+    partial = cov is not None and cov < COVERAGE_COMPLETE
     return {
         "wall_us": wall,
         "time_us": time_us,
@@ -156,6 +181,10 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
         "flops": flops,
         "flops_known": not nothing_known,  # the one decision renderers and diffs read: unknown is never shown as 0
         "flops_coverage": cov,
+        # Below COVERAGE_COMPLETE the executed FLOPs miss a share of the matmul work: HFU, and an MFU whose model FLOPs are
+        # the trace's own, are lower bounds (a model description's FLOPs do not depend on what was recognised).
+        "flops_lower_bound": bool(partial),
+        "unknown_matmul_kernels": unknown_matmul_kernels(kernels, ops, opt) if kernels.height else [],
         "matmul_flops_unknown_count": int(in_steps["flops"].null_count()),
         "mfu": mfu,
         "mfu_no_attention": mfu_na,
@@ -168,16 +197,22 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dic
     if ops.height == 0 and kernels.height:
         return ["the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are told by "
                 "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"]
+    out = []
+    if totals.get("flops_lower_bound"):
+        top = totals.get("unknown_matmul_kernels") or []
+        largest = "; ".join(f"{k['time_us'] / 1e3:.2f} ms in {k['count']} x {k['name'][:80]} ({k['why']})" for k in top[:2])
+        out.append(f"FLOPs known for only {totals['flops_coverage']:.1%} of matmul time: {bound_words(totals)}; "
+                   f"largest unknown: {largest}")
     n = totals["matmul_flops_unknown_count"]
     if not n:
-        return []
+        return out
     wild = ops.filter(pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).height
     if wild:
-        return [(f"{n} matmul ops have unknown FLOPs, {wild} of them because their shapes imply more than {OP_FLOPS_MAX:.2g} "
-                 "FLOPs in one op (corrupt or edited shapes): left uncounted")]
+        return out + [(f"{n} matmul ops have unknown FLOPs, {wild} of them because their shapes imply more than {OP_FLOPS_MAX:.2g} "
+                       "FLOPs in one op (corrupt or edited shapes): left uncounted")]
     if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
-        return [f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"]
-    return [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]
+        return out + [f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"]
+    return out + [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]
 
 
 def rank_row(trace: Trace, totals: dict) -> dict[str, Any]:
@@ -225,3 +260,45 @@ def unnamed_xla_warnings(ops: pl.DataFrame) -> list[str]:
     return [f"{sel.height} XLA matmul ops carry no op_name (XLA dropped the metadata, e.g. weight gradients in a jit of "
             f"their own): {bwd} ran after their step's backward began and are taken as backward, {sel.height - bwd} "
             "have an unknown phase (counted as other, in HFU only)"]
+
+
+def bound_words(totals: dict[str, Any]) -> str:
+    """What partial coverage makes of the headline: lower bounds, or unknown when nothing was counted."""
+    return "MFU and HFU are lower bounds" if totals.get("hfu") is not None else "MFU and HFU are unknown"
+
+
+def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelOptions) -> list[dict[str, Any]]:
+    """The matmul-class kernels with unknown FLOPs that take the most time in the analysed steps, each with why.
+
+    Why: replayed from a CUDA/HIP graph with no op recorded for it, launched by an op without a FLOP formula (named),
+    launched by a matmul op whose shapes gave no count (its reason), or no host op at all.
+    """
+    sel = kernels.filter((pl.col("cls") == "matmul") & pl.col("flops").is_null() & (pl.col("step") >= 0)
+                         & ~pl.col("step").is_in(list(opt.exclude_steps)))
+    if sel.height == 0:
+        return []
+    op_name = by_row(ops, sel["op_row"], "name").to_series() if ops.height else pl.Series([None] * sel.height, dtype=pl.Utf8)
+    reason = by_row(ops, sel["matmul_row"], "flops_reason").to_series() if ops.height else op_name
+    graph = sel["launch_name"].fill_null("").str.contains(GRAPH_LAUNCH_RE) if "launch_name" in sel.columns else pl.Series([False] * sel.height)
+    if "from_capture" in sel.columns:
+        graph = graph & ~sel["from_capture"]  # a replayed kernel tied to its captured op is told by that op
+    why = (
+        pl.when(pl.col("_reason").is_not_null()).then(pl.format("{}: {}", pl.col("_op"), pl.col("_reason")))
+        .when(pl.col("_graph")).then(pl.lit("replayed from a CUDA/HIP graph: no op recorded it (give the graph's capture trace)"))
+        .when(pl.col("_op").is_not_null()).then(pl.format("launched by {}, which has no FLOP formula", pl.col("_op")))
+        .otherwise(pl.lit("no host op launched it"))
+    )
+    rows = (
+        sel.select("name", "dur", _op=op_name, _reason=reason, _graph=graph)
+        .with_columns(why=why)
+        .group_by("name", "why")
+        .agg(count=pl.len(), time_us=pl.col("dur").sum())
+        .sort(["time_us", "name"], descending=[True, False])
+        .head(UNKNOWN_SHOWN)
+    )
+    out = []
+    for r in rows.iter_rows(named=True):
+        fam = family_of(r["name"])
+        out.append({"name": r["name"], "family": fam.name if fam else None, "count": int(r["count"]),
+                    "time_us": float(r["time_us"]), "why": r["why"]})
+    return out

@@ -74,6 +74,7 @@ class _Args(msgspec.Struct, omit_defaults=True, gc=False):
     coll_dtype: Any = msgspec.field(default=None, name="dtype")
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     group_size: Any = msgspec.field(default=None, name="Group size")
+    kernel: Any = None  # a runtime launch's kernel name (read to match graph replays with their capture)
 
 
 # gc=False: millions of small structs that hold no reference cycles; tracking them
@@ -148,6 +149,10 @@ IGNORED_CATS = frozenset(
         "traceflops",  # our own annotation tracks, when an annotated trace is analysed again
     }
 )
+
+# The CUPTI range profiler's events: hardware counters per profiled range (kernel), no timeline. Counted, not analysed.
+PROFILER_RANGE_CAT = "cuda_profiler_range"
+_PROFILER_RANGES = "\0profiler ranges"  # their count, carried across chunks with the warning counts; build_trace moves it to meta
 
 _COMM_RE = re.compile(r"(?i)nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.IGNORECASE)
 
@@ -428,7 +433,7 @@ _BUILD = {
     "name": _str_col, "cat": _text, "pid": _text_col, "tid": _text_col, "ts": _float, "dur": _float,
     "ext_id": _integer, "correlation": _integer, "seq": _integer, "fwd_tid": _integer, "device": _integer,
     "stream": _text_col, "bytes": _integer, "collective": _str_col, "in_nelems": _integer, "out_nelems": _integer,
-    "coll_dtype": _str_col, "pg_name": _text_col, "group_size": _integer,
+    "coll_dtype": _str_col, "pg_name": _text_col, "group_size": _integer, "kernel": _str_col,
     "dims": _json_col, "types": _json_col, "concrete": _json_col, "strides": _json_col,
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
@@ -440,7 +445,7 @@ _COLLECTIVE = COLLECTIVE_COLUMNS
 _COLUMNS = {
     "ops": (*_EVENT_FIELDS, "ext_id", "seq", "fwd_tid", "dims", "types", "concrete", "strides", *_COLLECTIVE),
     "kernels": (*_EVENT_FIELDS, "device", "stream", "correlation", "ext_id", "bytes", *_COLLECTIVE),
-    "launches": (*_EVENT_FIELDS, "correlation", "ext_id"),
+    "launches": (*_EVENT_FIELDS, "correlation", "ext_id", "kernel"),
     "markers": ("name", "cat", "pid", "ts", "dur", "device"),
     "unknown": ("name", "cat", "ts", "dur"),
 }
@@ -511,6 +516,10 @@ def split_tables(events: list, warnings: Warnings) -> dict[str, pl.DataFrame]:
     groups, unknown = _by_table(events)
     out = {t: _usable(event_table(groups[t], _COLUMNS[t], warnings), warnings) for t in TABLES}
     out["launches"] = out["launches"].drop("cat")
+    ranges = [e for e in unknown if PROFILER_RANGE_CAT in (e.cat, e.name)] if unknown else []
+    if ranges:
+        warnings.add(_PROFILER_RANGES, len(ranges))
+        unknown = [e for e in unknown if PROFILER_RANGE_CAT not in (e.cat, e.name)]
     if unknown:
         for cat, n in _usable(event_table(unknown, _COLUMNS["unknown"]), warnings).group_by("cat").len().iter_rows():
             warnings.add(f"events of unknown category '{cat}' not analysed", n)
@@ -563,6 +572,9 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
         "device_properties": [redact(p)[0] for p in props if isinstance(p, dict)],  # kept in the cache: no secret in it
         "schema_version": head.schemaVersion if isinstance(head.schemaVersion, (int, str)) else None,
     }
+    ranges = warnings.counts.pop(_PROFILER_RANGES, 0)
+    if ranges:
+        meta["profiler_ranges"] = ranges
     if kernels_df.height and kernels_df["correlation"].null_count():
         warnings.add(
             "device activities without a correlation id cannot be linked to an op",

@@ -483,7 +483,8 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
         raise FormatError(trace_path, f"annotating a {analysis.meta.get('format')} trace is not supported", "annotate a Kineto (PyTorch profiler) JSON trace")
     check_regular(trace_path)  # an unreadable input is named as such before any output is started
     kernels = Numbered(_kernel_args(analysis, modules), "kernel_id", "device activity", check_ts=False) if analysis.kernels.height else None
-    ops = Numbered(analysis.ops.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops"), "op_id", "op", check_ts=True)
+    own = analysis.ops.filter(~pl.col("replayed")) if "replayed" in analysis.ops.columns else analysis.ops  # replayed ops are not in the file
+    ops = Numbered(own.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops"), "op_id", "op", check_ts=True)
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
     def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:

@@ -401,6 +401,12 @@ def headline(a: Analysis) -> str:
         items.append(("T", str(m["seq_len"]), (f"sequence length, from the {m.get('seq_len_source')}; "
                                                    f"{m.get('tokens_per_step')} tokens per step")))
     out = cards(items)
+    if t.get("flops_lower_bound"):
+        words = "MFU and HFU are lower bounds" if t.get("hfu") is not None else "MFU and HFU are unknown"
+        out += (f'<p class="sub"><b>FLOPs known for only {e(fmt.pct(t.get("flops_coverage")))} of matmul time: {words}.'
+                '</b> Largest matmul kernels with unknown FLOPs: ' + e("; ".join(
+                    f"{fmt.ms(k['time_us'])} in {k['count']} × {fmt.short(k['name'], 80)} ({k['why']})"
+                    for k in t.get("unknown_matmul_kernels") or [])) + "</p>")
     if t.get("mfu_by_precision"):
         out += '<p class="sub">MFU by peak: ' + e(", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())) + "</p>"
     if m.get("note"):

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
-from traceflops.core.vocab import OUTLIER_RULES, PHASES
+from traceflops.core.vocab import HEADLINE_WARNINGS, OUTLIER_RULES, PHASES
 
 PIPE_WIDTH = 200  # columns when the output is not a terminal
 BAR = 40  # cells of a full (100%) bar
@@ -125,15 +125,23 @@ def header(c: Console, a: Analysis) -> None:
     t = a.totals
     hw = a.hardware
     c.print(f"[bold]{text(a.meta.get('path'))}[/bold]  ({text(a.meta.get('format'))}, rank {text(a.meta.get('rank'))})")
+    for w in a.warnings:
+        if w.startswith(HEADLINE_WARNINGS):  # what the trace cannot say at all: before any number
+            c.print(f"[bold yellow]warning:[/bold yellow] {text(w)}")
     if hw:
         c.print(f"hardware: {text(hw['name'])}, dense {text(hw['precision'])} peak {fmt.si(hw['peak_flops'], 'FLOP/s')} [dim](source in --format json)[/dim]")
     else:
         c.print("hardware: unknown (give --hardware or --peak-tflops)")
     m = a.model or {}
+    low = t.get("flops_lower_bound")
+    mfu_low = "≥ " if low and m.get("source") == "trace" and t.get("mfu") is not None else ""
+    hfu_low = "≥ " if low and t.get("hfu") is not None else ""
     c.print(
-        f"[bold]MFU {fmt.pct(t.get('mfu'))}[/bold] (no attention {fmt.pct(t.get('mfu_no_attention'))})   "
-        f"[bold]HFU {fmt.pct(t.get('hfu'))}[/bold]   model FLOPs: {text(m.get('source'))}, {text(m.get('mode'))}"
+        f"[bold]MFU {mfu_low}{fmt.pct(t.get('mfu'))}[/bold] (no attention {fmt.pct(t.get('mfu_no_attention'))})   "
+        f"[bold]HFU {hfu_low}{fmt.pct(t.get('hfu'))}[/bold]   model FLOPs: {text(m.get('source'))}, {text(m.get('mode'))}"
     )
+    if low:
+        unknown_lines(c, t)
     if m.get("seq_len") is not None:
         c.print(f"model: T = {text(m['seq_len'])} (from the {text(m.get('seq_len_source'))}), {fmt.si(m.get('tokens_per_step'))} tokens per step "
                 f"({text(m.get('tokens_source'))}), {fmt.si(m.get('flops_per_token'), 'FLOP')} per token")
@@ -149,6 +157,15 @@ def header(c: Console, a: Analysis) -> None:
     devices = (hw or {}).get("devices") or 1
     on = f" on {devices} devices (time per device)" if devices > 1 else ""
     c.print(f"wall {fmt.duration(t['wall_us'])} over {a.steps.height} step(s){on}; FLOPs known for {fmt.pct(t.get('flops_coverage'))} of matmul time")
+
+
+def unknown_lines(c: Console, t: dict[str, Any]) -> None:
+    """Part of the matmul work has unknown FLOPs: say it in the headline, with the largest such kernels and why."""
+    words = "MFU and HFU are lower bounds" if t.get("hfu") is not None else "MFU and HFU are unknown"
+    c.print(f"[bold yellow]FLOPs known for only {fmt.pct(t.get('flops_coverage'))} of matmul time: {words}"
+            "[/bold yellow]; largest matmul kernels with unknown FLOPs:")
+    for k in t.get("unknown_matmul_kernels") or []:
+        c.print(f"  {fmt.duration(k['time_us'])} in {k['count']} x {text(fmt.short(k['name'], 80))}: {text(k['why'])}")
 
 
 def band_meaning(model: dict[str, Any]) -> str | None:

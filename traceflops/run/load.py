@@ -8,6 +8,7 @@ from traceflops.core.results import Analysis, ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.parsers import parse
 from traceflops.pipeline import analyze_trace
+from traceflops.stages.replays import GRAPH_LAUNCH_RE
 from traceflops.storage import trace_cache
 
 
@@ -28,5 +29,33 @@ def load(path: str, cache_dir=None, progress=None) -> Trace:
 
 def analyze(path: str, options: ModelOptions | None = None, cache_dir=None, progress=None) -> Analysis:
     """`progress(done_bytes, total_bytes)` is called while a large file is read, and `progress.stage(name)` (if it
-    has one) as each group of analysis stages starts."""
-    return analyze_trace(load(path, cache_dir, progress), options or ModelOptions(), getattr(progress, "stage", None))
+    has one) as each group of analysis stages starts. Graph captures named in the options, or written beside the
+    trace (`capture_traces/`, as vLLM and SGLang do), are read too: they say what a graph replay ran."""
+    options = options or ModelOptions()
+    trace = load(path, cache_dir, progress)
+    captures = [load(p, cache_dir) for p in capture_paths(path, options)] if replays_graphs(trace) else []
+    return analyze_trace(trace, options, getattr(progress, "stage", None), captures)
+
+
+CAPTURE_DIR = "capture_traces"  # where vLLM and SGLang write the traces of their graph captures, beside the run's trace
+
+
+def capture_paths(path: str, options: ModelOptions) -> list[str]:
+    """The capture traces to read: those given, else the Kineto traces in `capture_traces/` beside the trace."""
+    if options.graph_captures:
+        return [str(p) for given in options.graph_captures for p in _traces_in(Path(given))]
+    beside = Path(path).parent / CAPTURE_DIR
+    return [str(p) for p in _traces_in(beside)] if beside.is_dir() else []
+
+
+def _traces_in(p: Path) -> list[Path]:
+    if not p.is_dir():
+        return [p]
+    return sorted(q for q in p.iterdir() if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))
+                  and q.name != "execution_details.json")
+
+
+def replays_graphs(trace: Trace) -> bool:
+    """Whether the trace launched any CUDA/HIP graph (only then are captures read)."""
+    names = trace.launches["name"]
+    return bool(names.len() and names.str.contains(GRAPH_LAUNCH_RE).any())

@@ -9,6 +9,8 @@ early stop) and did nothing.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import polars as pl
@@ -16,6 +18,7 @@ import polars as pl
 from traceflops.core.dtypes import dtype_of
 from traceflops.core.trace import name_matches
 from traceflops.flops import aten as registry
+from traceflops.flops.kernels import MATMUL_KERNEL_RE, is_matmul_kernel
 from traceflops.stages.link import by_row, nearest, spread
 
 FLOP_COLS = {
@@ -84,19 +87,24 @@ def _decode(text: str | None):
     return None if text is None else orjson.loads(text)
 
 
-def formula_table(ops: pl.DataFrame, rows: np.ndarray, out_dims: dict[int, list[int]] | None = None) -> pl.DataFrame:
-    """Apply the registry once per distinct (name, dims, types, concrete) signature."""
+def formula_table(ops: pl.DataFrame, rows: np.ndarray, out_dims: dict[int, list[int]] | None = None,
+                  contexts: dict[int, str] | None = None) -> pl.DataFrame:
+    """Apply the registry once per distinct (name, dims, types, concrete, out, context) signature.
+
+    `contexts`: per op row, facts recorded outside the op (JSON; `op_contexts`) that its formula needs.
+    """
     sub = ops[rows].select("row", "name", "dims", "types", "concrete")
-    if out_dims:
-        sub = sub.with_columns(out=pl.col("row").replace_strict(out_dims, default=None, return_dtype=pl.Utf8))
-    else:
-        sub = sub.with_columns(out=pl.lit(None, pl.Utf8))
-    keys = ["name", "dims", "types", "concrete", "out"]
+    extra = {"out": out_dims, "ctx": contexts}
+    sub = sub.with_columns([
+        pl.col("row").replace_strict(v, default=None, return_dtype=pl.Utf8).alias(k) if v else pl.lit(None, pl.Utf8).alias(k)
+        for k, v in extra.items()
+    ])
+    keys = ["name", "dims", "types", "concrete", *extra]
     uniq = sub.select(keys).unique()
     rows_out: dict[str, list] = {k: [] for k in FLOP_COLS}
-    for name, dims, types, concrete, out in uniq.iter_rows():
+    for name, dims, types, concrete, out, ctx in uniq.iter_rows():
         d = _decode(dims)
-        r = registry.op_flops(name, d, _decode(types), _decode(concrete), out_dims=_decode(out))
+        r = registry.op_flops(name, d, _decode(types), _decode(concrete), out_dims=_decode(out), context=_decode(ctx))
         if r is None:
             r = registry.OpFlops(None, None, 0, None, None, None, "no formula")
         if d is None and r.flops is None:
@@ -174,12 +182,83 @@ def weight_grad_shapes(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
     return out
 
 
+# A serving engine's step annotation that carries its batch's sequence lengths (vLLM: execute_<n>_context_…_generation_…).
+BATCH_ANNOTATION_RE = r"^execute_\d+_context_\d+\(sq"
+_TOPK_RE = re.compile(r"(?i)topk")
+
+
+def op_contexts(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
+    """Per matmul op row, what its formula needs that is recorded outside its own arguments (as JSON):
+    `seq_stats`, the sequence lengths of a serving engine's step annotation above it (vLLM's attention), and
+    `moe`, the top-k and the expert weights seen in the ops a fused MoE ran."""
+    ctx: dict[int, dict] = {}
+    for row, name in batch_annotations(ops, rows).items():
+        stats = registry.vllm_batch_stats(name)
+        if stats:
+            ctx.setdefault(row, {})["seq_stats"] = stats
+    for row, moe in moe_evidence(ops, rows).items():
+        ctx.setdefault(row, {})["moe"] = moe
+    return {row: orjson.dumps(c).decode() for row, c in ctx.items()}
+
+
+def batch_annotations(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
+    """For matmul ops under a serving engine's step annotation, that annotation's name."""
+    marked = name_matches(ops["name"], BATCH_ANNOTATION_RE).to_numpy()
+    if not marked.any() or not len(rows):
+        return {}
+    near = nearest(ops["parent"].to_numpy(), marked)[rows]
+    has = near >= 0
+    names = ops["name"].gather(near[has]).to_list()
+    return dict(zip(ops["row"].gather(rows[has]).to_list(), names))
+
+
+def moe_evidence(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, dict]:
+    """For each fused MoE op among `rows`: the top-k (a `TopK` / `aten::topk` it ran: its k argument) and its expert
+    weights (the first two 3-D tensors of the router's expert count its ops took, in order: up, then down), as
+    [dims, type, strides]. Only MoE ops are looked into: their own arguments do not hold the experts."""
+    if not len(rows):
+        return {}
+    names = ops["name"].gather(rows)
+    moe_rows = rows[names.is_in(list(registry.MOE_OPS)).to_numpy()]
+    if not len(moe_rows):
+        return {}
+    mark = np.zeros(ops.height, dtype=bool)
+    mark[moe_rows] = True
+    parent = ops["parent"].to_numpy()
+    owner = nearest(parent, mark)
+    inside = np.flatnonzero((owner >= 0) & ~mark)
+    experts = {}
+    for row, dims in zip(moe_rows.tolist(), ops["dims"].gather(moe_rows).to_list()):
+        d = _decode(dims)
+        if isinstance(d, list) and len(d) > 1 and isinstance(d[1], list) and len(d[1]) == 2:
+            experts[row] = d[1][1]
+    found: dict[int, dict] = {r: {"topk": None, "weights": []} for r in experts}
+    sub = ops[inside].select("ts", "row", "name", "dims", "types", "concrete", "strides").with_columns(
+        owner=pl.Series(owner[inside])).sort("ts", "row")
+    for own, name, dims, types, concrete, strides in sub.select("owner", "name", "dims", "types", "concrete", "strides").iter_rows():
+        got = found.get(own)
+        if got is None:
+            continue
+        if got["topk"] is None and name and _TOPK_RE.search(name):
+            c = _decode(concrete)
+            k = c[1] if isinstance(c, list) and len(c) > 1 else None
+            if isinstance(k, str) and k.isdigit():
+                got["topk"] = int(k)
+        d = _decode(dims)
+        if len(got["weights"]) < 2 and isinstance(d, list) and d and isinstance(d[0], list) and len(d[0]) == 3 \
+                and d[0][0] == experts[own] and all(w[0] != d[0] for w in got["weights"]):
+            t, st = _decode(types), _decode(strides)
+            got["weights"].append([d[0], t[0] if isinstance(t, list) and t else None,
+                                   st[0] if isinstance(st, list) and st else None])
+    return {r: g for r, g in found.items() if g["topk"] is not None and len(g["weights"]) == 2}
+
+
 def count_ops(ops: pl.DataFrame, kernels: pl.DataFrame, device_trace: bool) -> pl.DataFrame:
     """Add leaf/ran flags and FLOP columns to the tagged ops."""
     leaf = leaf_matmuls(ops)
     did_run = ran(ops, kernels, device_trace)
     rows = np.flatnonzero(leaf)
-    table = formula_table(ops, rows, conv_out_dims(ops, rows) | weight_grad_shapes(ops, rows))
+    table = formula_table(ops, rows, conv_out_dims(ops, rows) | weight_grad_shapes(ops, rows), op_contexts(ops, rows))
     ops = ops.with_columns(matmul=pl.Series(leaf), ran=pl.Series(did_run))
     ops = ops.with_columns(spread(table, ops.height))  # by position: no join, no copy of the ops
     return apply_hints(ops)
@@ -222,28 +301,26 @@ def _first_dtype(types: str) -> str | None:
     return dtype_of(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None
 
 
-# GEMM / convolution kernels by name, for traces that hold no host op to say so (device-only).
-GEMM_KERNEL_RE = r"(?i)gemm|cutlass|cublas|hipblas|rocblas|\bnvjet|xmma|implicit_convolve|conv2d_|dgrad|wgrad|fprop|cijk_"
-
-
 # Kernels a GEMM or convolution library runs around its GEMM that only move data: layout transforms (cuDNN, MIOpen),
 # tensor scaling and offset tables (cuDNN), sub-tensor ops (MIOpen), copies into a contiguous operand (PyTorch).
 LAYOUT_KERNEL_RE = r"(?i)nchwToNhwc|nhwcToNchw|NCHW2CNHW|CNHW2NCHW|batched_transpose"  # NCHW <-> NHWC around a convolution
 AUX_KERNEL_RE = (LAYOUT_KERNEL_RE + r"|transpose|scalePackedTensor|compute[AB]?OffsetsKernel|SubTensorOp"
                  r"|direct_copy_kernel|copy_device_to_device")
 
-_SAYS_GEMM = GEMM_KERNEL_RE + r"|triton_tem|matmul|gemv"  # a fused GEMM template (inductor's triton_tem_*) may name a transpose
+_SAYS_GEMM = MATMUL_KERNEL_RE + r"|(?i:gemm|triton_tem|matmul|gemv)"  # a fused GEMM template (inductor's triton_tem_*) may name a transpose
 
 
 def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Matmul-class kernels: compute kernels launched under an executed leaf matmul op, but for its data movers.
+    """Matmul-class kernels: compute kernels launched under an executed leaf matmul op (but for its data movers), and
+    every kernel whose name is a GEMM, convolution or attention library's (`flops.kernels`) wherever it was launched.
 
     The op's FLOPs are shared among its matmul kernels in proportion to duration.
     A kernel named as a layout transform or copy (`AUX_KERNEL_RE`, unless its
     name also says GEMM) does no FLOPs: other compute, unless it is all the op
-    launched (its FLOPs then stay on it rather than vanish). A trace without
-    host ops (device activity only) has no op to ask: there a GEMM or
-    convolution kernel is matmul-class by its name, its FLOPs unknown.
+    launched (its FLOPs then stay on it rather than vanish); so is a framework op's kernel
+    that no library names beside one that is (a fused MoE's routing). A kernel told by
+    its name alone (a graph replay, a framework op without a formula, a trace
+    without host ops) is matmul time with unknown FLOPs, never other compute.
     """
     if kernels.height == 0:
         return kernels.with_columns(
@@ -257,16 +334,25 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     kernels = kernels.with_columns(matmul_row=pl.Series(mm_row, dtype=pl.Int64)).with_columns(
         matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
     )
-    has_op = pl.col("matmul_row").is_not_null() if ops.height else pl.col("name").str.contains(GEMM_KERNEL_RE)
     compute = pl.col("kind") == "compute"
     mover = name_matches(kernels["name"], AUX_KERNEL_RE, unless=_SAYS_GEMM)
-    is_mm = compute & has_op
+    is_mm = compute & pl.col("matmul_row").is_not_null()
     if mover.any():  # a column, not a literal: the window below sees it group by group
         kernels = kernels.with_columns(mover.alias("_mover"))
         is_mm = is_mm & (~pl.col("_mover") | ~(compute & ~pl.col("_mover")).any().over("matmul_row"))
+    kernels = kernels.with_columns(is_matmul_kernel(kernels["name"]).alias("_named"))
+    if ops.height and "name" in ops.columns:
+        # A framework op (not aten's) that launched named matmul kernels: its other kernels are routing, quantisation
+        # or scatter work (a fused MoE's top-k, SageAttention's quantiser), not matmul time.
+        op_name = by_row(ops, kernels["matmul_row"], "name").to_series().fill_null("aten::")
+        framework = op_name.str.contains("::", literal=True) & ~op_name.str.starts_with("aten::")  # vllm::, aiter::, ...
+        kernels = kernels.with_columns(framework.alias("_framework"))
+        aux = pl.col("_framework") & ~pl.col("_named") & (compute & pl.col("_named")).any().over("matmul_row")
+        is_mm = is_mm & ~aux
+    is_mm = is_mm | (compute & pl.col("_named"))
     kernels = kernels.with_columns(
         cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
-    ).drop("_mover", strict=False)
+    ).drop("_mover", "_named", "_framework", strict=False)
     # Only the op's matmul kernels share its FLOPs (a memset it launched does none).
     mm_dur = pl.when(pl.col("cls") == "matmul").then(pl.col("dur")).otherwise(0.0)
     share = pl.col("dur") / mm_dur.sum().over("matmul_row")

@@ -27,8 +27,19 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from traceflops.core import fmt
 from traceflops.core.errors import ConservationError
-from traceflops.core.vocab import BUSY_CLASSES, HOST_COMM_WORK_RE, OUTSIDE, PARTITION
+from traceflops.core.trace import Trace
+from traceflops.core.vocab import (
+    BUSY_CLASSES,
+    HOST_COMM_WORK_RE,
+    NO_DEVICE_ACTIVITY,
+    OUTSIDE,
+    PARTITION,
+    PROFILE_THE_DEVICE,
+    RANGE_PROFILER_CAPTURE,
+)
+from traceflops.stages.steps import DEVICE_WORK_LAUNCH
 
 # Count columns of the sweep (see `_kernel_arrays`): the four busy classes of
 # the partition in priority order, then the overlay columns.
@@ -457,6 +468,43 @@ def launch_stats(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     if outside.height and OUTSIDE not in base["step"].to_list():
         out = pl.concat([out, outside.with_columns(name=pl.lit("outside steps")).select(out.columns)])
     return out
+
+
+# Host ops only a device job records: NCCL / RCCL collectives, a tensor handed to another device stream.
+DEVICE_HOST_OPS_RE = r"^(nccl|rccl):|^aten::record_stream$"
+
+
+def device_not_captured(trace: Trace) -> str | None:
+    """The warning for a trace that names a device but holds none of its activity (no kernel, memcpy or memset), else None.
+
+    The device is named by CUPTI range-profiler events (hardware counters, no timeline), `deviceProperties`,
+    NCCL / RCCL or `aten::record_stream` ops, or runtime launches whose device activity is absent. Such a trace
+    is not a CPU run: its host ops' durations are not device time, so MFU, HFU and the time classes stay unknown.
+    """
+    if trace.kernels.height:
+        return None
+    ranges = trace.meta.get("profiler_ranges") or 0
+    if ranges:
+        return (f"{RANGE_PROFILER_CAPTURE}: {ranges} profiled ranges with hardware counters, no kernel timeline; "
+                f"MFU/HFU need a trace with ProfilerActivity.CUDA ({PROFILE_THE_DEVICE})")
+    props = [p for p in trace.meta.get("device_properties") or [] if isinstance(p, dict)]
+    names = trace.ops["name"].drop_nulls().unique()
+    named_ops = sorted(names.filter(names.str.contains(DEVICE_HOST_OPS_RE)).to_list())
+    launches = trace.launches.filter(pl.col("name").str.contains(DEVICE_WORK_LAUNCH)).height
+    seen = []
+    if props:
+        gpus = sorted({fmt.short(p["name"], 60) for p in props if isinstance(p.get("name"), str)})
+        seen.append(f"deviceProperties lists {len(props)} device(s){': ' + ', '.join(gpus[:3]) if gpus else ''}")
+    if named_ops:
+        seen.append(f"{', '.join(fmt.short(n, 60) for n in named_ops[:3])}{' and more' if len(named_ops) > 3 else ''} ops")
+    if launches:
+        seen.append(f"{launches} device launches")
+    if not seen:
+        return None
+    how = "its device activity was not recorded" if launches else "captured with CPU activity only"
+    return (f"{NO_DEVICE_ACTIVITY}: the trace names a device ({'; '.join(seen)}) but holds no kernel, memcpy or memset "
+            f"({how}), so MFU, HFU and the device time breakdown are unknown (host op durations are not device time); "
+            f"add ProfilerActivity.CUDA: {PROFILE_THE_DEVICE}")
 
 
 def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:

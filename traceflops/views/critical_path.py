@@ -27,6 +27,7 @@ MEANING = {
 
 NOT_AVAILABLE = ("no device activities: a CPU-only trace (PyTorch on CPU, XLA:CPU) runs on the host threads alone, "
                  "so there is no host → device chain to follow")
+NOT_CAPTURED = "no device activity in the capture (a device job profiled without its device activity): no host → device chain to follow"
 
 
 def path_summary(a: Analysis, exclude_steps=(), top: int = 5) -> dict[str, Any]:
