@@ -382,3 +382,33 @@ def gemm_trace_file(path, m: int, n: int, k: int, dur: float, dtype: str = BF16,
     b.op("aten::mm", 10, 30, **shapes([[m, k], [k, n]], [dtype, dtype]))
     b.kernel(kernel, 12, 100, dur)
     return b.write(path)
+
+
+# ------------------------------------------------------------------ protobuf (hand-made XLA profiles)
+
+
+def pb_varint(v: int) -> bytes:
+    """A protobuf varint (two's complement for negatives, as int64 fields write them)."""
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def pb_field(num: int, value) -> bytes:
+    """Field `num` with a bytes/str (length-delimited), float (fixed64 double) or int (varint) value."""
+    import struct
+
+    if isinstance(value, bytes):
+        return pb_varint(num << 3 | 2) + pb_varint(len(value)) + value
+    if isinstance(value, str):
+        return pb_field(num, value.encode())
+    if isinstance(value, float):
+        return pb_varint(num << 3 | 1) + struct.pack("<d", value)
+    return pb_varint(num << 3) + pb_varint(value)

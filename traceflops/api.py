@@ -27,12 +27,14 @@ def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int
             head_dim: int | None = None, seq_len: int | None = None, model_config: str | os.PathLike | dict | None = None,
             tokens_per_step: float | None = None, hardware: str | None = None, precision: str | None = None,
             peak_tflops: float | None = None, world_size: int | None = None, mode: str | None = None,
-            exclude_steps: tuple[int, ...] = (), graph_captures: tuple[str | os.PathLike, ...] = ()) -> Analysis:
+            exclude_steps: tuple[int, ...] = (), graph_captures: tuple[str | os.PathLike, ...] = (),
+            keep_last_step: bool = False) -> Analysis:
     """Analyse one trace (Kineto JSON or XLA xplane.pb) as `traceflops analyze PATH` does (`graph_captures`:
     `--graph-capture`)."""
     opts = options(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len, model_config=model_config,
                    tokens_per_step=tokens_per_step, hardware=hardware, precision=precision, peak_tflops=peak_tflops,
-                   world_size=world_size, mode=mode, exclude_steps=exclude_steps, graph_captures=graph_captures)
+                   world_size=world_size, mode=mode, exclude_steps=exclude_steps, graph_captures=graph_captures,
+                   keep_last_step=keep_last_step)
     return _analyze(str(path), opts)
 
 
@@ -49,7 +51,7 @@ def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, mic
     summaries = summarize_all(files, opts, jobs, skipped=left_out)
     return job_view(summaries, world_size=opts.world_size, tokens_model_flops=global_model_flops(summaries),
                     pipeline_stages=pipeline_stages, microbatches=microbatches, exclude_steps=opts.exclude_steps,
-                    input_warnings=left_out)
+                    input_warnings=left_out, keep_last_step=opts.keep_last_step)
 
 
 def to_dict(a: Analysis) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from traceflops.stages.steps import (
     host_steps,
     kernel_steps,
     leave_out_cut_steps,
+    leave_out_unbounded_last,
     step_count,
     step_warnings,
     window_work,
@@ -99,7 +100,8 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     ops = ops.with_columns(step=by_execution(ops, assign(ops, "ts", host), host))
     kernels = classify_kernels(kernels.with_columns(step=kernel_steps(kernels, ops, host)), ops)
     steps = device_windows(host, window_work(kernels, ops)).sort("ts")
-    warnings = ([not_captured] if not_captured else []) + step_warnings(trace, steps, step_source, warnings_cut) + asked
+    opt, warnings_last = leave_out_unbounded_last(steps, opt)
+    warnings = warnings_last + ([not_captured] if not_captured else []) + step_warnings(trace, steps, step_source, warnings_cut) + asked
 
     # peak, model FLOPs, per-step utilization
     hardware, peak, precision = mpeak.choose_hardware(trace, ops, kernels, opt, warnings)
@@ -109,11 +111,11 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     model, model_per_step, model_no_attn = msec.model_section(opt, ops, steps, mode, world, warnings)
     activities = kernels if device_trace or not_captured else tl.cpu_activities(ops)  # host ops are no device's time
     part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
-    devices = tl.program_devices(part)  # a JAX process's chips together: MFU against all their peaks
+    devices = tl.program_devices(part, activities)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
     steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels))
     outside = util.outside_section(kernels, ops, activities)
-    warnings += util.window_warnings(steps, kernels, outside)
+    warnings += util.window_warnings(steps, kernels, outside, last_counted=not warnings_last)
 
     # timeline
     stage("timeline, critical path, roofline")
@@ -134,6 +136,9 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt, devices)
     if not_captured:
         steps, totals = steptime.without_device_time(steps, totals)
+    if trace.meta.get("truncated"):
+        steps, totals, cut = util.cut_without_flops(steps, totals)
+        warnings += cut
     warnings += util.suspect(totals.get("mfu"), totals.get("hfu"))
     warnings += util.unknown_flops_warnings(ops, kernels, totals)
     warnings += util.hook_warnings(ops)

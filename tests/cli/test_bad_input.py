@@ -54,9 +54,10 @@ def write(path: Path, data: bytes | str) -> Path:
 
 
 def small_gpu_trace() -> Builder:
-    """Two steps of an mm on a device, with shapes: FLOPs known, analysis fast."""
+    """Three steps of an mm on a device, with shapes: FLOPs known, analysis fast. The last ends at its last kernel and
+    is left out of the totals, which cover two steps."""
     b = Builder()
-    for s in range(2):
+    for s in range(3):
         t0 = 1000.0 * s
         b.annotation(f"ProfilerStep#{s}", t0, 900)
         b.op("aten::mm", t0 + 10, 50, **{"Input Dims": [[64, 32], [32, 16]], "Input type": ["float", "float"]})

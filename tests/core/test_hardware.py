@@ -75,6 +75,88 @@ def test_mi300x_dense():
     assert hw.peak("fp8") == pytest.approx(2 * hw.peak("bf16"), rel=1e-3)
 
 
+def test_mi325x_is_mi300x_compute_with_more_hbm():
+    # AMD MI325X spec: peak FP16/BF16 1,307.4 TFLOPS, FP8 2,614.9, TF32 653.7, FP32 163.4 (dense;
+    # 2,614.9 / 5,229.8 with structured sparsity); 256 GB HBM3E at 6 TB/s. ROCm 'AMD GPU
+    # specifications': 304 CUs (38 per XCD), gfx942, 256 GiB.
+    hw = HARDWARE["mi325x"]
+    assert hw.peak("bf16") == pytest.approx(1307.4e12)
+    assert hw.peak("fp16") == pytest.approx(1307.4e12)
+    assert hw.peak("fp8") == pytest.approx(2614.9e12)
+    assert hw.peak("tf32") == pytest.approx(653.7e12)
+    assert hw.peak("fp32") == pytest.approx(163.4e12)
+    assert hw.hbm_bytes_per_s == pytest.approx(6e12)
+    assert hw.compute_units == 304
+    # the same CDNA 3 compute as MI300X: 304 CUs x 2048 FLOP/clk/CU (bf16) x 2.1 GHz
+    assert hw.peak("bf16") == pytest.approx(304 * 2048 * 2.1e9, rel=1e-3)
+    assert hw.peaks == HARDWARE["mi300x"].peaks
+    assert hw.hbm_bytes_per_s > HARDWARE["mi300x"].hbm_bytes_per_s
+
+
+def test_mi355x_and_mi350x_dense_cdna4():
+    # AMD: MI355X up to 10 petaFLOPS MXFP4/MXFP6 (AMD technical article 'InferenceMAX'), FP8 5 PF,
+    # FP16/BF16 2.5 PF, FP32 157.3 TFLOPS, INT8 5 POPS, 288 GB HBM3E at 8 TB/s; ROCm 'AMD GPU
+    # specifications': 256 CUs (32 per XCD), gfx950; peak engine clock 2,400 MHz (MI355X) and
+    # 2,200 MHz (MI350X, 1,000 W); CDNA 4 has no TF32 GEMM (ROCm Compute Profiler).
+    hw = HARDWARE["mi355x"]
+    assert hw.peak("fp4") == pytest.approx(10e15, rel=0.01)
+    assert hw.peak("fp8") == pytest.approx(5e15, rel=0.01)
+    assert hw.peak("bf16") == pytest.approx(2.5e15, rel=0.01)
+    assert hw.peak("fp16") == hw.peak("bf16")
+    assert hw.peak("int8") == pytest.approx(5e15, rel=0.01)
+    assert hw.peak("fp32") == pytest.approx(157.3e12)
+    assert hw.peak("tf32") is None
+    assert hw.hbm_bytes_per_s == pytest.approx(8e12)
+    assert hw.compute_units == 256
+    # ISSCC 2026 (AMD): 8,192 FP8 FLOP per clock per CU, 256 CUs, 2.4 GHz
+    assert hw.peak("fp8") == pytest.approx(256 * 8192 * 2.4e9, rel=1e-4)
+    assert hw.peak("bf16") == pytest.approx(hw.peak("fp8") / 2, rel=1e-4)
+    assert hw.peak("fp4") == pytest.approx(hw.peak("fp8") * 2, rel=1e-4)
+    # MI350X: the same silicon at 2,200 MHz; AMD rounds its peaks to 2.3 / 4.6 / 9.2 PFLOP/s
+    lo = HARDWARE["mi350x"]
+    for p in ("fp64", "fp32", "bf16", "fp16", "fp8", "int8", "fp4"):
+        assert lo.peak(p) == pytest.approx(hw.peak(p) * 2200 / 2400, rel=1e-3), p
+    assert lo.peak("bf16") == pytest.approx(2.3e15, rel=0.01)
+    assert lo.peak("fp8") == pytest.approx(4.6e15, rel=0.01)
+    assert lo.peak("fp4") == pytest.approx(9.2e15, rel=0.01)
+    assert lo.hbm_bytes_per_s == hw.hbm_bytes_per_s and lo.compute_units == 256
+
+
+def test_gh200_gpu_is_h100_sxm_compute():
+    # NVIDIA GH200 datasheet (per GPU): FP64 Tensor 67, TF32 989*, BF16/FP16 1,979*, FP8 3,958*
+    # TFLOPS (* with sparsity: dense is half); 96 GB HBM3 at 4 TB/s or 144 GB HBM3e at 4.9 TB/s.
+    for key, tbps in (("gh200", 4.0), ("gh200-144gb", 4.9)):
+        hw = HARDWARE[key]
+        assert hw.peak("bf16") == pytest.approx(1979e12 / 2, abs=1e12)
+        assert hw.peak("fp8") == pytest.approx(3958e12 / 2, abs=1e12)
+        assert hw.peak("tf32") == pytest.approx(989e12 / 2, abs=1e12)
+        assert hw.peak("fp64") == pytest.approx(67e12, abs=0.5e12)
+        assert hw.hbm_bytes_per_s == pytest.approx(tbps * 1e12)
+        assert hw.compute_units == 132
+        assert hw.peaks == HARDWARE["h100-sxm"].peaks
+
+
+def test_l40s_dense_not_sparse():
+    # NVIDIA L40S datasheet, 'dense | with sparsity': TF32 183 | 366, BF16 and FP16 362.05 | 733,
+    # FP8 733 | 1,466 TFLOPS; FP32 91.6 TFLOPS; 48 GB GDDR6, 864 GB/s; 142 RT cores (one per SM).
+    hw = HARDWARE["l40s"]
+    assert hw.peak("bf16") == pytest.approx(362.05e12)
+    assert hw.peak("fp16") == pytest.approx(362.05e12)
+    assert hw.peak("tf32") == pytest.approx(183e12)
+    assert hw.peak("fp8") == pytest.approx(733e12)
+    assert hw.peak("fp32") == pytest.approx(91.6e12)
+    assert hw.hbm_bytes_per_s == pytest.approx(864e9)
+    assert hw.compute_units == 142
+    assert hw.peak("fp64") is None  # the datasheet gives none: not made up
+
+
+def test_new_rows_cite_their_vendor():
+    vendor = {"mi325x": "amd.com", "mi355x": "amd.com", "mi350x": "amd.com", "gh200": "nvidia.com",
+              "gh200-144gb": "nvidia.com", "l40s": "nvidia.com"}
+    for key, domain in vendor.items():
+        assert domain in HARDWARE[key].source, key
+
+
 def test_tpus():
     assert HARDWARE["tpu-v5e"].peak("bf16") == 197e12
     assert HARDWARE["tpu-v5p"].peak("bf16") == 459e12
@@ -104,7 +186,7 @@ def test_table_is_well_formed():
 def test_required_rows_present():
     for key in ("v100-sxm2", "v100-pcie", "a100", "a100-40gb", "h100-sxm", "h100-pcie", "h200",
                 "b200", "mi250", "mi250x", "mi300x", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e",
-                "rtx-2080-ti"):
+                "rtx-2080-ti", "mi325x", "mi350x", "mi355x", "gh200", "gh200-144gb", "l40s"):
         assert key in HARDWARE
 
 
@@ -126,6 +208,10 @@ def test_peak_precision_aliases():
     ("MI250X", "mi250x"), ("mi250", "mi250"), ("TPU v4", "tpu-v4"), ("tpu v5 lite", "tpu-v5e"),
     ("v6e", "tpu-v6e"), ("Trillium", "tpu-v6e"), ("Tesla V100-SXM2-32GB", "v100-sxm2"),
     ("B200", "b200"), ("rtx 2080 ti", "rtx-2080-ti"),
+    ("MI325X", "mi325x"), ("AMD Instinct MI325X", "mi325x"), ("mi355x", "mi355x"),
+    ("AMD Instinct MI355X", "mi355x"), ("MI350X", "mi350x"), ("AMD Instinct MI350X", "mi350x"),
+    ("GH200", "gh200"), ("NVIDIA GH200 480GB", "gh200"), ("NVIDIA GH200 120GB", "gh200"),
+    ("NVIDIA GH200 144G HBM3e", "gh200-144gb"), ("L40S", "l40s"), ("NVIDIA L40S", "l40s"),
 ])
 def test_lookup(name, key):
     hw = lookup(name)
@@ -169,6 +255,74 @@ def test_mi300x_by_name_or_cus():
     assert detect(_amd("AMD Radeon Graphics", 304, 9, 4))[0].key == "mi300x"
     hw, why = detect(_amd("AMD Radeon Graphics", 38, 9, 4))  # CPX partition
     assert hw is None and "CPX" in why
+
+
+def test_mi325x_by_name_or_memory():
+    # rocminfo 'Marketing Name: AMD Instinct MI325X' (gfx942), the name HIP reports; ROCm: 256 GiB
+    assert detect(_amd("AMD Instinct MI325X", 304, 9, 4, 256 * 2**30))[0].key == "mi325x"
+    assert detect(_amd("AMD Radeon Graphics", 304, 9, 4, 256 * 2**30))[0].key == "mi325x"
+    # an MI300X (192 GiB, as the MI300X fixtures record) stays an MI300X
+    assert detect(_amd("AMD Radeon Graphics", 304, 9, 4, 192 * 2**30))[0].key == "mi300x"
+    assert detect(_amd("AMD Instinct MI300X", 304, 9, 4, 192 * 2**30))[0].key == "mi300x"
+
+
+def test_gfx950_mi355x_vs_mi350x():
+    # rocminfo 'Marketing Name: AMD Instinct MI355X' / 'AMD Instinct MI350X' (gfx950); some ROCm
+    # versions name it 'AMD Radeon Graphics'. 256 CUs and 288 GiB on both.
+    mem = 288 * 2**30
+    assert detect(_amd("AMD Instinct MI355X", 256, 9, 5, mem))[0].key == "mi355x"
+    assert detect(_amd("AMD Instinct MI350X", 256, 9, 5, mem))[0].key == "mi350x"
+    # an XLA profile records the peak engine clock (kHz): 2,400 MHz MI355X, 2,200 MHz MI350X
+    hw, why = detect({**_amd("AMD GPU", 256, 9, 5, mem), "clockRate": 2400000})
+    assert hw.key == "mi355x" and "2400 MHz" in why and "assumed" not in why
+    assert detect({**_amd("AMD GPU", 256, 9, 5, mem), "clockRate": 2200000})[0].key == "mi350x"
+    # nothing tells them apart: MI355X (the higher peak) is assumed, and the answer says so
+    hw, why = detect(_amd("AMD Radeon Graphics", 256, 9, 5, mem))
+    assert hw.key == "mi355x" and "assumed MI355X" in why
+    # the arch string alone is enough to know it is CDNA 4
+    assert detect({"name": "", "numSms": 256, "gcnArchName": "gfx950:sramecc+:xnack-"})[0].key == "mi355x"
+    # a CPX partition (32 CUs per device) is not a whole GPU
+    hw, why = detect(_amd("AMD Radeon Graphics", 32, 9, 5, mem // 8))
+    assert hw is None and "partition" in why and "--peak-tflops" in why
+
+
+def test_gh200_variants_by_name_or_memory():
+    # Device names as NVIDIA's driver lists them (open-gpu-kernel-modules README): 'NVIDIA GH200
+    # 480GB', 'NVIDIA GH200 120GB' (device 2342) and 'NVIDIA GH200 144G HBM3e' (device 2348).
+    base = {"computeMajor": 9, "computeMinor": 0, "numSms": 132}
+    assert detect({**base, "name": "NVIDIA GH200 480GB"})[0].key == "gh200"
+    assert detect({**base, "name": "NVIDIA GH200 120GB"})[0].key == "gh200"
+    # total_memory 153008209920 bytes is what PyTorch reports on a 'GH200 144G HBM3e'
+    hw, why = detect({**base, "name": "NVIDIA GH200 144G HBM3e", "totalGlobalMem": 153008209920})
+    assert hw.key == "gh200-144gb", why
+    assert detect({**base, "name": "NVIDIA GH200", "totalGlobalMem": 153008209920})[0].key == "gh200-144gb"
+    hw, why = detect({**base, "name": "NVIDIA GH200"})
+    assert hw.key == "gh200" and "assumed" in why
+    # JAX's device_kind on a GH200 (seen as 'NVIDIA GH200 480GB') goes through detect_xla
+    assert detect_xla("NVIDIA GH200 480GB")[0].key == "gh200"
+
+
+def test_l40s_and_h20():
+    # 'NVIDIA L40S', 'NVIDIA L40', 'NVIDIA H20', 'NVIDIA H20-3e': NVIDIA driver README spellings
+    assert detect({"name": "NVIDIA L40S", "numSms": 142, "computeMajor": 8, "computeMinor": 9})[0].key == "l40s"
+    assert detect_xla("NVIDIA L40S")[0].key == "l40s"
+    l40 = {"name": "NVIDIA L40", "numSms": 142, "computeMajor": 8, "computeMinor": 9}
+    assert detect(l40)[0] is None  # the L40 is slower than the L40S: not mapped to it
+    for name in ("NVIDIA H20", "NVIDIA H20-3e"):
+        hw, why = detect({"name": name, "computeMajor": 9, "computeMinor": 0})
+        assert hw is None and "H20" in why and "--peak-tflops" in why
+    assert detect({"name": "NVIDIA H200", "numSms": 132})[0].key == "h200"  # 'h20' is not 'h200'
+
+
+def test_v100_without_a_name():
+    # TensorFlow's 2020 xplane (v100_tf_multiworker) records no name: 80 SMs, cc 7.0, 16945512448
+    # bytes. Volta whitepaper / V100 datasheet: Tesla V100 = GV100 with 80 SMs, 16 or 32 GB.
+    props = {"name": "", "numSms": 80, "computeMajor": 7, "computeMinor": 0, "totalGlobalMem": 16945512448}
+    hw, why = detect(props)
+    assert hw.key == "v100-sxm2" and "assumed SXM2" in why
+    assert detect({k: v for k, v in props.items() if k != "name"})[0].key == "v100-sxm2"
+    # a 12 GB GV100 (TITAN V) is not a Tesla V100
+    assert detect({**props, "totalGlobalMem": 12 * 2**30})[0] is None
 
 
 def test_h100_sxm_vs_pcie():
@@ -275,3 +429,33 @@ def test_tpu_v6e_xplane_agrees_with_table():
     assert hw is not None and hw.key == "tpu-v6e", why
     # the profile's own device stat peak_teraflops_per_second is the double 918.0
     assert struct.pack("<d", hw.peak("bf16") / TF) in data
+
+
+@pytest.mark.skipif(not (XPLANE / "gfx950_jax_te_fused_attn_train.xplane.pb").is_file(),
+                    reason=f"{XPLANE / 'gfx950_jax_te_fused_attn_train.xplane.pb'} is absent")
+def test_gfx950_xplane_is_an_mi355x_by_its_clock():
+    from traceflops.parsers.xplane import parse_xplane
+    from traceflops.run.load import analyze
+
+    path = XPLANE / "gfx950_jax_te_fused_attn_train.xplane.pb"
+    props = parse_xplane(str(path)).meta["device_properties"][0]
+    # what the profile records: 256 CUs, gfx 9.5, 288 GiB, a 2.4 GHz clock
+    assert (props["numSms"], props["computeMajor"], props["computeMinor"]) == (256, 9, 5)
+    hw, why = detect(props)
+    assert hw is not None and hw.key == "mi355x", why
+    assert "assumed" not in why
+    a = analyze(str(path))
+    assert a.hardware["name"] == "AMD Instinct MI355X"
+    assert a.hardware["peak_flops"] == pytest.approx(2.5e15, rel=0.01)  # bf16, AMD's 2.5 PF
+    assert a.totals["mfu"] is not None and 0 < a.totals["mfu"] < 1
+    assert not [w for w in a.warnings if w.startswith("hardware")]
+
+
+@pytest.mark.skipif(not (XPLANE / "v100_tf_multiworker.xplane.pb").is_file(),
+                    reason=f"{XPLANE / 'v100_tf_multiworker.xplane.pb'} is absent")
+def test_nameless_v100_xplane_is_recognised_and_says_what_it_assumed():
+    from traceflops.run.load import analyze
+
+    a = analyze(str(XPLANE / "v100_tf_multiworker.xplane.pb"))
+    assert a.hardware["name"] == HARDWARE["v100-sxm2"].name
+    assert [w for w in a.warnings if w.startswith("hardware variant assumed") and "SXM2" in w]

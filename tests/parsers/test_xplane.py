@@ -8,12 +8,12 @@ protobuf.
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from tests.builders import pb_field, pb_varint
 from traceflops.core.errors import FormatError
 from traceflops.core.hardware import detect_xla
 from traceflops.parsers import detect_format, xplane_pb
@@ -51,27 +51,7 @@ def _ops_with_steps(trace):
 # -- a tiny protobuf writer, for hand-made profiles -----------------------------------
 
 
-def _varint(v: int) -> bytes:
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _f(num: int, value) -> bytes:
-    if isinstance(value, bytes):
-        return _varint(num << 3 | 2) + _varint(len(value)) + value
-    if isinstance(value, str):
-        return _f(num, value.encode())
-    if isinstance(value, float):
-        return _varint(num << 3 | 1) + struct.pack("<d", value)
-    return _varint(num << 3) + _varint(value)
+_varint, _f = pb_varint, pb_field
 
 
 def _stat(mid: int, value) -> bytes:

@@ -98,6 +98,9 @@ def model_options(fn):
         click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"])),
         click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs); a finite number from 1e-06 to 1e+07"),
         click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)"),
+        click.option("--keep-last-step", is_flag=True,
+                     help="count the last step in the totals (left out by default when other steps are there: it ends at "
+                          "its last device activity, without the time up to a next step)"),
         click.option("--graph-capture", "graph_captures", type=click.Path(exists=True), multiple=True,
                      help="a trace (or folder of traces) that recorded the CUDA/HIP graphs this trace replays; "
                           "default: capture_traces/ beside the trace, as vLLM and SGLang write it"),
@@ -191,7 +194,7 @@ def options_from(kw) -> tuple:
     from traceflops.run.options import model_options as build
 
     names = ("params", "layers", "heads", "head_dim", "seq_len", "model_config", "tokens_per_step", "world_size", "mode",
-             "hardware", "precision", "peak_tflops", "exclude_steps", "graph_captures")
+             "hardware", "precision", "peak_tflops", "exclude_steps", "graph_captures", "keep_last_step")
     opts = build(**{k: kw.pop(k) for k in names})
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
     kw.pop("quiet", None)

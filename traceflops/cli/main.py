@@ -125,6 +125,7 @@ def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tab
         microbatches=microbatches,
         exclude_steps=opts.exclude_steps,
         input_warnings=input_warnings,
+        keep_last_step=opts.keep_last_step,
     )
     if fmt == "json":
         click.echo(jobreport.render_json(job))

@@ -86,3 +86,26 @@ def rank_record(rank: int | None, path: str | None, totals: Mapping[str, Any]) -
         "overlay_us": totals.get("overlay_us"),
         "loss_budget": totals.get("loss_budget"),
     }
+
+
+def collective_record(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One matched collective of a job, as the report contract states it: its row, with its group's description,
+    role (`dp`, `tp`, ... from a `mesh_<dim>` description; `world` for the default group) and ranks always present
+    (null where the trace does not say)."""
+    out = {k: v for k, v in row.items() if k != "group_ranks"}
+    for k in ("pg_desc", "role", "group_size"):
+        out.setdefault(k, None)
+    ranks = row.get("group_ranks")
+    out["group_ranks"] = _ranks(ranks) if isinstance(ranks, str) else None
+    return out
+
+
+def _ranks(text: str) -> list[int] | None:
+    inner = text.strip()
+    if not (inner.startswith("[") and inner.endswith("]")):
+        return None
+    try:
+        return [int(x) for x in inner[1:-1].split(",") if x.strip()] or None
+    except ValueError:
+        return None
+

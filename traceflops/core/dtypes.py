@@ -71,9 +71,20 @@ COLLECTIVE_ITEMSIZE = {
     "float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8,
     "int": 4, "int32": 4, "long": 8, "int64": 8, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    # the rest of c10's ScalarType names, as `dtype` records them
+    "short": 2, "int16": 2, "uint16": 2, "uint32": 4, "uint64": 8, "complexhalf": 4, "complexfloat": 8, "complexdouble": 16,
+    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "qint8": 1, "quint8": 1, "qint32": 4,
+    # element types as a profiler built with clang or older Kineto spells them (`Input type`), beside TYPE_INFO's
+    "unsigned long": 8, "long long unsigned int": 8, "unsigned short int": 2,
 }
 
 
 def collective_dtype_key(dtype: Any) -> str | None:
     """The key of `COLLECTIVE_ITEMSIZE` for a recorded collective dtype."""
     return None if dtype is None else str(dtype).lower().replace("c10::", "")
+
+
+def collective_itemsize(dtype: Any) -> int | None:
+    """Bytes per element of a collective's recorded dtype: a profiler type string (a CPU backend's work records
+    its input's, `long int`, `c10::Half`) or a ScalarType name (`record_param_comms`' `dtype`: `Long`, `BFloat16`)."""
+    return itemsize(dtype) or COLLECTIVE_ITEMSIZE.get(collective_dtype_key(dtype) or "")

@@ -142,6 +142,41 @@ _SRC_MI300X = (
     "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-3-white-paper.pdf"
 )
 
+_SRC_MI325X = (
+    "AMD Instinct MI325X product page / data sheet (dense and 'with structured sparsity' columns; dense used), "
+    "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html ; "
+    "CUs, VRAM and LLVM target (304 CUs, 256 GiB, gfx942): ROCm 'AMD GPU specifications', "
+    "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html ; "
+    "AMD CDNA 3 architecture whitepaper, "
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-3-white-paper.pdf"
+)
+_SRC_MI350 = (
+    "AMD Instinct MI355X / MI350X product pages (dense and 'with structured sparsity' columns; dense used), "
+    "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html , "
+    "https://www.amd.com/en/products/accelerators/instinct/mi350/mi350x.html ; "
+    "AMD CDNA 4 architecture whitepaper, "
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-4-architecture-whitepaper.pdf ; "
+    "CUs, VRAM, LLVM target and GFXIP (256 CUs, 288 GiB, gfx950, 9.5): ROCm 'AMD GPU specifications', "
+    "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html ; "
+    "MI355X 'up to 10 petaFLOPS (MXFP4/MXFP6)': AMD technical article 'InferenceMAX: Benchmarking Progress in "
+    "Real Time', https://www.amd.com/en/developer/resources/technical-articles/2025/inferencemax-benchmarking-progress-in-real-time.html ; "
+    "no TF32 GEMM on CDNA 4: ROCm Compute Profiler 'AMD CDNA architecture', "
+    "https://rocm.docs.amd.com/projects/rocprofiler-compute/en/develop/conceptual/cdna/cdna-performance-model.html"
+)
+_SRC_GH200 = (
+    "NVIDIA GH200 Grace Hopper Superchip datasheet / product page (per-superchip GPU figures, tensor figures "
+    "quoted with sparsity; dense = 1/2; the same GPU compute as H100 SXM5), "
+    "https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ ; "
+    "'H100 on GH200', GH100, compute capability 9.0, 96GB: NVIDIA Multi-Instance GPU User Guide, Supported GPUs, "
+    "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-gpus.html ; "
+    "device names 'NVIDIA GH200 480GB', 'NVIDIA GH200 120GB', 'NVIDIA GH200 144G HBM3e': NVIDIA "
+    "open-gpu-kernel-modules README (supported GPUs), https://github.com/NVIDIA/open-gpu-kernel-modules"
+)
+_SRC_L40S = (
+    "NVIDIA L40S datasheet (tensor columns 'dense | with sparsity'; dense used), "
+    "https://www.nvidia.com/en-us/data-center/l40s/"
+)
+
 
 def _tpu_src(v: str) -> str:
     return f"Google Cloud TPU {v} system architecture page, https://cloud.google.com/tpu/docs/{v}"
@@ -220,6 +255,21 @@ _add(_hw("a100-pcie-40gb", name="NVIDIA A100 PCIe 40GB", peaks=_A100_PEAKS,
          links={"nvlink_bridge": 600 * G, "pcie_gen4_x16": 64 * G},
          notes="Same datasheet peaks as SXM4; a 250 W part may sustain lower clocks."))
 
+# --- NVIDIA Ada Lovelace -----------------------------------------------------------
+
+_add(_hw("l40s", name="NVIDIA L40S",
+         peaks={"fp32": 91.6 * T, "tf32": 183 * T, "bf16": 362.05 * T, "fp16": 362.05 * T,
+                "fp8": 733 * T},
+         vector_peaks={"vector_fp32": 91.6 * T},
+         hbm_bytes_per_s=864 * G, source=_SRC_L40S, compute_units=142, memory_bytes=48e9,
+         links={"pcie_gen4_x16": 64 * G},
+         notes=("48 GB GDDR6 with ECC, not HBM. Datasheet 'dense | with sparsity': TF32 183 | 366, "
+                "BF16/FP16 362.05 | 733, FP8 733 | 1,466; dense used. The datasheet does not say which "
+                "accumulate precision its FP16 figure assumes. No FP64 figure is published, and the INT8 "
+                "figure was not confirmed against a stored copy of the datasheet in this build, so "
+                "neither is in the row. 142 SMs: 18,176 CUDA cores / 128 per Ada SM (= its 142 RT cores, "
+                "one per SM).")))
+
 # --- NVIDIA Hopper --------------------------------------------------------------
 
 _H100_SXM_PEAKS = {"fp64": 66.9 * T, "fp32": 66.9 * T, "tf32": 494.7 * T, "bf16": 989.4 * T,
@@ -263,6 +313,23 @@ _add(_hw("h200-nvl", name="NVIDIA H200 NVL 141GB",
          links={"nvlink_bridge": 900 * G, "pcie_gen5_x16": 128 * G},
          notes=("PCIe card at up to 600 W: datasheet 1,671 BF16 / 3,341 FP8 with sparsity, halved. "
                 "Not cross-checked against a stored copy of the datasheet in this build.")))
+
+_GH200_NOTE = ("The GPU of a GH200 superchip: the datasheet's per-GPU compute is H100 SXM5's (67 FP64 "
+               "Tensor, 989 TF32*, 1,979 BF16/FP16*, 3,958 FP8/INT8* with sparsity; dense is half), "
+               "132 SMs. The module's power (CPU+GPU+memory, up to 1000 W) is configurable, so a "
+               "low power setting may not sustain these clocks. ")
+_add(_hw("gh200", name="NVIDIA GH200 96GB HBM3", peaks=_H100_SXM_PEAKS,
+         vector_peaks=_H100_SXM_VEC, hbm_bytes_per_s=4.0 * T, source=_SRC_GH200,
+         compute_units=132, memory_bytes=96e9, links={"nvlink_c2c": 900 * G},
+         notes=_GH200_NOTE + ("96 GB HBM3 at 4 TB/s: the devices named 'GH200 480GB' and 'GH200 120GB' "
+                              "(those sizes are the Grace CPU's LPDDR5X). HBM bandwidth not cross-checked "
+                              "against a stored copy of the datasheet in this build.")))
+_add(_hw("gh200-144gb", name="NVIDIA GH200 144GB HBM3e", peaks=_H100_SXM_PEAKS,
+         vector_peaks=_H100_SXM_VEC, hbm_bytes_per_s=4.9 * T, source=_SRC_GH200,
+         compute_units=132, memory_bytes=144e9, links={"nvlink_c2c": 900 * G},
+         notes=_GH200_NOTE + ("144 GB HBM3e at 4.9 TB/s: the device named 'GH200 144G HBM3e'. HBM "
+                              "bandwidth not cross-checked against a stored copy of the datasheet in "
+                              "this build.")))
 
 # --- NVIDIA Blackwell -------------------------------------------------------------
 
@@ -313,6 +380,39 @@ _add(_hw("mi300x", name="AMD Instinct MI300X",
          notes=("Dense (the data sheet's 2,614.9 bf16 / 5,229.8 fp8 are with sparsity). "
                 "In CPX partition mode each of the 8 XCDs (38 CUs) is its own device "
                 "with 1/8 of these peaks.")))
+
+_add(_hw("mi325x", name="AMD Instinct MI325X",
+         peaks={"fp64": 163.4 * T, "fp32": 163.4 * T, "tf32": 653.7 * T, "bf16": 1307.4 * T,
+                "fp16": 1307.4 * T, "fp8": 2614.9 * T, "int8": 2614.9 * T},
+         vector_peaks={"vector_fp64": 81.7 * T, "vector_fp32": 163.4 * T},
+         hbm_bytes_per_s=6.0 * T, source=_SRC_MI325X, compute_units=304, memory_bytes=256e9,
+         notes=("MI300X compute (CDNA 3, gfx942, 304 CUs at 2.1 GHz: dense 1,307.4 bf16 / 2,614.9 fp8, "
+                "the data sheet's 2,614.9 / 5,229.8 are with sparsity) with 256 GB HBM3E at 6 TB/s. "
+                "Told from an MI300X by name, else by memory (256 vs 192 GiB).")))
+
+# --- AMD CDNA4 ------------------------------------------------------------------------------
+
+_MI350_NOTE = ("CDNA 4 (gfx950), 256 CUs (32 per XCD), 288 GB HBM3E at 8 TB/s. Dense figures (the "
+               "sparse columns are twice fp16/bf16/fp8/int8). No TF32 matrix math on CDNA 4, so no tf32 "
+               "peak. fp4 is MXFP4; MXFP6 runs at the same rate (the table has no fp6 key). MI350X and "
+               "MI355X differ only in peak engine clock and board power: a trace's name or its clock "
+               "rate tells them apart, else MI355X is assumed and the report says so. Every figure is "
+               "256 CUs x FLOP/clock/CU x peak clock (fp64 128, fp32 256, fp16/bf16 4,096, fp8/int8 "
+               "8,192, MXFP4 16,384). fp64 and fp32 were not cross-checked against a stored copy of "
+               "the data sheet in this build. ")
+_add(_hw("mi355x", name="AMD Instinct MI355X",
+         peaks={"fp64": 78.6 * T, "fp32": 157.3 * T, "bf16": 2516.6 * T, "fp16": 2516.6 * T,
+                "fp8": 5033.2 * T, "int8": 5033.2 * T, "fp4": 10066.3 * T},
+         vector_peaks={"vector_fp64": 78.6 * T, "vector_fp32": 157.3 * T},
+         hbm_bytes_per_s=8.0 * T, source=_SRC_MI350, compute_units=256, memory_bytes=288e9,
+         notes=_MI350_NOTE + "MI355X: 2,400 MHz peak engine clock, 1,400 W (liquid cooled)."))
+_add(_hw("mi350x", name="AMD Instinct MI350X",
+         peaks={"fp64": 72.1 * T, "fp32": 144.2 * T, "bf16": 2306.9 * T, "fp16": 2306.9 * T,
+                "fp8": 4613.7 * T, "int8": 4613.7 * T, "fp4": 9227.5 * T},
+         vector_peaks={"vector_fp64": 72.1 * T, "vector_fp32": 144.2 * T},
+         hbm_bytes_per_s=8.0 * T, source=_SRC_MI350, compute_units=256, memory_bytes=288e9,
+         notes=_MI350_NOTE + ("MI350X: 2,200 MHz peak engine clock, 1,000 W (air cooled); AMD rounds "
+                              "these to 2.3 / 4.6 / 9.2 PFLOP/s.")))
 
 # --- Google TPU -------------------------------------------------------------------------
 
@@ -372,11 +472,17 @@ _alias("h100-pcie", "h100 pcie")
 _alias("h100-nvl", "h100 nvl")
 _alias("h200", "h200-sxm", "h200 sxm")
 _alias("h200-nvl", "h200 nvl")
+_alias("gh200", "gh200 96gb", "gh200 hbm3", "gh200 480gb", "gh200 120gb")
+_alias("gh200-144gb", "gh200 144gb", "gh200 144g hbm3e", "gh200 hbm3e")
+_alias("l40s", "nvidia l40s")
 _alias("b200", "hgx b200", "b200-sxm")
 _alias("gb200", "gb200 nvl72")
 _alias("mi250x", "instinct mi250x")
 _alias("mi250", "instinct mi250", "mi210")
 _alias("mi300x", "instinct mi300x", "mi300")
+_alias("mi325x", "instinct mi325x", "mi325")
+_alias("mi355x", "instinct mi355x", "mi355")
+_alias("mi350x", "instinct mi350x", "mi350")
 _alias("tpu-v3", "v3", "tpuv3")
 _alias("tpu-v4", "v4", "tpuv4")
 _alias("tpu-v5e", "v5e", "tpu v5 lite", "v5litepod", "tpu v5litepod")
@@ -419,6 +525,8 @@ def _is_amd(name: str, props: dict) -> bool:
     n = name.lower()
     if any(s in n for s in ("amd", "instinct", "radeon", "mi2", "mi3", "gfx9")):
         return True
+    if str(props.get("gcnArchName") or "").lower().startswith("gfx"):
+        return True
     return _i(props, "warpSize") == 64
 
 
@@ -450,9 +558,20 @@ def detect(device_properties: dict) -> tuple[Hardware | None, str]:
         return _detect_amd(n, props, desc, sms, major, minor, mem, hit)
 
     # ---- NVIDIA -------------------------------------------------------------
-    if "gh200" in n:
-        return None, (f"{desc}: GH200 is not in the table (its GPU has H100 SXM compute but "
-                      "different HBM); pass --hardware h100-sxm or --peak-tflops")
+    if "gh200" in n:  # before 'h200': 'NVIDIA GH200 480GB', 'NVIDIA GH200 120GB', 'NVIDIA GH200 144G HBM3e'
+        if "hbm3e" in n or "144g" in n.replace(" ", ""):
+            return hit("gh200-144gb", "name says GH200 144G HBM3e (H100 compute, 4.9 TB/s HBM3e)")
+        if re.search(r"\b(480|120) ?gb\b", n):
+            return hit("gh200", "name says GH200 480GB/120GB: the 96 GB HBM3 module (H100 compute, "
+                                "4 TB/s; the 480/120 GB is the CPU's LPDDR5X)")
+        if mem is not None:
+            if mem > 120 * 2**30:
+                return hit("gh200-144gb", "GH200 with more than 120 GiB of GPU memory = the 144 GB "
+                                          "HBM3e module")
+            return hit("gh200", "GH200 with 96 GB HBM3 (H100 compute, 4 TB/s; the name's 480GB/120GB "
+                                "is the CPU's LPDDR5X)")
+        return hit("gh200", "GH200 of unknown GPU memory: assumed the 96 GB HBM3 module (4 TB/s; "
+                            "compute is the same on the 144 GB HBM3e one)")
     if "gb200" in n:
         return hit("gb200", "name says GB200")
     if "b200" in n:
@@ -463,6 +582,11 @@ def detect(device_properties: dict) -> tuple[Hardware | None, str]:
         if "nvl" in n:
             return hit("h200-nvl", "name says H200 NVL")
         return hit("h200", "name says H200 (SXM)")
+    if re.search(r"\bh20\b", n):  # 'NVIDIA H20', 'NVIDIA H20-3e', 'NVIDIA H20 NVL16'
+        return None, (f"{desc}: H20 (export variant) is not in the table: no NVIDIA datasheet with its "
+                      "peaks could be found to cite; pass --peak-tflops (dense peak for your precision)")
+    if "l40s" in n:  # 'NVIDIA L40S'; a plain L40 is a different (slower) part
+        return hit("l40s", "name says L40S")
     if "h100" in n or "h800" in n:
         if "h800" in n:
             return None, (f"{desc}: H800 (export variant) is not in the table; its tensor peaks "
@@ -504,6 +628,12 @@ def detect(device_properties: dict) -> tuple[Hardware | None, str]:
         return hit("v100-sxm2", "name says V100 SXM2" if "sxm2" in n else "V100, assumed SXM2")
     if "2080 ti" in n or "2080ti" in n:
         return hit("rtx-2080-ti", "name says RTX 2080 Ti")
+    if (re.fullmatch(r"(nvidia( gpu)?)?", n) and (major, minor) == (7, 0) and sms == 80
+            and (mem is None or mem >= 15 * 2**30)):
+        # No model in the name (TensorFlow's old xplanes record none): GV100 with 80 SMs and at
+        # least 16 GB is a Tesla V100 (a 12 GB TITAN V is left out).
+        return hit("v100-sxm2", "no device name; 80 SMs with compute capability 7.0 and 16/32 GB is a "
+                                "Tesla V100: assumed SXM2 (the PCIe and V100S cards have 80 SMs too)")
     if major is not None and major >= 3:
         return None, (f"{desc}: NVIDIA GPU not in the hardware table; pass --peak-tflops "
                       "(dense tensor-core peak for your precision)")
@@ -527,6 +657,14 @@ def _detect_amd(n, props, desc, sms, major, minor, mem, hit):
         return hit("mi250", "name says MI250 (per GCD)")
     if "mi210" in n:
         return hit("mi250", "MI210 = one CDNA2 GCD with 104 CUs: same figures as an MI250 GCD")
+    # MI325X: MI300X compute (304 CUs, gfx942) with 256 GiB instead of 192: the name or the memory.
+    big_cdna3 = mem is not None and mem > 224 * 2**30 and "mi300" not in n
+    if "mi325" in n or (sms == 304 and (major, minor) == (9, 4) and big_cdna3):
+        if sms is not None and sms < 304:
+            return None, (f"{desc}: MI325X with {sms} CUs per device looks like a partition mode "
+                          f"(e.g. CPX); scale the MI325X peaks by {sms}/304 and pass --peak-tflops")
+        return hit("mi325x", "name says MI325X" if "mi325" in n else
+                   "304 CUs with gfx94x and more than 224 GiB = MI325X (an MI300X has 192 GiB)")
     if "mi300x" in n or (sms == 304 and (major, minor) == (9, 4)):
         if sms is not None and sms < 304:
             return None, (f"{desc}: MI300X with {sms} CUs per device looks like a partition mode "
@@ -534,13 +672,37 @@ def _detect_amd(n, props, desc, sms, major, minor, mem, hit):
         return hit("mi300x", "name says MI300X" if "mi300x" in n else "304 CUs with gfx94x = MI300X")
     if "mi300a" in n or (sms == 228 and (major, minor) == (9, 4)):
         return None, f"{desc}: MI300A is not in the table; pass --peak-tflops"
-    if any(s in n for s in ("mi325", "mi350", "mi355")) or (major, minor) == (9, 5):
-        return None, f"{desc}: CDNA3/CDNA4 part not in the table; pass --peak-tflops"
+    arch = str(props.get("gcnArchName") or props.get("arch") or "").lower()
+    if "mi350" in n or "mi355" in n or "gfx950" in n or "gfx950" in arch or (major, minor) == (9, 5):
+        return _detect_cdna4(n, props, desc, sms, hit)
     if (major, minor) == (9, 4) and sms == 38:
         return None, (f"{desc}: 38 CUs with gfx94x looks like one MI300X XCD in CPX mode "
                       "(1/8 of an MI300X); pass --peak-tflops")
     return None, (f"{desc}: AMD device not identified (name and CU count match no row); "
                   "pass --hardware NAME or --peak-tflops")
+
+
+def _detect_cdna4(n, props, desc, sms, hit):
+    """gfx950: MI350X and MI355X share 256 CUs and 288 GB; only the peak engine clock
+    (2,200 vs 2,400 MHz) and board power differ. The name decides, else a recorded clock
+    rate (XLA profiles carry one, in kHz; Kineto's deviceProperties do not), else MI355X
+    is assumed: the higher peak, so MFU is never overstated for want of a name."""
+    if sms is not None and sms < 256:
+        return None, (f"{desc}: gfx950 with {sms} CUs per device looks like a partition mode (e.g. CPX, "
+                      f"32 CUs); scale the MI355X or MI350X peaks by {sms}/256 and pass --peak-tflops")
+    if "mi355" in n:
+        return hit("mi355x", "name says MI355X")
+    if "mi350" in n:
+        return hit("mi350x", "name says MI350X")
+    khz = _i(props, "clockRate")
+    if khz:
+        mhz = khz / 1000
+        if mhz > 2300:
+            return hit("mi355x", f"gfx950 with a {mhz:.0f} MHz peak clock = MI355X (MI350X peaks at 2200 MHz)")
+        return hit("mi350x", f"gfx950 with a {mhz:.0f} MHz peak clock = MI350X (MI355X peaks at 2400 MHz)")
+    return hit("mi355x", "gfx950 without a model name or clock rate: MI350X and MI355X record the same "
+                         "CUs and memory; assumed MI355X, the higher peak (pass --hardware mi350x for an "
+                         "MI350X: its peaks are 2200/2400 of these)")
 
 
 def detect_many(device_properties: list[dict]) -> tuple[Hardware | None, str]:

@@ -26,6 +26,7 @@ class ModelOptions:
     peak_tflops: float | None = None
     exclude_steps: tuple[int, ...] = ()
     graph_captures: tuple[str, ...] = ()  # traces that recorded the CUDA/HIP graphs the analysed trace replays
+    keep_last_step: bool = False  # count the unbounded last step in the totals (left out by default)
 
 
 @dataclass(frozen=True)

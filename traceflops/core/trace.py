@@ -20,6 +20,9 @@ COLLECTIVE_SCHEMA = {
     "coll_dtype": pl.Utf8,
     "pg_name": pl.Utf8,
     "group_size": pl.Int64,
+    "pg_desc": pl.Utf8,  # the group's description: `default_pg`, `mesh_tp`, ...
+    "pg_ranks": pl.Utf8,  # the group's global ranks as JSON text ("[0, 1]"), as recorded
+    "coll_seq": pl.Int64,  # the collective's sequence number within its group (`Seq`)
 }
 
 OPS_SCHEMA = {
@@ -47,9 +50,11 @@ OPS_SCHEMA = {
     "recompute_hint": pl.Int64,  # of flops_hint, recomputed inside the kernel (a fused attention backward's Q·Kᵀ)
     "mask_hint": pl.Utf8,  # attention mask of a fused attention op: 'none' | 'causal' | 'unknown'
     "feeds_forward_hint": pl.Boolean,  # a recomputed copy whose result the forward reads (its twin merged into it)
+    "device": pl.Int64,  # the device whose work the op is (XLA:CPU's `device_ordinal`, a program on several devices)
 }
 
-HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint", "feeds_forward_hint")
+HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint", "feeds_forward_hint",
+                "device")
 
 
 def with_null_hints(ops: pl.DataFrame) -> pl.DataFrame:

@@ -37,6 +37,23 @@ JAX_BACKWARD_SCOPE_RE = r"(^|/)transpose\("
 # A CPU backend's collective: the work as it ran (its worker thread's annotation), and the call that issued it.
 HOST_COMM_WORK_RE = r"^gloo:"
 HOST_COMM_CALL_RE = r"^c10d::"
+# The collective a `c10d::` call asks for; the backend may run it as another (gloo: a reduce-scatter as `gloo:all_reduce`).
+HOST_COMM_CALL_KIND = {
+    "c10d::allreduce_": "allreduce", "c10d::allreduce_coalesced_": "allreduce",
+    "c10d::_allgather_base_": "allgather", "c10d::allgather_": "allgather", "c10d::allgather_coalesced_": "allgather",
+    "c10d::allgather_into_tensor_coalesced_": "allgather",
+    "c10d::_reduce_scatter_base_": "reduce_scatter", "c10d::reduce_scatter_": "reduce_scatter",
+    "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "c10d::alltoall_": "all_to_all", "c10d::alltoall_base_": "all_to_all", "c10d::broadcast_": "broadcast",
+    "c10d::send": "sendrecv", "c10d::recv_": "sendrecv", "c10d::recv_any_source_": "sendrecv",
+}
+# A CPU backend's work as it names it (`gloo:<op>`) -> its kind; send and recv run on the calling thread, inside the call.
+HOST_COMM_WORK_KIND = {
+    "all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter", "all_to_all": "all_to_all",
+    "broadcast": "broadcast", "send": "sendrecv", "recv": "sendrecv",
+}
+# Where a thread blocks until a collective completes (functional collectives: DTensor, TP, compiled code).
+HOST_COMM_WAIT_RE = r"^_?c10d_functional(_autograd)?::wait_tensor$"
 
 # More ranks than any machine has: a world or rank beyond it is corrupt (read from a trace or given as a flag).
 MAX_RANKS = 1 << 24
@@ -45,5 +62,6 @@ MAX_RANKS = 1 << 24
 # its warning opens with one of these and is shown in every report's headline, not only among the warnings.
 NO_DEVICE_ACTIVITY = "no device activity in this capture"
 RANGE_PROFILER_CAPTURE = "this is a CUPTI range-profiler capture"
-HEADLINE_WARNINGS = (NO_DEVICE_ACTIVITY, RANGE_PROFILER_CAPTURE)
+CUT_FILE = "the file is cut"  # a trace whose JSON ends before it closes: what came after the cut is not in the report
+HEADLINE_WARNINGS = (NO_DEVICE_ACTIVITY, RANGE_PROFILER_CAPTURE, CUT_FILE)
 PROFILE_THE_DEVICE = "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"

@@ -46,6 +46,8 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
         if h is None:
             what = why or ("no device in the trace (a CPU trace)" if not kernels.height else "no deviceProperties in the trace")
             warnings.append(f"hardware unknown: {what}; give --hardware NAME or --peak-tflops N to get MFU and HFU")
+        elif "assumed" in why:  # a variant the trace cannot tell apart (hw.detect says which it took)
+            warnings.append(f"hardware variant assumed: {why}; give --hardware NAME if it is another")
     if h is None:
         return None, None, precision
     if guessed:

@@ -224,10 +224,11 @@ def rank_row(trace: Trace, totals: dict) -> dict[str, Any]:
     }
 
 
-def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[str, Any] | None) -> list[str]:
-    """What the report's windows leave open: a last step with nothing to bound it, work launched outside every step."""
+def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[str, Any] | None,
+                    last_counted: bool = True) -> list[str]:
+    """What the report's windows leave open: a counted last step with nothing to bound it, work launched outside every step."""
     out = []
-    if steps.filter(pl.col("last")).height and kernels.height:
+    if last_counted and steps.filter(pl.col("last")).height and kernels.height:
         out.append("the last step ends at its last device activity (no next step to bound it)")
     if outside and kernels.height:
         out.append(
@@ -302,3 +303,15 @@ def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelO
         out.append({"name": r["name"], "family": fam.name if fam else None, "count": int(r["count"]),
                     "time_us": float(r["time_us"]), "why": r["why"]})
     return out
+
+
+def cut_without_flops(steps: pl.DataFrame, totals: dict[str, Any]) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
+    """A cut file whose analysed steps hold no matmul FLOP: its matmuls may be what the cut lost, so MFU and HFU are
+    unknown, never a zero read as a result."""
+    if totals["flops"]["executed"] or totals.get("mfu") is None and totals.get("hfu") is None:
+        return steps, totals, []
+    cols = [c for c in ("mfu", "mfu_no_attention", "hfu") if c in steps.columns]
+    steps = steps.with_columns([pl.lit(None, pl.Float64).alias(c) for c in cols])
+    totals = totals | {"mfu": None, "mfu_no_attention": None, "hfu": None, "flops_known": False}
+    return steps, totals, ["the file is cut and its steps hold no matmul FLOP: MFU and HFU are unknown (the matmuls may be "
+                           "after the cut); analyse the whole file"]

@@ -41,7 +41,7 @@ from traceflops.core.trace import (
     thread_order,
     with_null_hints,
 )
-from traceflops.core.vocab import MAX_RANKS, PROFILER_STEP_RE
+from traceflops.core.vocab import CUT_FILE, MAX_RANKS, PROFILER_STEP_RE
 from traceflops.parsers.helper import decode_in_order
 from traceflops.parsers.helper_start import wanted
 from traceflops.parsers.io import max_bytes_default
@@ -74,6 +74,9 @@ class _Args(msgspec.Struct, omit_defaults=True, gc=False):
     coll_dtype: Any = msgspec.field(default=None, name="dtype")
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    coll_seq: Any = msgspec.field(default=None, name="Seq")
     kernel: Any = None  # a runtime launch's kernel name (read to match graph replays with their capture)
 
 
@@ -323,7 +326,8 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int | No
     if res.truncated and res.events_complete:
         warnings.add("the trace ends before its JSON closes, after its events: every event was read")
     elif res.truncated:
-        warnings.add("the trace ends before its JSON closes (a cut file): read up to the last complete event")
+        warnings.add(f"{CUT_FILE}: the trace ends before its JSON closes; read up to its last complete event (what came "
+                     "after the cut is not in this report: steps, and device activity recorded after the host ops)")
     warnings.add(NOT_AN_OBJECT, res.stray)
     warnings.add(OVERSIZED, res.oversized)
     warnings.add(TRAILING, res.trailing)
@@ -416,6 +420,13 @@ def _str_col(values: tuple | list) -> pl.Series:
     return distinct.gather(pl.Series(codes, dtype=pl.UInt32))
 
 
+def _text_or_json_col(values: tuple | list) -> pl.Series:
+    """Text as recorded; a list or an object (a newer profiler's `Process Group Ranks`) as its JSON text."""
+    if _all_none(values):
+        return null_column(len(values), pl.Utf8)
+    return _str_col([v if v is None or v.__class__ is str else _dumps(v) for v in values])
+
+
 def _float(values):
     return _col(values, pl.Float64)
 
@@ -434,6 +445,7 @@ _BUILD = {
     "ext_id": _integer, "correlation": _integer, "seq": _integer, "fwd_tid": _integer, "device": _integer,
     "stream": _text_col, "bytes": _integer, "collective": _str_col, "in_nelems": _integer, "out_nelems": _integer,
     "coll_dtype": _str_col, "pg_name": _text_col, "group_size": _integer, "kernel": _str_col,
+    "pg_desc": _str_col, "pg_ranks": _text_or_json_col, "coll_seq": _integer,
     "dims": _json_col, "types": _json_col, "concrete": _json_col, "strides": _json_col,
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
@@ -564,6 +576,7 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
     dist = head.distributedInfo if isinstance(head.distributedInfo, dict) else {}
     props = head.deviceProperties if isinstance(head.deviceProperties, list) else []
     rank, world = distributed_ranks(dist, warnings)
+    groups = process_groups(dist.get("pg_config"), warnings)
     meta = {
         "format": "kineto",
         "path": source,
@@ -572,6 +585,8 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
         "device_properties": [redact(p)[0] for p in props if isinstance(p, dict)],  # kept in the cache: no secret in it
         "schema_version": head.schemaVersion if isinstance(head.schemaVersion, (int, str)) else None,
     }
+    if groups:
+        meta["process_groups"] = groups
     ranges = warnings.counts.pop(_PROFILER_RANGES, 0)
     if ranges:
         meta["profiler_ranges"] = ranges
@@ -605,6 +620,75 @@ def distributed_ranks(dist: dict, warnings: Warnings) -> tuple[int | None, int |
         warnings.add(f"distributedInfo rank {rank} is not below world_size {world} (both ignored)")
         return None, None
     return rank, world
+
+
+MAX_GROUPS = 1 << 14  # process groups read from pg_config (a real job has tens; b200's 71)
+MAX_GROUP_TEXT = 256  # characters of a group's name, description or backend
+MAX_LISTED_RANKS = 1 << 16  # a group's ranks kept when listed; a longer list keeps only its size
+
+
+def _group_ranks(v: Any) -> list[int] | None:
+    """A group's global ranks: a list of whole numbers in [0, MAX_RANKS), or its JSON text ("[0, 1]"); None otherwise."""
+    if isinstance(v, str):
+        if len(v) > 16 * MAX_LISTED_RANKS:
+            return None
+        try:
+            v = orjson.loads(v)
+        except orjson.JSONDecodeError:
+            return None
+    if not isinstance(v, list) or len(v) > MAX_LISTED_RANKS:
+        return None
+    out = [_int(x) for x in v]
+    if any(x is None or not 0 <= x < MAX_RANKS for x in out) or len(set(out)) != len(out):
+        return None
+    return out
+
+
+def _group_text(v: Any) -> str | None:
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)
+    return v if isinstance(v, str) and 0 < len(v) <= MAX_GROUP_TEXT else None
+
+
+def process_groups(config: Any, warnings: Warnings) -> list[dict[str, Any]]:
+    """The process groups `distributedInfo.pg_config` lists, in its order (the order they were created).
+
+    Each: name, description, size and global ranks; `backend` as configured
+    (`cpu:gloo,cuda:gloo`). A list of entries or a mapping of name to entry
+    (the flight recorder's form) is read; an entry without a usable name, a
+    size outside 1..MAX_RANKS, ranks that are not distinct ranks in range or
+    do not number its size is left out, counted in a warning. At most
+    MAX_GROUPS are read.
+    """
+    if isinstance(config, dict):
+        config = [dict(v, pg_name=v.get("pg_name", v.get("name", k))) if isinstance(v, dict) else v for k, v in config.items()]
+    if not isinstance(config, list):
+        if config is not None:
+            warnings.add("distributedInfo pg_config is not a list of groups (ignored)")
+        return []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    bad = 0
+    for x in config[:MAX_GROUPS]:
+        if not isinstance(x, dict):
+            bad += 1
+            continue
+        name = _group_text(x.get("pg_name"))
+        size = _int(x.get("pg_size"))
+        ranks = _group_ranks(x.get("ranks"))
+        if size is None and ranks:
+            size = len(ranks)
+        listed = x.get("ranks") not in (None, "", [], "[]")
+        if (name is None or name in seen or size is None or not 1 <= size <= MAX_RANKS
+                or (listed and ranks is None and size <= MAX_LISTED_RANKS) or (ranks and len(ranks) != size)):
+            bad += 1
+            continue
+        seen.add(name)
+        out.append({"name": name, "desc": _group_text(x.get("pg_desc")), "size": size, "ranks": ranks or None,
+                    "backend": _group_text(x.get("backend_config"))})
+    warnings.add("distributedInfo pg_config entries without a usable name, size or ranks (ignored)", bad)
+    warnings.add(f"distributedInfo pg_config lists more than {MAX_GROUPS} groups (the rest ignored)", int(len(config) > MAX_GROUPS))
+    return out
 
 
 def profiler_steps(ops: pl.DataFrame, warnings: Warnings | None = None) -> pl.DataFrame:

@@ -12,6 +12,11 @@ What becomes what:
     kernel name repeats). TensorFlow (non-XLA) GPU profiles: the TF op event
     (``scope/name:Type``) that encloses a launch.
   - CPU: host events that carry ``hlo_op``/``hlo_module`` stats (XLA:CPU thunks).
+    ``device`` is the event's ``device_ordinal`` when the profile's XLA:CPU ops
+    ran for several devices (``--xla_force_host_platform_device_count``,
+    sharded or ``pmap``/``shard_map`` programs), else null (one device: the
+    ops are the trace's work, as on any CPU trace); ``collective`` the HLO
+    opcode of a collective (``all-reduce``, ``all-gather-start``, ...).
   ``name`` is the HLO op name, ``scope`` the framework name stack (the fused
   dot's ``metadata.op_name`` for a matmul fusion, else the instruction's, else
   the ``name``/``tf_op`` stats), ``dims``/``types`` JSON like Kineto's Input Dims
@@ -485,6 +490,7 @@ class _Builder:
         self.ignored: dict[str, int] = {}
         self._corr = 0
         self._missing_modules: set[tuple] = set()
+        self.host_devices: set[int] = set()  # XLA:CPU device ordinals of the host XLA ops
 
     # -- rows --------------------------------------------------------------------------
 
@@ -512,7 +518,7 @@ class _Builder:
         return f
 
     def add_op(self, *, name, cat, pid, tid, ts, dur, scope=None, facts: OpFacts | None = None,
-               flops=None, bytes_=None, matmul=None, ext_id=None) -> int:
+               flops=None, bytes_=None, matmul=None, ext_id=None, device=None, collective=None) -> int:
         o = self.ops
         op_id = len(o["op_id"])
         if facts is not None:
@@ -544,24 +550,33 @@ class _Builder:
         o["recompute_hint"].append(facts.recompute_flops if own else None)
         o["mask_hint"].append(facts.mask if facts else None)
         o["feeds_forward_hint"].append(facts.feeds_forward if facts else None)
+        o["device"].append(device)
+        o["collective"].append(collective)
         return op_id
 
-    def add_host_xla_op(self, *, name, pid, tid, ts, dur, scope, facts: OpFacts | None, flops, bytes_) -> None:
+    def add_host_xla_op(self, *, name, pid, tid, ts, dur, scope, facts: OpFacts | None, flops, bytes_,
+                        device: int | None = None) -> None:
         """An op XLA:CPU ran on a host thread; a fusion of several name stacks' matmuls becomes one op per name stack.
 
         The parts run back to back inside the op's span, each for its share of the
         FLOPs (the profile times the fusion only), so the thread's busy time is unchanged.
+        `device` is the XLA:CPU device the op ran for (`device_ordinal`): kept when the
+        profile's host XLA ops ran for more than one (`build_trace`). A collective
+        (by its HLO opcode) is named in `collective`.
         """
+        if device is not None:
+            self.host_devices.add(device)
+        coll = _collective(facts.opcode if facts is not None else None, name)
         given = _int(flops)
         if facts is None or not facts.parts or (given is not None and given != facts.flops) or not facts.flops:
             self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts, flops=flops,
-                        bytes_=bytes_)
+                        bytes_=bytes_, device=device, collective=coll)
             return
         at = ts
         for k, part in enumerate(facts.parts):
             share = dur * part.flops / facts.flops if k < len(facts.parts) - 1 else ts + dur - at
             self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=at, dur=share, scope=scope, facts=part,
-                        bytes_=bytes_ if k == 0 else None)
+                        bytes_=bytes_ if k == 0 else None, device=device, collective=coll)
             at += share
 
     def add_kernel(self, *, name, kind, pid, device, stream, ts, dur, corr, ext_id, bytes_=None, collective=None):
@@ -593,7 +608,7 @@ class _Builder:
 # The columns this parser fills; any other column of the model's schemas comes out null.
 _OP_COLS = ("op_id", "name", "cat", "pid", "tid", "ts", "dur", "ext_id", "seq", "fwd_tid", "dims", "types",
             "concrete", "strides", "scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint",
-            "feeds_forward_hint")
+            "feeds_forward_hint", "device", "collective")
 _KERNEL_COLS = ("kernel_id", "name", "kind", "pid", "device", "stream", "ts", "dur", "correlation", "ext_id",
                 "bytes", "collective")
 _LAUNCH_COLS = ("name", "pid", "tid", "ts", "dur", "correlation", "ext_id")
@@ -612,13 +627,21 @@ def _kind(opcode: str | None, category: str | None, name: str) -> tuple[str, str
         if not s:
             continue
         s = s.strip().lower()
-        if _COMM_OP.match(s):
-            return "communication", s
+        if _COMM_OP.match(s.replace("_", "-")):
+            return "communication", s.replace("_", "-")
         if _MEMCPY_OP.match(s) or "host-to-device" in s or "device-to-host" in s:
             return "memcpy", None
     if _COMM_KERNEL.search(name):
         return "communication", None
     return "compute", None
+
+
+def _collective(opcode: str | None, name: str) -> str | None:
+    """The collective an XLA op is, by its HLO opcode (by its name without the `.N` suffix when the HLO is not in the
+    profile): 'all-reduce', 'all-gather-start', 'reduce-scatter', ... spelled with dashes; None for any other op."""
+    s = opcode if opcode else _SUFFIX.sub("", name or "")
+    s = s.strip().lower().replace("_", "-")
+    return s if _COMM_OP.match(s) else None
 
 
 def _gpu_kernel_kind(line_name: str, name: str, stats: dict | None) -> str:
@@ -729,6 +752,8 @@ def build_trace(space: XSpace, source: str | None = None) -> Trace:
     if launches or kernel_launch:
         _resolve_gpu(b, host_lines, launches, kernel_launch, base_ns)
 
+    if len(b.host_devices) <= 1:  # XLA:CPU on one device: its ops are the trace's work, as for any CPU trace
+        b.ops["device"] = [None] * len(b.ops["device"])
     ops_df = _frame(b.ops, OPS_SCHEMA)
     kernels_df = _frame(b.kernels, KERNELS_SCHEMA)
     launches_df = _frame(b.launches, LAUNCHES_SCHEMA)
@@ -823,7 +848,8 @@ def _scan_host_line(b: _Builder, p: XPlane, ln, tid: str, base_ns: int, launches
             facts = b.facts(prog, module, hlo_op)
             scope = _stat(st, md.stats, "name") or _tf_scope(_stat(st, md.stats, "tf_op"))
             b.add_host_xla_op(name=hlo_op, pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts,
-                              flops=_stat(st, md.stats, "flops"), bytes_=_stat(st, md.stats, "bytes_accessed"))
+                              flops=_stat(st, md.stats, "flops"), bytes_=_stat(st, md.stats, "bytes_accessed"),
+                              device=_int(_stat(st, md.stats, "device_ordinal")))
             continue
         step = _stat(st, md.stats, "step_num")
         if step is not None and _int(step) is not None:

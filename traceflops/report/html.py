@@ -743,13 +743,14 @@ def collectives_table(c: pl.DataFrame | None) -> str:
         return '<p class="mute">No collective matched across ranks.</p>'
     top = c.sort("arrival_skew_us", descending=True).head(MAX_ROWS)
     g = lambda v, d=1: "—" if v is None else f"{v:.{d}f}"
-    rows = [[r["pg"], num(str(r["seq"]), r["seq"], "seq"), r["kind"], num(str(r["step"]), r["step"], "step"), num(fmt.si(r["bytes"], "B"), r["bytes"], "bytes"),
+    roles = "role" in c.columns and c["role"].is_not_null().any()  # the group's mesh dimension, where the trace says
+    rows = [[r["pg"], *([r.get("role") or "—"] if roles else []), num(str(r["seq"]), r["seq"], "seq"), r["kind"], num(str(r["step"]), r["step"], "step"), num(fmt.si(r["bytes"], "B"), r["bytes"], "bytes"),
              num(str(r["ranks"]), r["ranks"], "ranks"), num(fmt.ms(r["arrival_skew_us"]), r["arrival_skew_us"], "arrival_skew_us"),
              num(str(r["last_rank"]), r["last_rank"], "last_rank"), num(fmt.ms(r["transfer_us"]), r["transfer_us"], "transfer_us"),
              num(g(r.get("algbw_gbps")), r.get("algbw_gbps"), "algbw_gbps"), num(g(r.get("busbw_gbps")), r.get("busbw_gbps"), "busbw_gbps"),
              num(fmt.pct(r.get("busbw_of_nvlink")), r.get("busbw_of_nvlink"), "busbw_of_nvlink")] for r in top.iter_rows(named=True)]
-    out = table(["group", "seq", "kind", "step", "bytes", "ranks", "arrival skew", "last rank", "transfer", "alg GB/s", "bus GB/s", "of link"],
-                rows, left=(0, 2), css_class="collectives")
+    out = table(["group", *(["role"] if roles else []), "seq", "kind", "step", "bytes", "ranks", "arrival skew", "last rank", "transfer",
+                 "alg GB/s", "bus GB/s", "of link"], rows, left=(0, 1, 3) if roles else (0, 2), css_class="collectives")
     more = f" Top {MAX_ROWS} of {c.height}." if c.height > MAX_ROWS else ""
     return out + ('<p class="sub">Arrival skew: how long the first rank waited for the last one to arrive (time lost to imbalance, not to the network). '
                   "Transfer: from the last arrival to the end. Bus bandwidth: the payload the links carried per second "

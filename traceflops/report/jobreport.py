@@ -12,6 +12,7 @@ from rich.table import Table
 from traceflops.core import fmt
 from traceflops.core.contract import (
     PATH_PREFIX,
+    collective_record,
     critical_path,
     rank_record,
     step_record,
@@ -37,7 +38,7 @@ def to_dict(job: Job) -> dict[str, Any]:
         "job_steps": [{**{k: v for k, v in r.items() if not k.startswith(PATH_PREFIX)}, "dur_us": r.get("step_us"),
                        "critical_path_us": critical_path(r)} for r in _rows(job.steps)],
         "ranks": [rank_record(s.rank, s.path, s.totals) for s in sorted(job.summaries, key=lambda s: (s.rank is None, s.rank))],
-        "collectives": _rows(job.collectives),
+        "collectives": [collective_record(r) for r in _rows(job.collectives)],
         "stragglers": _rows(job.stragglers),
         "advice": job.advice,
         "pipeline": _rows(job.pipeline),
@@ -84,11 +85,13 @@ def render(job: Job, console: Console | None = None) -> None:
         c.print(jt)
     if job.collectives.height:
         ct = Table(title="Collectives (clock-aligned; longest arrival skew first)")
-        for col in ("group", "#", "kind", "step", "ranks", "skew\n(us)", "transfer\n(us)", "last\nrank", "busbw\n(GB/s)"):
-            ct.add_column(col, justify="right", no_wrap=col not in ("group", "kind"))  # names give way on a narrow terminal, numbers never
+        roles = "role" in job.collectives.columns and job.collectives["role"].is_not_null().any()  # the group's mesh dimension
+        for col in ("group", "#", *(("role",) if roles else ()), "kind", "step", "ranks", "skew\n(us)", "transfer\n(us)", "last\nrank",
+                    "busbw\n(GB/s)"):
+            ct.add_column(col, justify="right", no_wrap=col not in ("group", "role", "kind"))  # names give way on a narrow terminal, numbers never
         for r in job.collectives.sort("arrival_skew_us", descending=True).head(12).iter_rows(named=True):
             bw = "—" if r.get("busbw_gbps") is None else f"{r['busbw_gbps']:.1f}"
-            ct.add_row(text(r["pg"]), text(r["seq"]), text(r["kind"]), text(r["step"]), text(r["ranks"]),
+            ct.add_row(text(r["pg"]), text(r["seq"]), *((text(r.get("role")),) if roles else ()), text(r["kind"]), text(r["step"]), text(r["ranks"]),
                        f"{r['arrival_skew_us']:.1f}", f"{r['transfer_us']:.1f}", text(r["last_rank"]), bw)
         c.print(ct)
     if job.stragglers.height:

@@ -156,7 +156,14 @@ def header(c: Console, a: Analysis) -> None:
             c.print(f"  {text(meaning)}")
     devices = (hw or {}).get("devices") or 1
     on = f" on {devices} devices (time per device)" if devices > 1 else ""
-    c.print(f"wall {fmt.duration(t['wall_us'])} over {a.steps.height} step(s){on}; FLOPs known for {fmt.pct(t.get('flops_coverage'))} of matmul time")
+    c.print(f"wall {fmt.duration(t['wall_us'])} over {steps_counted(a)}{on}; FLOPs known for {fmt.pct(t.get('flops_coverage'))} of matmul time")
+
+
+def steps_counted(a: Analysis) -> str:
+    """'N step(s)', or 'N of M steps' when some are left out of the totals (asked, cut, or the unbounded last)."""
+    sc = a.totals.get("step_count") or {}
+    counted, have = sc.get("counted", a.steps.height), sc.get("in_trace", a.steps.height)
+    return f"{counted} step(s)" if counted == have else f"{counted} of {have} steps (the others shown, left out of the totals)"
 
 
 def unknown_lines(c: Console, t: dict[str, Any]) -> None:
@@ -223,6 +230,7 @@ def steps_table(c: Console, a: Analysis, known: bool) -> None:
     for col in ("start (ms)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
         st.add_column(col, justify="right", no_wrap=True)
     first = a.steps["start"].min() if a.steps.height else None
+    left_out = set((a.totals.get("step_count") or {}).get("excluded") or [])
     for s in a.steps.iter_rows(named=True):
         unknown = s.get("flops_unknown_count") or 0
         step_known = known and s["flops_known"]
@@ -236,6 +244,9 @@ def steps_table(c: Console, a: Analysis, known: bool) -> None:
             fmt.pct(s["hfu"]),  # null where the step's FLOPs are unknown (metrics.utilization.step_metrics)
         )
     c.print(st)
+    out = [text(s["name"]) for s in a.steps.iter_rows(named=True) if s["step"] in left_out]
+    if out:
+        c.print(f"not in the totals: {', '.join(out)} (see the warnings)")
 
 
 def kernels_table(c: Console, a: Analysis) -> None:

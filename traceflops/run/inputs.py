@@ -10,6 +10,7 @@ from traceflops.core.errors import InputError
 from traceflops.parsers.io import check_regular
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".xplane.pb", ".xplane.pb.gz")
+CAPTURE_DIR = "capture_traces"  # where vLLM and SGLang write the traces of their CUDA/HIP graph captures
 XPLANE_SUFFIXES = (".xplane.pb", ".xplane.pb.gz")
 JAX_JSON_SUFFIX = ".trace.json.gz"  # what jax.profiler writes beside each host's xplane: the same profile, converted
 
@@ -54,6 +55,13 @@ def walk_traces(root: str) -> tuple[list[Path], list[str]]:
             continue
         seen.add((st.st_dev, st.st_ino))
         dirs.sort()
+        if CAPTURE_DIR in dirs:  # graph captures (vLLM, SGLang): read with the trace beside them, never ranks
+            dirs.remove(CAPTURE_DIR)
+            warnings.append(f"{Path(folder, CAPTURE_DIR)}: graph captures, not ranks: read with the traces beside them")
+        others = sorted(n for n in names if not is_trace_name(n) and not n.startswith("."))
+        if others:
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            warnings.append(f"{folder}: {len(others)} file(s) that are not traces left out ({shown})")
         for name in filter(is_trace_name, names):
             f = Path(folder, name)
             try:
@@ -81,6 +89,10 @@ def expand_with_warnings(paths: list[str]) -> tuple[list[str], list[str]]:
             files, left_out = walk_traces(p)
             found = sorted(str(f) for f in profile_files(files))
             warnings += left_out
+            xla = sum(1 for f in found if f.endswith(XPLANE_SUFFIXES))
+            if 0 < xla < len(found):
+                warnings.append(f"{p}: mixes {xla} XLA profile(s) and {len(found) - xla} Kineto trace(s): they are read as ranks "
+                                "of one job; point at the files of one run to analyse it alone")
             if not found:
                 why = f" ({left_out[0]})" if left_out else ""
                 raise InputError(p, f"directory holds no trace files (*.json, *.json.gz, *.xplane.pb[.gz]){why}", "point at the traces' folder")

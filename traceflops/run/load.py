@@ -8,6 +8,7 @@ from traceflops.core.results import Analysis, ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.parsers import parse
 from traceflops.pipeline import analyze_trace
+from traceflops.run.inputs import CAPTURE_DIR
 from traceflops.stages.replays import GRAPH_LAUNCH_RE
 from traceflops.storage import trace_cache
 
@@ -35,9 +36,6 @@ def analyze(path: str, options: ModelOptions | None = None, cache_dir=None, prog
     trace = load(path, cache_dir, progress)
     captures = [load(p, cache_dir) for p in capture_paths(path, options)] if replays_graphs(trace) else []
     return analyze_trace(trace, options, getattr(progress, "stage", None), captures)
-
-
-CAPTURE_DIR = "capture_traces"  # where vLLM and SGLang write the traces of their graph captures, beside the run's trace
 
 
 def capture_paths(path: str, options: ModelOptions) -> list[str]:

@@ -104,7 +104,7 @@ def model_spec(params=None, layers=None, heads=None, head_dim=None, seq_len=None
 
 def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None,
                   tokens_per_step=None, world_size=None, mode=None, hardware=None, precision=None, peak_tflops=None,
-                  exclude_steps=(), graph_captures=()) -> ModelOptions:
+                  exclude_steps=(), graph_captures=(), keep_last_step=False) -> ModelOptions:
     """The `ModelOptions` of one analysis, the same from the command line and from Python."""
     if mode not in MODES:
         raise OptionsError(None, f"mode must be 'training' or 'inference', got {mode!r}", "leave it out to detect it")
@@ -122,4 +122,5 @@ def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_le
         peak_tflops=peak_tflops,
         exclude_steps=tuple(exclude_steps),
         graph_captures=tuple(str(p) for p in graph_captures),
+        keep_last_step=bool(keep_last_step),
     )

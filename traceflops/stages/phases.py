@@ -10,9 +10,16 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import orjson
 import polars as pl
 
-from traceflops.core.vocab import HOST_COMM_CALL_RE, HOST_COMM_WORK_RE, PROFILER_STEP_RE
+from traceflops.core.vocab import (
+    HOST_COMM_CALL_KIND,
+    HOST_COMM_CALL_RE,
+    HOST_COMM_WORK_KIND,
+    HOST_COMM_WORK_RE,
+    PROFILER_STEP_RE,
+)
 from traceflops.stages.link import Linked, by_row, nearest
 
 EVAL_PREFIX = "autograd::engine::evaluate_function: "
@@ -132,13 +139,56 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.nd
     return out
 
 
+def _operand_numels(dims: str | None) -> set[int]:
+    """Elements of each tensor operand of recorded Input Dims (JSON text), a tensor list also as its sum."""
+    try:
+        parsed = orjson.loads(dims) if dims else None
+    except orjson.JSONDecodeError:
+        return set()
+    out: set[int] = set()
+
+    def walk(d) -> int | None:
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            n = 1
+            for x in d:
+                n *= x
+            out.add(n)
+            return n
+        if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
+            parts = [walk(x) for x in d]
+            if all(p is not None for p in parts):
+                out.add(sum(parts))
+        return None
+
+    for d in parsed if isinstance(parsed, list) else []:
+        walk(d)
+    return out
+
+
+def _work_kind(name: str) -> str | None:
+    return HOST_COMM_WORK_KIND.get(name.split(":", 1)[-1])
+
+
+def _fits(work_kind: str | None, call_kind: str | None, work_n: set[int], call_n: set[int]) -> bool:
+    """Whether a call could have issued the work: kinds that agree (gloo runs a reduce-scatter as an all-reduce), a common payload."""
+    if work_kind and call_kind and work_kind != call_kind and not (work_kind == "allreduce" and call_kind == "reduce_scatter"):
+        return False
+    return not work_n or not call_n or bool(work_n & call_n)
+
+
+_PAIR_LOOKAHEAD = 64  # calls a work may skip over (other groups' calls in flight): bounds the pairing on a hostile trace
+
+
 def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
     """For each CPU collective's work (`gloo:*` on the backend's thread), the row of the `c10d::` call that issued it; -1 elsewhere.
 
     The work runs outside the caller's nesting, so it cannot inherit the caller's
     phase by nesting. A process group runs its collectives in the order they were
-    issued: the i-th call (outermost `c10d::` ops, by start) issued the i-th work.
-    Unequal counts (a cut trace) pair nothing.
+    issued; with several groups their works interleave in another order. So each
+    work, by start, takes the earliest call not yet taken that started before it
+    and fits it (the same kind of collective and a payload in common); where that
+    leaves a work without its call, the i-th call (outermost `c10d::` ops, by
+    start) issued the i-th work. Unequal counts (a cut trace) pair nothing.
     """
     out = np.full(ops.height, -1, dtype=np.int64)
     names = ops["name"]
@@ -151,7 +201,26 @@ def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
     w, c = np.flatnonzero(work), np.flatnonzero(call)
     if len(w) != len(c):
         return out
-    out[w[np.argsort(ts[w], kind="stable")]] = c[np.argsort(ts[c], kind="stable")]
+    w, c = w[np.argsort(ts[w], kind="stable")], c[np.argsort(ts[c], kind="stable")]
+    dims, name = ops["dims"].to_list(), names.to_list()
+    c_kind = [HOST_COMM_CALL_KIND.get(name[j]) for j in c]
+    c_n = [_operand_numels(dims[j]) for j in c]
+    free = list(range(len(c)))
+    got = []
+    for i in w:
+        kind, n = _work_kind(name[i]), _operand_numels(dims[i])
+        pick = None
+        for k in free[:_PAIR_LOOKAHEAD]:  # calls by start: the earliest that fits, among the next few not yet taken
+            if ts[c[k]] > ts[i]:
+                break
+            if _fits(kind, c_kind[k], n, c_n[k]):
+                pick = k
+                break
+        if pick is None:
+            break
+        free.remove(pick)
+        got.append(c[pick])
+    out[w] = got if len(got) == len(w) else c
     return out
 
 

@@ -199,6 +199,20 @@ def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> 
     return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | dropped))), notes
 
 
+def leave_out_unbounded_last(steps: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:
+    """The last step's window ends at its last device activity: it lacks the time up to a next step that every other
+    window holds (the idle and host work before the next step's first kernel), so its MFU reads high. With other
+    steps counted it is shown, marked, and left out of the totals (as Holistic Trace Analysis does by default)."""
+    last = steps.filter(pl.col("last"))["step"].to_list()
+    counted = [s for s in steps["step"].to_list() if s not in opt.exclude_steps]
+    if opt.keep_last_step or not last or last[0] not in counted or len(counted) < 2:
+        return opt, []
+    n = last[0]
+    note = (f"step {n}, the last, ends at its last device activity, without the time up to a next step that the others "
+            f"hold: shown, left out of the totals (over the {len(counted) - 1} complete steps); --keep-last-step counts it")
+    return replace(opt, exclude_steps=tuple(sorted({*opt.exclude_steps, n}))), [note]
+
+
 def excluded_steps(host: pl.DataFrame, opt: ModelOptions) -> list[str]:
     """A step asked to be left out that the trace does not have: said, not silently ignored."""
     have = set(host["step"].to_list())

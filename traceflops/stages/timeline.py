@@ -32,6 +32,7 @@ from traceflops.core.errors import ConservationError
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import (
     BUSY_CLASSES,
+    HOST_COMM_WAIT_RE,
     HOST_COMM_WORK_RE,
     NO_DEVICE_ACTIVITY,
     OUTSIDE,
@@ -39,6 +40,7 @@ from traceflops.core.vocab import (
     PROFILE_THE_DEVICE,
     RANGE_PROFILER_CAPTURE,
 )
+from traceflops.stages.link import nearest
 from traceflops.stages.steps import DEVICE_WORK_LAUNCH
 
 # Count columns of the sweep (see `_kernel_arrays`): the four busy classes of
@@ -501,7 +503,8 @@ def device_not_captured(trace: Trace) -> str | None:
         seen.append(f"{launches} device launches")
     if not seen:
         return None
-    how = "its device activity was not recorded" if launches else "captured with CPU activity only"
+    how = ("the file is cut before its device activity" if trace.meta.get("truncated")
+           else "its device activity was not recorded" if launches else "captured with CPU activity only")
     return (f"{NO_DEVICE_ACTIVITY}: the trace names a device ({'; '.join(seen)}) but holds no kernel, memcpy or memset "
             f"({how}), so MFU, HFU and the device time breakdown are unknown (host op durations are not device time); "
             f"add ProfilerActivity.CUDA: {PROFILE_THE_DEVICE}")
@@ -510,37 +513,105 @@ def device_not_captured(trace: Trace) -> str | None:
 def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
     """On a CPU trace the ops are the work: leaf matmuls, every other top-level op, and collectives as they ran (`gloo:*`).
 
-    XLA:CPU runs the program's ops (`xla_op`) on its worker threads: every one that ran is work.
+    XLA:CPU runs the program's ops (`xla_op`) on its worker threads: every one that ran is work, its collectives
+    (the parser names their opcode in `collective`) communication, each on the op's `device` (a program over
+    several XLA:CPU devices; null on one).
     """
     parent = ops["parent"].to_numpy()
     is_op = ops["cat"].is_in(["cpu_op", "xla_op"]).to_numpy()
     top = is_op & ((parent < 0) | ~is_op[np.maximum(parent, 0)])
     mm = ops["matmul"].to_numpy() & ops["ran"].to_numpy()
-    comm = ops["name"].str.contains(HOST_COMM_WORK_RE).to_numpy()
-    acts = ops.filter(pl.Series(mm | top | comm)).with_columns(
+    is_comm = pl.col("name").str.contains(HOST_COMM_WORK_RE)
+    if "collective" in ops.columns:
+        is_comm = is_comm | ((pl.col("cat") == "xla_op") & pl.col("collective").is_not_null())
+    comm = ops.select(is_comm.fill_null(False)).to_series().to_numpy()
+    is_wait = pl.col("name").str.contains(HOST_COMM_WAIT_RE)
+    wait = ops.select(is_wait.fill_null(False)).to_series().to_numpy() & is_op
+    acts = ops.with_columns(_row=pl.int_range(pl.len())).filter(pl.Series(mm | top | comm | wait)).with_columns(
         cls=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.lit("matmul"))
-        .when(pl.col("name").str.contains(HOST_COMM_WORK_RE)).then(pl.lit("communication"))
+        .when(is_comm | is_wait).then(pl.lit("communication"))
         .otherwise(pl.lit("other_compute")),
-        device=pl.lit(None, pl.Int64),
+        device=pl.col("device").cast(pl.Int64) if "device" in ops.columns else pl.lit(None, pl.Int64),
         stream=pl.col("tid"),
         flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
     )
+    host_comm = ops.select(pl.col("name").str.contains(HOST_COMM_WORK_RE).fill_null(False)).to_series().to_numpy()
+    acts = without_blocked(acts, ops, nearest(parent, top), wait | host_comm)
     return acts.select("name", "device", "stream", "ts", "dur", "cls", "phase", "step", "flops")
+
+
+def without_blocked(acts: pl.DataFrame, ops: pl.DataFrame, top_of: np.ndarray, blocking: np.ndarray) -> pl.DataFrame:
+    """A top-level op's activity less the time its thread blocked, inside it, in a collective.
+
+    A thread blocked in a collective's wait (`_c10d_functional::wait_tensor`)
+    or in gloo's send or recv (run inside their `c10d::` call) waits for
+    other ranks: that time is the collective's (communication, an activity of
+    its own), not compute of the op around it. The op keeps the pieces of its
+    span outside them. `acts` carries each activity's op row as `_row`;
+    `top_of` is each op's top-level op (or itself, or -1).
+    """
+    rows = np.arange(len(top_of))
+    inner = np.flatnonzero(blocking & (top_of >= 0) & (top_of != rows))
+    if len(inner) == 0:
+        return acts.drop("_row")
+    start = ops["ts"].to_numpy()
+    end = start + ops["dur"].to_numpy()
+    tops = top_of[inner]
+    order = np.lexsort((start[inner], tops))
+    keep_row, keep_start, keep_end = [], [], []
+    i = 0
+    while i < len(order):  # one pass over the blocked intervals, op by op
+        t = tops[order[i]]
+        at, stop = start[t], end[t]
+        while i < len(order) and tops[order[i]] == t:
+            b = inner[order[i]]
+            if start[b] > at:
+                keep_row.append(t)
+                keep_start.append(at)
+                keep_end.append(min(start[b], stop))
+            at = max(at, min(end[b], stop))
+            i += 1
+        if stop > at:
+            keep_row.append(t)
+            keep_start.append(at)
+            keep_end.append(stop)
+    pieces = pl.DataFrame({"_row": pl.Series(keep_row, dtype=pl.Int64), "_start": pl.Series(keep_start, dtype=pl.Float64),
+                           "_end": pl.Series(keep_end, dtype=pl.Float64)})
+    cut = pl.Series(np.unique(tops), dtype=pl.Int64)
+    kept = (acts.with_columns(pl.col("_row").cast(pl.Int64)).join(pieces, on="_row")
+            .with_columns(ts=pl.col("_start"), dur=pl.col("_end") - pl.col("_start")).drop("_start", "_end"))
+    whole = acts.with_columns(pl.col("_row").cast(pl.Int64)).filter(~pl.col("_row").is_in(cut.implode()))
+    return pl.concat([whole, kept.select(whole.columns)]).sort("_row", "ts", maintain_order=True).drop("_row")
 
 
 PROGRAM_SHARE = 0.5  # a device busy for less than this share of the busiest one ran other work (initialization, a side program)
 
 
-def program_devices(part: pl.DataFrame) -> list:
-    """The devices that ran the program: the busiest, and every device busy at least PROGRAM_SHARE as long (a JAX
-    process drives all its chips; a PyTorch rank one device). A CPU trace's one 'device' is None."""
+def program_devices(part: pl.DataFrame, activities: pl.DataFrame | None = None) -> list:
+    """The devices that ran the program: the busiest, and every device busy at least PROGRAM_SHARE as long or, given
+    the `activities` the partition was made of, that ran at least PROGRAM_SHARE as many compute activities in its
+    steps as any device did (a JAX process drives all its chips, or all its XLA:CPU devices; a PyTorch rank one
+    device). Busy time alone would leave out a device of the program: the device that reaches a collective first
+    waits there for the last, and XLA:CPU's devices share the host's cores, so one device's ops may run twice as long
+    as another's; the same program runs as many compute ops on each (copies do not count: a device that only took
+    transfers ran no program). A CPU trace's one 'device' is None."""
     busy = (pl.col("window") - pl.col("idle")).sum().alias("_busy")
     dev = part.group_by("device").agg(busy).sort("_busy", "device", descending=[True, False], nulls_last=True)
     if dev.height == 0:
         return [None]
     top = dev["_busy"][0] or 0.0
-    keep = dev.filter(pl.col("_busy") >= PROGRAM_SHARE * top) if top > 0 else dev.head(1)
-    return keep["device"].to_list()
+    if top <= 0:
+        return dev.head(1)["device"].to_list()
+    keep = pl.col("_busy") >= PROGRAM_SHARE * top
+    if activities is not None and activities.height and dev.height > 1:
+        ran = (activities.filter(pl.col("step").is_in(part["step"].unique().to_list())
+                                 & pl.col("cls").is_in(["matmul", "other_compute"]))
+               .group_by("device").agg(pl.len().alias("_n")))
+        dev = dev.join(ran, on="device", how="left", nulls_equal=True, maintain_order="left")
+        most = dev["_n"].max() or 0
+        if most:
+            keep = keep | (pl.col("_n").fill_null(0) >= PROGRAM_SHARE * most)
+    return dev.filter(keep)["device"].to_list()
 
 
 def on_devices(frame: pl.DataFrame, devices: list) -> pl.DataFrame:

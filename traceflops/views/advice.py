@@ -543,6 +543,8 @@ def _communication(ctx: _Ctx) -> dict | None:
         f"{fmt.duration(overlapped)} of {fmt.duration(total)} ({fmt.pct(overlapped / total, keep_small=False) if total else '0%'}) overlapped compute"),
     ]
     k = ctx.kernels.filter(pl.col("cls") == "communication")
+    if k.height == 0 and ctx.kernels.height == 0 and _jax(ctx):  # XLA:CPU: its collective ops, as the partition took them
+        k = _activities(ctx).filter(pl.col("cls") == "communication")
     kinds = set()
     if k.height:
         coll = pl.coalesce(pl.col("collective"), pl.col("name")) if "collective" in k.columns else pl.col("name")
@@ -779,16 +781,18 @@ def _say(ctx: _Ctx, pytorch: list[str], jax: list[str]) -> list[str]:
 
 
 def _activities(ctx: _Ctx) -> pl.DataFrame:
-    """What did the work in the counted steps: the device's kernels, or on a CPU trace the ops as the partition took them."""
+    """What did the work in the counted steps: the device's kernels, or on a CPU trace the ops as the partition took them
+    (those of the device the time terms are of, a program over several XLA:CPU devices)."""
     if ctx.kernels.height or ctx.a.ops.height == 0:
         return ctx.kernels
-    return tl.cpu_activities(ctx.a.ops).filter(pl.col("step").is_in(ctx.ids))
+    return tl.on_devices(tl.cpu_activities(ctx.a.ops).filter(pl.col("step").is_in(ctx.ids)), [ctx.device])
 
 
 def _cpu_other(ctx: _Ctx) -> pl.DataFrame:
     """A CPU trace's non-matmul work by op: the outermost aten (or XLA) ops that are not matmuls, each with the time
     of the matmuls nested in it taken out (the partition counts that time as matmul). Autograd nodes and module
-    wrappers are looked through, so the names are the ops a fuser would merge."""
+    wrappers are looked through, so the names are the ops a fuser would merge. XLA collectives are communication, not
+    here; on several XLA:CPU devices, the ops of the device the time terms are of."""
     ops = ctx.a.ops
     parent = ops["parent"].to_numpy()
     unit = (ops["name"].str.starts_with("aten::") | (ops["cat"] == "xla_op")).fill_null(False).to_numpy()
@@ -800,10 +804,14 @@ def _cpu_other(ctx: _Ctx) -> pl.DataFrame:
     keep = anc >= 0
     nested = np.bincount(anc[keep], weights=dur[inner[keep]], minlength=len(dur))
     sel = outer & ~mm & ops["ran"].to_numpy()
+    if "collective" in ops.columns:
+        sel &= ~((ops["cat"] == "xla_op") & ops["collective"].is_not_null()).fill_null(False).to_numpy()
     own = pl.DataFrame({"_i": np.flatnonzero(sel).astype(np.uint32), "_own": np.maximum(dur - nested, 0.0)[sel]})
     cpu = ops.with_row_index("_i").join(own, on="_i", how="inner").filter(pl.col("step").is_in(ctx.ids) & (pl.col("_own") > 0))
-    return cpu.select("name", pl.lit(None, pl.Int64).alias("device"), pl.col("tid").alias("stream"), "ts",
-                      pl.col("_own").alias("dur"), pl.lit("other_compute").alias("cls"), "phase", "step")
+    device = pl.col("device").cast(pl.Int64) if "device" in cpu.columns else pl.lit(None, pl.Int64)
+    return tl.on_devices(cpu.select("name", device.alias("device"), pl.col("tid").alias("stream"), "ts",
+                                    pl.col("_own").alias("dur"), pl.lit("other_compute").alias("cls"), "phase", "step"),
+                         [ctx.device])
 
 
 def _top_names(frame: pl.DataFrame, ctx: _Ctx, n: int = TOP) -> list[str]:
@@ -1179,14 +1187,16 @@ def _entry(ctx: _Ctx, term: str, value: float, findings: list[dict]) -> dict[str
 RULES = (_host_bound, _memory_bound, _attention, _fp32_matmul, _communication, _recompute, _input_pipeline, _sync)
 
 
-def advise(a: Analysis, exclude_steps=(), min_share: float = MIN_SHARE,
+def advise(a: Analysis, exclude_steps=None, min_share: float = MIN_SHARE,
            term_share: float = BUDGET_MIN_SHARE) -> list[dict[str, Any]]:
     """Items of advice the trace supports, largest share of peak × step time first.
 
     Every loss-budget term of at least `term_share` is an entry headed by the term's value, the rules' items that
     explain it folded in (`findings`); the rules' items of smaller terms stand alone when they reach `min_share`.
-    `exclude_steps`: steps left out (pass the analysis' ModelOptions.exclude_steps).
+    `exclude_steps`: steps left out; by default those the analysis' totals left out (asked, cut, the unbounded last).
     """
+    if exclude_steps is None:
+        exclude_steps = tuple((a.totals.get("step_count") or {}).get("excluded") or ())
     ctx = _context(a, exclude_steps)
     if ctx is None:
         return []

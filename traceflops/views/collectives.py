@@ -1,4 +1,12 @@
-"""Communication kernels as collectives: group, kind, payload bytes and order within the group, per trace."""
+"""Communication kernels as collectives: group, kind, payload bytes and order within the group, per trace.
+
+A collective's process group comes from its own args (`Process Group Name`,
+`Description`, `Ranks`, `Seq`: NCCL ops and kernels), completed from the
+trace's `distributedInfo.pg_config`. A CPU backend's work (`gloo:*`) records
+no group: each group runs its work on threads of its own, created when the
+group is, so the runloop threads, by thread id, are the member groups' in the
+order pg_config lists them (see `thread_groups`).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +14,13 @@ import numpy as np
 import orjson
 import polars as pl
 
-from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE
+from traceflops.core.dtypes import collective_itemsize
 from traceflops.core.results import Analysis
 from traceflops.core.trace import COLLECTIVE_COLUMNS
-from traceflops.core.vocab import HOST_COMM_WORK_RE
+from traceflops.core.vocab import HOST_COMM_CALL_KIND, HOST_COMM_WORK_RE
 from traceflops.stages.link import nearest
 
-P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)"
+P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)|^gloo:(send|recv)$"
 
 
 KIND_RE = [
@@ -23,6 +31,28 @@ KIND_RE = [
     ("broadcast", r"(?i)broadcast"),
     ("sendrecv", P2P_RE),
 ]
+
+# The columns of a trace's collectives (and of a rank summary's).
+COLUMNS = ("pg", "seq", "kind", "name", "ts", "end", "dur", "bytes", "group_size", "step", "pg_desc", "role", "group_ranks")
+
+
+def group_role(desc) -> str | None:
+    """What a group is for, from its description: `mesh_<dim>` (a DeviceMesh dimension) → that dimension (dp, tp,
+    pp, ep, cp, ...), `default_pg` → world; None for other descriptions."""
+    if not isinstance(desc, str):
+        return None
+    if desc == "default_pg":
+        return "world"
+    if desc.startswith("mesh_") and len(desc) > 5:
+        return desc[5:]
+    return None
+
+
+def member_groups(a: Analysis) -> list[dict]:
+    """The groups of pg_config this rank belongs to that can communicate (more than one rank), in creation order."""
+    rank = a.meta.get("rank")
+    return [g for g in a.meta.get("process_groups") or []
+            if g["size"] > 1 and (rank is None or g["ranks"] is None or rank in g["ranks"])]
 
 
 def _tensor_sizes(dims) -> list[int]:
@@ -36,14 +66,116 @@ def _tensor_sizes(dims) -> list[int]:
     return out
 
 
+# A group's threads are created one after another: threads a few ids apart are one group's, a larger step is
+# better explained by the next group (the ids between went to other threads).
+_BOUNDARY = 2.0
+
+
+def thread_groups(tids: list[int], hints: list[set[int]], sizes: list[int]) -> list[int] | None:
+    """Each backend thread's group (an index into `sizes`, the groups in creation order), or None where none fits.
+
+    `tids` ascending; `hints[i]` the group sizes thread i's work implies (an
+    all-gather's output over its input). Threads go to groups in creation
+    order (a thread never goes to an earlier group than the thread before it),
+    each to a group whose size its hints allow. Of those assignments, the one
+    whose cost is least: two neighbouring threads in one group cost their id
+    step less one, in two groups `_BOUNDARY`; ties go to later groups (the
+    world group is created first and a parallelism API's groups after it).
+    """
+    n, m = len(tids), len(sizes)
+    if n == 0 or m == 0:
+        return None
+    inf = (float("inf"), 0)
+    ok = [[not h or h == {sizes[g]} for g in range(m)] for h in hints]
+    # cost[i][g]: the least (cost, lateness) of threads 0..i with thread i in group g; back[i][g]: thread i-1's group
+    cost = [[(0.0, m - 1 - g) if ok[0][g] else inf for g in range(m)]]
+    back = [[-1] * m]
+    for i in range(1, n):
+        step = max(float(tids[i] - tids[i - 1]) - 1.0, 0.0)
+        prev, row, ptr = cost[-1], [], []
+        before, before_g = inf, -1  # the least cost of thread i-1 in a group before g
+        for g in range(m):
+            best, h = inf, -1
+            if ok[i][g]:
+                if prev[g] != inf:
+                    best, h = (prev[g][0] + step, prev[g][1] + m - 1 - g), g
+                if before != inf and (before[0] + _BOUNDARY, before[1] + m - 1 - g) < best:
+                    best, h = (before[0] + _BOUNDARY, before[1] + m - 1 - g), before_g
+            row.append(best)
+            ptr.append(h)
+            if prev[g] < before:
+                before, before_g = prev[g], g
+        cost.append(row)
+        back.append(ptr)
+    last = min(range(m), key=lambda g: cost[-1][g])
+    if cost[-1][last] == inf:
+        return None
+    out = [0] * n
+    g = last
+    for i in range(n - 1, -1, -1):
+        out[i] = g
+        g = back[i][g]
+    return out
+
+
+def _size_hint(call: str | None, call_dims: str | None) -> int | None:
+    """The group size a gather or scatter call's shapes imply: its gathered (or scattered) tensor over its shard."""
+    kind = HOST_COMM_CALL_KIND.get(call or "")
+    if kind not in ("allgather", "reduce_scatter") or not call_dims:
+        return None
+    sizes = _tensor_sizes(orjson.loads(call_dims))
+    if len(sizes) < 2 or not sizes[0] or not sizes[1]:
+        return None
+    big, small = (sizes[0], sizes[1]) if kind == "allgather" else (sizes[1], sizes[0])
+    return big // small if big % small == 0 and big > small else None
+
+
+def _host_groups(a: Analysis, w: pl.DataFrame, calls: list, call_dims: list) -> list[dict | None]:
+    """Each CPU collective work's group (a pg_config entry), or None where it cannot be told.
+
+    Work on the backend's runloop threads (not nested in anything) gets its
+    thread's group (`thread_groups`); work run inside its call on the calling
+    thread (gloo's send and recv) gets the only group, or the only `pp` group.
+    """
+    groups = [g for g in member_groups(a) if not g.get("backend") or "gloo" in g["backend"].lower()]
+    if not groups or w.height == 0:
+        return [None] * w.height
+    inline = (w["parent"] >= 0).to_list() if "parent" in w.columns else [False] * w.height
+    tids = w["tid"].to_list()
+    hints: dict[str, set[int]] = {}
+    for t, nested, call, dims in zip(tids, inline, calls, call_dims):
+        h = None if nested else _size_hint(call, dims)
+        hints.setdefault(t, set())
+        if h:
+            hints[t].add(h)
+    runloop = sorted({t for t, nested in zip(tids, inline) if not nested}, key=lambda t: (_tid_number(t), str(t)))
+    of_thread: dict = {}
+    if len(groups) == 1:
+        of_thread = {t: groups[0] for t in runloop}
+    elif runloop:
+        pick = thread_groups([_tid_number(t) for t in runloop], [hints[t] for t in runloop], [g["size"] for g in groups])
+        of_thread = {t: groups[i] for t, i in zip(runloop, pick)} if pick else {}
+    pp = [g for g in groups if group_role(g.get("desc")) == "pp"]
+    inline_group = groups[0] if len(groups) == 1 else pp[0] if len(pp) == 1 else None
+    return [inline_group if nested else of_thread.get(t) for t, nested in zip(tids, inline)]
+
+
+def _tid_number(t) -> int:
+    try:
+        return int(t)
+    except (TypeError, ValueError):
+        return 0
+
+
 def host_work(a: Analysis) -> pl.DataFrame:
-    """A CPU trace's collectives as they ran (`gloo:*` on the backend's threads), with their payload from the recorded input."""
+    """A CPU trace's collectives as they ran (`gloo:*` on the backend's threads), with their payload from the recorded
+    input, the kind the issuing call asked for, and their group."""
     w = a.ops.filter(pl.col("name").str.contains(HOST_COMM_WORK_RE))
-    if "comm_issuer" in w.columns:  # the issuing c10d call records output and input (an all-gather's work only its input)
-        call_dims = a.ops["dims"].gather(w["comm_issuer"].fill_null(0)).to_list()
-        call_dims = [c if i is not None else None for c, i in zip(call_dims, w["comm_issuer"].to_list())]
-    else:
-        call_dims = [None] * w.height
+    issuers = w["comm_issuer"].to_list() if "comm_issuer" in w.columns else [None] * w.height
+    at = [i if i is not None else 0 for i in issuers]
+    # the issuing c10d call records output and input (an all-gather's work only its input)
+    call_dims = [c if i is not None else None for c, i in zip(a.ops["dims"].gather(at).to_list(), issuers)] if w.height else []
+    calls = [c if i is not None else None for c, i in zip(a.ops["name"].gather(at).to_list(), issuers)] if w.height else []
     nelems, dtype = [], []
     for dims, types, call in zip(w["dims"].to_list(), w["types"].to_list(), call_dims):
         t = orjson.loads(types) if types else None
@@ -51,11 +183,38 @@ def host_work(a: Analysis) -> pl.DataFrame:
         sizes = sizes or _tensor_sizes(orjson.loads(dims) if dims else None)[:1]
         nelems.append(max(sizes) if sizes else None)
         dtype.append(t[0] if isinstance(t, list) and t and isinstance(t[0], str) else None)
+    group = _host_groups(a, w, calls, call_dims)
     world = a.meta.get("world_size")
+    if any(g["size"] != world for g in member_groups(a)):
+        world = None  # a work whose group is not told may be in a smaller group: its size is unknown, not the world's
     return w.with_columns(
         collective=pl.col("name").str.replace(HOST_COMM_WORK_RE, ""),
         in_nelems=pl.Series(nelems, dtype=pl.Int64), out_nelems=pl.lit(None, pl.Int64),
-        coll_dtype=pl.Series(dtype, dtype=pl.Utf8), pg_name=pl.lit(None, pl.Utf8), group_size=pl.lit(world, pl.Int64),
+        coll_dtype=pl.Series(dtype, dtype=pl.Utf8),
+        pg_name=pl.Series([g["name"] if g else None for g in group], dtype=pl.Utf8),
+        group_size=pl.Series([g["size"] if g else world for g in group], dtype=pl.Int64),
+        pg_desc=pl.Series([g["desc"] if g else None for g in group], dtype=pl.Utf8),
+        pg_ranks=pl.Series([orjson.dumps(g["ranks"]).decode() if g and g["ranks"] else None for g in group], dtype=pl.Utf8),
+        coll_seq=pl.lit(None, pl.Int64),
+        call_kind=pl.Series([HOST_COMM_CALL_KIND.get(c) if c else None for c in calls], dtype=pl.Utf8),
+    )
+
+
+def _from_config(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
+    """A collective's description, size and ranks, where its args lack them, from the pg_config entry of its group's name."""
+    groups = {g["name"]: g for g in a.meta.get("process_groups") or []}
+    if not groups or k.height == 0:
+        return k
+    names = list(groups)
+    ranks = [orjson.dumps(groups[n]["ranks"]).decode() if groups[n]["ranks"] else None for n in names]
+
+    def lookup(values, dtype):
+        return pl.col("pg_name").replace_strict(names, values, default=None, return_dtype=dtype)
+
+    return k.with_columns(
+        pg_desc=pl.coalesce("pg_desc", lookup([groups[n]["desc"] for n in names], pl.Utf8)),
+        group_size=pl.coalesce("group_size", lookup([groups[n]["size"] for n in names], pl.Int64)),
+        pg_ranks=pl.coalesce("pg_ranks", lookup(ranks, pl.Utf8)),
     )
 
 
@@ -63,7 +222,9 @@ def collectives(a: Analysis) -> pl.DataFrame:
     """Communication kernels (or a CPU trace's collectives) with their group, kind, payload and order within the group.
 
     Parameters come from the kernel's own args, else from the nearest enclosing
-    op that records them (`record_param_comms`, `nccl:*`).
+    op that records them (`record_param_comms`, `nccl:*`), else from pg_config.
+    The order within a group is the recorded `Seq` where every collective of
+    the group has a distinct one, else the order they started in.
     """
     device = a.kernels.height > 0
     k = a.kernels.filter(pl.col("cls") == "communication") if device else host_work(a)
@@ -77,16 +238,41 @@ def collectives(a: Analysis) -> pl.DataFrame:
             [pl.when(pl.Series(src >= 0)).then(pl.col(c)).alias(c) for c in cols]
         )
         k = k.with_columns([pl.coalesce(k[c], from_op[c]).alias(c) for c in cols])
+    k = _from_config(k, a)
     kind = pl.lit(None, pl.Utf8)
     for name, pat in reversed(KIND_RE):
         kind = pl.when(pl.coalesce("collective", "name").str.contains(pat)).then(pl.lit(name)).otherwise(kind)
+    if "call_kind" in k.columns:  # the collective the issuing call asked for (gloo runs a reduce-scatter as an all-reduce)
+        kind = pl.coalesce("call_kind", kind)
+    dtypes = k["coll_dtype"].drop_nulls().unique().to_list() if k.height else []
     k = k.with_columns(
         kind=kind,
         pg=pl.col("pg_name").fill_null("?"),
         end=pl.col("ts") + pl.col("dur"),
-        elem_bytes=pl.col("coll_dtype").str.to_lowercase().str.replace("c10::", "", literal=True).replace_strict(COLLECTIVE_ITEMSIZE, default=None),
+        elem_bytes=pl.col("coll_dtype").replace_strict(dtypes, [collective_itemsize(d) for d in dtypes], default=None,
+                                                       return_dtype=pl.Int64),
+        role=pl.col("pg_desc").replace_strict(*_roles(k), default=None, return_dtype=pl.Utf8),
     ).with_columns(
         bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("elem_bytes"),
     ).sort("ts")
-    k = k.with_columns(seq=pl.int_range(pl.len()).over("pg"))
-    return k.select("pg", "seq", "kind", "name", "ts", "end", "dur", "bytes", "group_size", "step")
+    order = pl.int_range(pl.len()).over("pg")
+    recorded = pl.col("coll_seq").is_not_null().all().over("pg") & (pl.col("coll_seq").n_unique().over("pg") == pl.len().over("pg"))
+    k = k.with_columns(seq=pl.when(recorded).then(pl.col("coll_seq")).otherwise(order))
+    listed = k["pg_ranks"].drop_nulls().unique().to_list() if k.height else []
+    return k.select(*COLUMNS[:-1], group_ranks=pl.col("pg_ranks").replace_strict(
+        listed, [ranks_text(v) for v in listed], default=None, return_dtype=pl.Utf8))
+
+
+def ranks_text(v: str) -> str | None:
+    """A group's recorded ranks ("[0, 1]") as compact JSON text ("[0,1]"); None unless a list of whole numbers."""
+    try:
+        ranks = orjson.loads(v)
+    except orjson.JSONDecodeError:
+        return None
+    ok = isinstance(ranks, list) and ranks and all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
+    return orjson.dumps(ranks).decode() if ok else None
+
+
+def _roles(k: pl.DataFrame) -> tuple[list, list]:
+    descs = k["pg_desc"].drop_nulls().unique().to_list() if k.height else []
+    return descs, [group_role(d) for d in descs]

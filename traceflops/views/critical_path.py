@@ -30,8 +30,11 @@ NOT_AVAILABLE = ("no device activities: a CPU-only trace (PyTorch on CPU, XLA:CP
 NOT_CAPTURED = "no device activity in the capture (a device job profiled without its device activity): no host → device chain to follow"
 
 
-def path_summary(a: Analysis, exclude_steps=(), top: int = 5) -> dict[str, Any]:
-    """`available`, the totals by kind over the steps, and per step its kinds and top segments."""
+def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> dict[str, Any]:
+    """`available`, the totals by kind over the steps, and per step its kinds and top segments (steps left out: by
+    default those the analysis' totals left out)."""
+    if exclude_steps is None:
+        exclude_steps = tuple((a.totals.get("step_count") or {}).get("excluded") or ())
     seg = a.critical_path
     if seg is None or seg.height == 0:
         return {"available": False, "why": NOT_AVAILABLE}

@@ -53,7 +53,9 @@ def _known_flops(a: Analysis) -> dict[str, Any]:
 
 
 def _steps(a: Analysis) -> int:
-    return a.steps.height
+    """The steps the totals cover (left out: asked, cut, or the unbounded last)."""
+    sc = a.totals.get("step_count") or {}
+    return int(sc.get("counted", a.steps.height))
 
 
 def _per_step(v, n: int):
@@ -148,11 +150,12 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     terms = [{"term": k, **_pair(la.get(k), lb.get(k))} for k in dict.fromkeys([*la, *lb])]
     terms.sort(key=lambda r: (r["delta"] is None, -abs(r["delta"] or 0.0)))
     time_us = {c: _pair(_per_step((ta.get("time_us") or {}).get(c), na), _per_step((tb.get("time_us") or {}).get(c), nb)) for c in PARTITION}
-    kernels = _moved(a.by_kernel, b.by_kernel, "name", "total_us", na, nb, ("count", "cls"))
-    modules = _moved(a.by_module, b.by_module, "module", "time_us", na, nb, ("time_recompute", "recompute_share"))
+    ka, kb = a.steps.height, b.steps.height  # the roll-ups cover every step of the trace
+    kernels = _moved(a.by_kernel, b.by_kernel, "name", "total_us", ka, kb, ("count", "cls"))
+    modules = _moved(a.by_module, b.by_module, "module", "time_us", ka, kb, ("time_recompute", "recompute_share"))
     for m in modules:
-        m["recompute_per_step"] = _pair(_per_step(m.get("time_recompute_before"), na) if m.get("time_recompute_before") is not None else None,
-                                        _per_step(m.get("time_recompute_after"), nb) if m.get("time_recompute_after") is not None else None)
+        m["recompute_per_step"] = _pair(_per_step(m.get("time_recompute_before"), ka) if m.get("time_recompute_before") is not None else None,
+                                        _per_step(m.get("time_recompute_after"), kb) if m.get("time_recompute_after") is not None else None)
     notes = []
     if not kernels:
         notes.append("no device kernels in one or both traces: no per-kernel comparison")

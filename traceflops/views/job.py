@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import polars as pl
 
 from traceflops.core import fmt
@@ -144,34 +145,70 @@ def comm_split(summaries: list[RankSummary], m: pl.DataFrame, offsets: dict[int,
 
 
 def matched(summaries: list[RankSummary]) -> pl.DataFrame:
-    """Collectives present on more than one rank, keyed by (group, order within the group)."""
+    """Collectives present on more than one rank, keyed by (group, order within the group).
+
+    Where a collective's group lists its ranks, only those ranks' copies match
+    (a rank outside the group holds another group of the same name).
+    """
     frames = [s.collectives.with_columns(rank=pl.lit(s.rank, pl.Int64)) for s in summaries if s.collectives.height]
     if not frames:
         return pl.DataFrame(schema={"pg": pl.Utf8, "seq": pl.Int64, "rank": pl.Int64})
     allc = pl.concat(frames, how="diagonal_relaxed")
+    if "group_ranks" in allc.columns and allc["group_ranks"].is_not_null().any():
+        listed = allc["group_ranks"].drop_nulls().unique().to_list()
+        members = [_members(v) for v in listed]
+        allc = allc.filter(pl.col("group_ranks").is_null() | pl.col("rank").is_in(pl.col("group_ranks").replace_strict(
+            listed, members, default=None, return_dtype=pl.List(pl.Int64))).fill_null(True))
     n = allc.group_by("pg", "seq").agg(pl.col("rank").n_unique().alias("n_ranks"))
     return allc.join(n.filter(pl.col("n_ranks") > 1), on=["pg", "seq"])
+
+
+def _members(text: str) -> list[int] | None:
+    try:
+        ranks = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return ranks if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks) else None
 
 
 def clock_offsets(m: pl.DataFrame, ranks: list[int]) -> tuple[dict[int, float], float | None]:
     """Offset to add to each rank's clock so matched collectives end together; and the residual skew.
 
     The reference is the lowest rank. Each rank's offset is the median, over
-    collectives it shares with the reference, of the difference in end times;
-    the residual is the median spread of aligned ends (what alignment could not remove).
+    collectives it shares with the reference, of the difference in end times
+    (a rank that shares none is aligned through ranks already aligned:
+    `aligned_offsets`; one reached by no collective keeps 0); the residual is
+    the median spread of aligned ends (what alignment could not remove).
     """
     if m.height == 0 or not ranks:
         return {r: 0.0 for r in ranks}, None
-    ref = min(ranks)
-    ref_end = m.filter(pl.col("rank") == ref).select("pg", "seq", pl.col("end").alias("ref_end"))
-    off = (
-        m.join(ref_end, on=["pg", "seq"]).group_by("rank").agg((pl.col("ref_end") - pl.col("end")).median().alias("offset"))
-    )
     offsets = {r: 0.0 for r in ranks}
-    offsets.update(dict(off.iter_rows()))
+    offsets.update(aligned_offsets(m, min(ranks)))
     aligned = m.with_columns(aend=pl.col("end") + pl.col("rank").replace_strict(offsets, default=0.0))
     spread = aligned.group_by("pg", "seq").agg((pl.col("aend").max() - pl.col("aend").min()).alias("spread"))
     return offsets, float(spread["spread"].median()) if spread.height else None
+
+
+def aligned_offsets(m: pl.DataFrame, ref: int) -> dict[int, float]:
+    """The offsets of the ranks that share collectives with the reference, or with a rank already aligned.
+
+    First each rank that shares a group with the reference: the median of the
+    reference's end minus its own. Then, round by round, each rank still
+    unaligned that shares collectives with aligned ranks: the median, over
+    those collectives, of the aligned ranks' (median) aligned end minus its
+    own (a 2x2 mesh's rank 3 shares no group with rank 0). Ranks reached by no
+    collective are left out.
+    """
+    known = {ref: 0.0}
+    ends = m.select("pg", "seq", "rank", "end")
+    while True:
+        aligned = ends.filter(pl.col("rank").is_in(list(known))).group_by("pg", "seq").agg(
+            (pl.col("end") + pl.col("rank").replace_strict(known, default=0.0)).median().alias("ref_end"))
+        off = (ends.filter(~pl.col("rank").is_in(list(known))).join(aligned, on=["pg", "seq"])
+               .group_by("rank").agg((pl.col("ref_end") - pl.col("end")).median().alias("offset")))
+        if off.height == 0:
+            return known
+        known.update(dict(off.iter_rows()))
 
 
 def collective_table(m: pl.DataFrame, offsets: dict[int, float], link_bw: float | None) -> pl.DataFrame:
@@ -182,8 +219,10 @@ def collective_table(m: pl.DataFrame, offsets: dict[int, float], link_bw: float 
         astart=pl.col("ts") + pl.col("rank").replace_strict(offsets, default=0.0),
         aend=pl.col("end") + pl.col("rank").replace_strict(offsets, default=0.0),
     )
+    extra = [pl.col(c).drop_nulls().first() for c in ("pg_desc", "role", "group_ranks") if c in a.columns]
     per = a.group_by("pg", "seq").agg(
         pl.col("kind").first(),
+        *extra,
         pl.col("step").min(),
         pl.col("bytes").max(),
         pl.col("group_size").max(),
@@ -291,6 +330,19 @@ def job_steps(summaries: list[RankSummary], world: int, peak: float | None, glob
     ).drop("model_flops_sum", "model_unknown", "_hfu_known")
 
 
+def without_unbounded_last(summaries: list[RankSummary], steps: pl.DataFrame, exclude_steps) -> tuple[tuple[int, ...], list[str]]:
+    """A step that is any rank's unbounded last (it ends at that rank's last device activity) is left out of the job's
+    totals when other steps remain, as each rank's own totals leave it out (`stages.steps.leave_out_unbounded_last`)."""
+    last = sorted({st for s in summaries if "last" in s.steps.columns for st in s.steps.filter(pl.col("last"))["step"].to_list()})
+    counted = [st for st in steps["step"].to_list() if st not in exclude_steps]
+    left = [st for st in last if st in counted]
+    if not left or len(counted) <= len(left):
+        return tuple(exclude_steps), []
+    return tuple(sorted({*exclude_steps, *left})), [
+        f"step {', '.join(map(str, left))}: some rank's last, ending at its last device activity without the time up to a "
+        "next step: shown, left out of the job's totals"]
+
+
 def stragglers(coll: pl.DataFrame, summaries: list[RankSummary]) -> pl.DataFrame:
     """Per step, the rank the others waited for, and what it was doing instead.
 
@@ -366,6 +418,7 @@ def job_view(
     microbatches: int | None = None,
     exclude_steps: tuple[int, ...] = (),
     input_warnings: tuple[str, ...] | list[str] = (),
+    keep_last_step: bool = False,
 ) -> Job:
     warnings: list[str] = list(input_warnings)  # what the inputs' folders left out
     summaries = assign_ranks(summaries, warnings)
@@ -381,9 +434,13 @@ def job_view(
         warnings.append("ranks report different peaks; job MFU is not computed")
     m = matched(summaries)
     offsets, residual = clock_offsets(m, ranks)
+    warnings += group_warnings(summaries, m, ranks)
     summaries = comm_split(summaries, m, offsets)
     coll = collective_table(m, offsets, nvlink_per_direction(summaries))
     steps = job_steps(summaries, world, peak, tokens_model_flops)
+    if not keep_last_step:
+        exclude_steps, note = without_unbounded_last(summaries, steps, exclude_steps)
+        warnings += note
     use = steps.filter(~pl.col("step").is_in(list(exclude_steps)))
     wall = float(use["step_us"].sum())
     model_total = None if use["model_flops"].null_count() else float(use["model_flops"].sum())
@@ -415,6 +472,27 @@ def job_view(
     late = stragglers(coll, summaries)
     return Job(per_rank_table(summaries), steps, coll, late, pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals,
                warnings, summaries, advice=job_advice(summaries, late, coll, exclude_steps), warning_groups=groups)
+
+
+def group_warnings(summaries: list[RankSummary], m: pl.DataFrame, ranks: list[int]) -> list[str]:
+    """What the matching could not do: groups whose member ranks recorded different numbers of collectives (order
+    pairs others past the first difference), and ranks no matched collective ties to the reference's clock."""
+    out = []
+    frames = [s.collectives.select("pg", "group_ranks").with_columns(rank=pl.lit(s.rank, pl.Int64))
+              for s in summaries if s.collectives.height and "group_ranks" in s.collectives.columns]
+    if frames:
+        counts = pl.concat(frames).filter(pl.col("group_ranks").is_not_null()).group_by("pg", "rank").len().sort("pg", "rank")
+        for (pg,), per in counts.group_by("pg", maintain_order=True):
+            if per["len"].n_unique() > 1:
+                got = ", ".join(f"rank {r}: {n}" for r, n in per.select("rank", "len").iter_rows())
+                out.append(f"group {pg}: its ranks recorded different numbers of its collectives ({got}); matched by order "
+                           "within the group, those past the first missing one may pair different collectives")
+    if m.height and len(ranks) > 1:
+        lost = sorted(set(ranks) - set(aligned_offsets(m, min(ranks))))
+        if lost:
+            out.append(f"ranks {lost} share no matched collective, directly or through other ranks, with rank {min(ranks)}: "
+                       "their clocks are not aligned (offset 0)")
+    return out
 
 
 def warning_groups(own: list[str], summaries: list[RankSummary]) -> list[tuple[str, tuple[int, ...], int]]:

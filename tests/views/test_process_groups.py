@@ -1,0 +1,269 @@
+"""Process groups on synthetic traces with known answers: pg_config, a collective's group (NCCL args, a gloo
+thread), its kind, bytes and role, matching across ranks by group, clocks aligned through other ranks, and a CPU
+thread blocked in a collective counted as exposed communication."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.builders import EVAL, Builder
+from traceflops.run.load import analyze
+from traceflops.views.collectives import collectives, group_role, thread_groups
+from traceflops.views.job import job_view, summarize
+
+F32 = ["float", "float", "", "Scalar", "Scalar"]
+MAIN = 10
+WORLD = 4
+# a 2x2 init_device_mesh(("dp", "tp")): rank = 2 * dp_index + tp_index
+DP = {0: ("1", [0, 2]), 2: ("1", [0, 2]), 1: ("2", [1, 3]), 3: ("2", [1, 3])}
+TP = {0: ("3", [0, 1]), 1: ("3", [0, 1]), 2: ("4", [2, 3]), 3: ("4", [2, 3])}
+OFFSET = {0: 0.0, 1: 1_500.0, 2: -2_000.0, 3: 4_000.0}  # each rank's clock error, µs
+N, M = 1024, 3072  # an all-gather's shard; the TP all-reduce's elements
+
+
+def cpu_builder(rank: int | None = None, groups: list | None = None) -> Builder:
+    b = Builder(pid=100 + (rank or 0), main_tid=MAIN, device_properties=[])
+    if rank is not None:
+        b.distributed = {"backend": "gloo", "rank": rank, "world_size": WORLD,
+                         **({"pg_config": groups} if groups is not None else {})}
+    return b
+
+
+def mesh_groups(rank: int) -> list[dict]:
+    cfg = lambda name, desc, ranks: {"pg_name": name, "pg_desc": desc, "backend_config": "cpu:gloo,cuda:gloo",
+                                     "pg_size": len(ranks), "ranks": ranks}
+    return [cfg("0", "default_pg", [0, 1, 2, 3]), cfg(DP[rank][0], "mesh_dp", DP[rank][1]), cfg(TP[rank][0], "mesh_tp", TP[rank][1])]
+
+
+def gloo(b: Builder, name: str, tid: int, ts: float, end: float, dims: list, dtype: str = "float"):
+    b.op(name, ts, end - ts, tid=tid, cat="user_annotation", **{"Input Dims": dims, "Input type": [dtype]})
+
+
+def mesh_rank(rank: int, steps: int = 2) -> Builder:
+    """One rank of a 2x2 mesh, per step: FSDP's all-gather and reduce-scatter and an int64 all-reduce on dp (runloop
+    threads 500, 501), the TP all-reduce on tp (thread 521, created after dp's); each ends at the same true instant
+    on its group's ranks, rank r arriving 10·r µs after rank 0."""
+    b = cpu_builder(rank, mesh_groups(rank))
+    o = OFFSET[rank]
+    for i in range(steps):
+        t0 = 10_000.0 + 1_000.0 * i + o
+        late = 10.0 * rank
+        b.annotation(f"ProfilerStep#{i}", t0, 999.0)
+        b.op("c10d::_allgather_base_", t0 + 10, 5, **{"Input Dims": [[2 * N], [N], [], [], []], "Input type": F32})
+        gloo(b, "gloo:all_gather", 500, t0 + 20 + late, t0 + 300, [[N]])
+        b.op("c10d::allreduce_", t0 + 400, 5, **{"Input Dims": [[[32, 96]], [], [], [], [], []],
+                                                  "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]})
+        gloo(b, "gloo:all_reduce", 521, t0 + 405 + late, t0 + 600, [[32, 96]])
+        b.op("c10d::allreduce_", t0 + 650, 5, **{"Input Dims": [[[1]], [], [], [], [], []],
+                                                  "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]})
+        gloo(b, "gloo:all_reduce", 501, t0 + 655 + late, t0 + 700, [[1]], "long int")
+        b.op("c10d::_reduce_scatter_base_", t0 + 720, 5, **{"Input Dims": [[N], [2 * N], [], [], [], []],
+                                                             "Input type": ["float", "float", "", "", "Scalar", "Scalar"]})
+        gloo(b, "gloo:all_reduce", 500, t0 + 725 + late, t0 + 800, [[2 * N]])
+    return b
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mesh")
+    return [analyze(mesh_rank(r).write(Path(d) / f"rank{r}.json.gz")) for r in range(WORLD)]
+
+
+# ------------------------------------------------------------------ pg_config
+
+
+def test_pg_config_is_read_and_hostile_entries_are_counted(tmp_path):
+    b = cpu_builder(0, mesh_groups(0) + [
+        {"pg_name": "9", "pg_size": -1},                          # a size out of range
+        {"pg_name": "10", "pg_size": 2, "ranks": [0, -5]},         # a rank out of range
+        {"pg_name": "11", "pg_size": 3, "ranks": [0, 1]},          # ranks that do not number its size
+        {"pg_desc": "no name", "pg_size": 2},                      # no name
+        {"pg_name": "x" * 1000, "pg_size": 2},                     # a name past the bound
+        "not an entry",
+        {"pg_name": "12", "pg_size": 2, "ranks": "[0, 1]"},        # ranks as JSON text: kept
+    ])
+    b.annotation("ProfilerStep#0", 0, 100)
+    a = analyze(b.write(tmp_path / "rank0.json.gz"))
+    got = a.meta["process_groups"]
+    assert [(g["name"], g["desc"], g["size"], g["ranks"]) for g in got] == [
+        ("0", "default_pg", 4, [0, 1, 2, 3]), ("1", "mesh_dp", 2, [0, 2]), ("3", "mesh_tp", 2, [0, 1]), ("12", None, 2, [0, 1])]
+    assert any("pg_config entries without a usable name, size or ranks" in w and "(6)" in w for w in a.warnings)
+
+
+def test_a_group_role_comes_from_its_description():
+    assert [group_role(d) for d in ("default_pg", "mesh_dp", "mesh_tp", "mesh_pp", "mesh_ep", "mesh_dp_shard", "undefined", None)] == \
+        ["world", "dp", "tp", "pp", "ep", "dp_shard", None, None]
+
+
+# ------------------------------------------------------------------ a gloo work's group, kind and bytes
+
+
+def test_thread_groups_follow_creation_order_and_size_hints():
+    # rank 0 of the mesh: default (4), dp (2), tp (2); dp's threads all-gather over 2 ranks, tp's all-reduce
+    assert thread_groups([9863, 9864, 9870], [{2}, {2}, set()], [4, 2, 2]) == [1, 1, 2]
+    # a thread whose work gathers over 4 ranks is the world's; a thread far from it, without a hint, goes to the
+    # latest group (the world group is made first, a parallelism API's groups after it)
+    assert thread_groups([100, 101, 120], [{4}, set(), set()], [4, 2, 2]) == [0, 0, 2]
+    # threads far apart are different groups; close ones one group
+    assert thread_groups([100, 101, 120, 121, 140], [set()] * 5, [4, 2, 2]) == [0, 0, 1, 1, 2]
+    assert thread_groups([5], [{4}], [2, 2]) is None  # no group of that size
+
+
+def test_every_gloo_collective_carries_its_group(mesh):
+    for rank, a in enumerate(mesh):
+        c = collectives(a)
+        dp, tp = DP[rank], TP[rank]
+        got = {(r["name"], r["bytes"]): (r["pg"], r["role"], r["group_size"], r["group_ranks"]) for r in c.iter_rows(named=True)}
+        dp_row = (dp[0], "dp", 2, str(dp[1]).replace(" ", ""))
+        assert got[("gloo:all_gather", 2 * N * 4)] == dp_row
+        assert got[("gloo:all_reduce", 32 * 96 * 4)] == (tp[0], "tp", 2, str(tp[1]).replace(" ", ""))
+        assert got[("gloo:all_reduce", 8)] == dp_row  # int64: 8-byte elements
+        assert got[("gloo:all_reduce", 2 * N * 4)] == dp_row
+        assert c.filter(pl.col("pg") == dp[0])["seq"].to_list() == list(range(6))
+
+
+def test_a_reduce_scatter_run_as_an_all_reduce_takes_its_calls_kind(mesh):
+    c = collectives(mesh[0])
+    assert c.filter(pl.col("bytes") == 2 * N * 4).sort("ts")["kind"].to_list() == ["allgather", "reduce_scatter"] * 2
+    assert set(c.filter(pl.col("bytes") == 8)["kind"]) == {"allreduce"}
+
+
+def test_send_and_recv_are_sendrecv_and_their_wait_is_communication(tmp_path):
+    b = cpu_builder(0, mesh_groups(0)[:1])
+    b.annotation("ProfilerStep#0", 0, 1000)
+    b.op("c10d::send", 100, 300, **{"Input Dims": [[[10]], [], [], []], "Input type": ["TensorList", "", "Scalar", "Scalar"]})
+    gloo(b, "gloo:send", MAIN, 110, 380, [[10]], "long int")  # run on the calling thread, inside its call
+    b.op("c10d::recv_", 500, 300, **{"Input Dims": [[[10]], [], [], []], "Input type": ["TensorList", "", "Scalar", "Scalar"]})
+    gloo(b, "gloo:recv", MAIN, 510, 780, [[10]], "c10::Half")
+    a = analyze(b.write(tmp_path / "rank0.json.gz"))
+    c = collectives(a)
+    assert c["kind"].to_list() == ["sendrecv", "sendrecv"]
+    assert c["bytes"].to_list() == [80, 20]
+    assert set(c["pg"]) == {"0"} and set(c["role"]) == {"world"}
+    s = a.steps.row(0, named=True)
+    assert s["time_communication_exposed"] == pytest.approx(270 + 270)
+    assert s["time_other_compute"] == pytest.approx(2 * (10 + 20))
+
+
+# ------------------------------------------------------------------ NCCL args and pg_config
+
+
+def test_nccl_group_args_and_pg_config_fill_a_collective(tmp_path):
+    b = Builder(distributed={"backend": "nccl", "rank": 1, "world_size": 4, "pg_config": [
+        {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]},
+        {"pg_name": "6", "pg_desc": "mesh_dp", "pg_size": 2, "ranks": [1, 3]}]})
+    b.annotation("ProfilerStep#0", 0, 2000)
+    tp = {"Collective name": "allreduce", "In msg nelems": 100, "Out msg nelems": 100, "dtype": "Long", "Process Group Name": "5",
+          "Process Group Description": "mesh_tp", "Process Group Ranks": "[0, 1]", "Group size": 2}
+    b.kernel("ncclDevKernel_AllReduce_Sum_i64_RING_LL", 10, 100, 50, stream=20, **tp, Seq=41)
+    b.kernel("ncclDevKernel_AllReduce_Sum_i64_RING_LL", 20, 200, 50, stream=20, **tp, Seq=42)
+    b.kernel("ncclDevKernel_AllGather_RING_LL", 30, 300, 50, stream=21, **{"Collective name": "_allgather_base",
+             "In msg nelems": 10, "Out msg nelems": 20, "dtype": "BFloat16", "Process Group Name": "6"})
+    a = analyze(b.write(tmp_path / "rank1.json.gz"))
+    c = collectives(a).sort("ts")
+    assert c.select("pg", "seq", "role", "group_size", "group_ranks", "bytes").rows() == [
+        ("5", 41, "tp", 2, "[0,1]", 800), ("5", 42, "tp", 2, "[0,1]", 800), ("6", 0, "dp", 2, "[1,3]", 40)]
+
+
+@pytest.mark.parametrize("dtype, size", [("long int", 8), ("long", 8), ("Long", 8), ("int64", 8), ("int", 4), ("short int", 2),
+                                         ("Short", 2), ("signed char", 1), ("unsigned char", 1), ("bool", 1), ("double", 8),
+                                         ("c10::Half", 2), ("BFloat16", 2), ("c10::complex<float>", 8), ("ComplexDouble", 16),
+                                         ("long unsigned int", 8), ("unsigned long", 8), ("UInt16", 2), ("short unsigned int", 2)])
+def test_every_element_type_spelling_has_its_size(dtype, size):
+    from traceflops.core.dtypes import collective_itemsize
+
+    assert collective_itemsize(dtype) == size
+
+
+# ------------------------------------------------------------------ the job
+
+
+def test_matching_is_by_group_among_its_members(mesh):
+    j = job_view([summarize(a) for a in mesh])
+    c = j.collectives
+    # per step: 3 dp collectives in each dp group, 1 tp in each tp group; 2 steps
+    assert c.group_by("pg").len().sort("pg").rows() == [("1", 6), ("2", 6), ("3", 2), ("4", 2)]
+    assert set(c["ranks"]) == {2} and set(c["group_size"]) == {2}
+    assert j.totals["collectives_matched"] == 16
+    # the bus factor for 2 ranks: an all-reduce moves 2(n-1)/n = 1, a gather or scatter (n-1)/n = 1/2
+    assert dict(c.select("kind", "bus_factor").unique().iter_rows()) == {"allgather": 0.5, "reduce_scatter": 0.5, "allreduce": 1.0}
+    assert set(c["role"]) == {"dp", "tp"}
+    assert not [w for w in j.warnings if "share no matched collective" in w or "recorded different" in w]
+
+
+def test_clocks_align_through_other_ranks(mesh):
+    """Rank 3 shares no group with rank 0: it is aligned through ranks 1 and 2. Collectives end together in true
+    time, so every offset is recovered exactly."""
+    j = job_view([summarize(a) for a in mesh])
+    for r in range(WORLD):
+        assert j.clock["offsets_us"][str(r)] == pytest.approx(OFFSET[0] - OFFSET[r], abs=1e-6)
+    assert j.clock["residual_skew_us"] == pytest.approx(0.0, abs=1e-6)
+    # arrival skew: rank r arrives 10·r µs after rank 0; the last member is the higher rank
+    first = j.collectives.filter((pl.col("pg") == "1") & (pl.col("seq") == 0)).row(0, named=True)
+    assert first["arrival_skew_us"] == pytest.approx(20.0) and first["last_rank"] == 2
+
+
+def test_a_rank_no_collective_reaches_is_a_warning(mesh):
+    # ranks 0 and 1 share tp; rank 3 keeps only its tp group's collectives, whose other member (2) is not given
+    three = summarize(mesh[3])
+    three = replace(three, collectives=three.collectives.filter(pl.col("pg") == "4"))
+    j = job_view([summarize(mesh[0]), summarize(mesh[1]), three])
+    assert any("ranks [3] share no matched collective" in w for w in j.warnings)
+    assert j.clock["offsets_us"]["3"] == 0.0
+
+
+def test_members_that_recorded_different_numbers_are_a_warning(mesh, tmp_path):
+    short = analyze(mesh_rank(2, steps=1).write(tmp_path / "rank2.json.gz"))
+    j = job_view([summarize(mesh[0]), summarize(short)])
+    assert any(w.startswith("group 1: its ranks recorded different numbers") for w in j.warnings)
+
+
+def test_without_pg_config_a_gloo_collective_keeps_the_unknown_group(tmp_path):
+    b = cpu_builder(0)
+    b.annotation("ProfilerStep#0", 0, 1000)
+    b.op("c10d::allreduce_", 10, 5, **{"Input Dims": [[[4]], [], [], [], [], []], "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]})
+    gloo(b, "gloo:all_reduce", 500, 20, 100, [[4]])
+    c = collectives(analyze(b.write(tmp_path / "rank0.json.gz")))
+    assert c.select("pg", "group_size", "pg_desc", "role", "group_ranks", "bytes").rows() == [("?", WORLD, None, None, None, 16)]
+
+
+# ------------------------------------------------------------------ a CPU thread blocked in a collective
+
+
+def test_a_functional_wait_is_exposed_communication_by_phase(tmp_path):
+    """Step [0, 1000): an all-reduce call [50, 60) whose work runs [55, 300) on the backend thread; aten::gelu
+    [100, 600) blocks in `_c10d_functional::wait_tensor` [200, 500) (forward); a backward node [700, 900) blocks in
+    another wait [720, 820). Compute: 10 + 100 + 100 + 20 + 80 = 310; exposed communication: [60, 100) and
+    [200, 500) and [720, 820) = 440; idle the rest, 250."""
+    b = cpu_builder(0, mesh_groups(0)[:1])
+    b.annotation("ProfilerStep#1", 0, 1000)
+    b.op("c10d::allreduce_", 50, 10, **{"Input Dims": [[[4]], [], [], [], [], []], "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]})
+    gloo(b, "gloo:all_reduce", 500, 55, 300, [[4]])
+    b.op("aten::gelu", 100, 500)
+    b.op("_c10d_functional::wait_tensor", 200, 300, **{"Input Dims": [[4]], "Input type": ["float"]})
+    b.op(EVAL + "MmBackward0", 700, 200)
+    b.op("_c10d_functional::wait_tensor", 720, 100, **{"Input Dims": [[4]], "Input type": ["float"]})
+    a = analyze(b.write(tmp_path / "rank0.json.gz"))
+    s = a.steps.row(0, named=True)
+    assert s["window"] == pytest.approx(1000.0)
+    assert s["time_other_compute"] == pytest.approx(310.0)
+    assert s["time_communication_exposed"] == pytest.approx(440.0)
+    assert s["time_idle"] == pytest.approx(250.0)
+    waits = a.ops.filter(pl.col("name") == "_c10d_functional::wait_tensor").sort("ts")
+    assert waits["phase"].to_list() == ["forward", "backward"]
+
+
+def test_unreadable_group_ranks_are_unknown_not_wrong(tmp_path):
+    b = Builder(distributed={"backend": "nccl", "rank": 0, "world_size": 2})
+    b.annotation("ProfilerStep#0", 0, 2000)
+    common = {"Collective name": "allreduce", "In msg nelems": 4, "Out msg nelems": 4, "dtype": "Float", "Group size": 2}
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 100, 50, stream=20, **common,
+             **{"Process Group Name": "7", "Process Group Ranks": "[0, x]"})
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20, 200, 50, stream=20, **common,
+             **{"Process Group Name": "8", "Process Group Ranks": [0, 1]})  # a list, not its text
+    c = collectives(analyze(b.write(tmp_path / "rank0.json.gz"))).sort("ts")
+    assert c.select("pg", "group_ranks", "role", "group_size").rows() == [("7", None, None, 2), ("8", "[0,1]", None, 2)]
