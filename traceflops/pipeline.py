@@ -41,7 +41,7 @@ from traceflops.stages.replays import (
     attribute_replays,
     captured_launches,
     merge_captures,
-    replayed_graphs,
+    replays_graphs,
 )
 from traceflops.stages.steps import (
     assign,
@@ -78,7 +78,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     # link, phases, count
     stage("link, phases, FLOPs")
     linked = link(trace)
-    if replayed_graphs(linked):
+    if replays_graphs(trace):
         captured = merge_captures([captured_launches(c) for c in (trace, *captures)])
         linked = attribute_replays(linked, captured, trace.warnings)
     ops = tag_ops(linked, has_formula(linked.ops["name"], linked.ops["matmul_hint"]), trace.steps)

@@ -14,7 +14,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.builders import FIXTURES
+from tests.builders import FIXTURES, union_us
 from traceflops.core.results import ModelOptions
 from traceflops.parsers.xplane import parse_xplane
 from traceflops.run.load import analyze
@@ -60,13 +60,6 @@ def _counted(a) -> pl.DataFrame:
     return a.steps.filter(~pl.col("step").is_in(list(out))).sort("ts")
 
 
-def union_us(spans, lo: float, hi: float) -> float:
-    total, end = 0.0, lo
-    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in spans if e > lo and s < hi):
-        if e > end:
-            total += e - max(s, end)
-            end = e
-    return total
 
 
 # -- the truth itself --------------------------------------------------------------------

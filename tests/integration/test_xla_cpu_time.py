@@ -8,20 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import FIXTURES
+from tests.builders import FIXTURES, union_us
 from traceflops.run.load import analyze
 
 OWN = sorted((FIXTURES / "jax").glob("*.xplane.pb*"))
 SHARED = ("jax_cpu_remat_none.xplane.pb", "jax_cpu_remat_block1.xplane.pb", "jax_cpu_remat_full.xplane.pb")
 
 
-def union_us(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
-    total, end = 0.0, lo
-    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in spans if e > lo and s < hi):
-        if e > end:
-            total += e - max(s, end)
-            end = e
-    return total
 
 
 def check(path: str) -> None:

@@ -130,3 +130,8 @@ def ranks(rs) -> str:
             runs.append([r, r])
     body = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
     return f"rank {body}" if len(xs) == 1 else f"ranks {body}"
+
+
+def bound_words(totals: dict) -> str:
+    """What partial FLOP coverage makes of MFU and HFU: lower bounds, or unknown when nothing was counted."""
+    return "MFU and HFU are lower bounds" if totals.get("hfu") is not None else "MFU and HFU are unknown"

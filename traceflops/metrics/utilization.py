@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from traceflops.core import fmt
 from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
@@ -201,7 +202,7 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dic
     if totals.get("flops_lower_bound"):
         top = totals.get("unknown_matmul_kernels") or []
         largest = "; ".join(f"{k['time_us'] / 1e3:.2f} ms in {k['count']} x {k['name'][:80]} ({k['why']})" for k in top[:2])
-        out.append(f"FLOPs known for only {totals['flops_coverage']:.1%} of matmul time: {bound_words(totals)}; "
+        out.append(f"FLOPs known for only {totals['flops_coverage']:.1%} of matmul time: {fmt.bound_words(totals)}; "
                    f"largest unknown: {largest}")
     n = totals["matmul_flops_unknown_count"]
     if not n:
@@ -263,11 +264,6 @@ def unnamed_xla_warnings(ops: pl.DataFrame) -> list[str]:
             "have an unknown phase (counted as other, in HFU only)"]
 
 
-def bound_words(totals: dict[str, Any]) -> str:
-    """What partial coverage makes of the headline: lower bounds, or unknown when nothing was counted."""
-    return "MFU and HFU are lower bounds" if totals.get("hfu") is not None else "MFU and HFU are unknown"
-
-
 def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelOptions) -> list[dict[str, Any]]:
     """The matmul-class kernels with unknown FLOPs that take the most time in the analysed steps, each with why.
 
@@ -313,5 +309,5 @@ def cut_without_flops(steps: pl.DataFrame, totals: dict[str, Any]) -> tuple[pl.D
     cols = [c for c in ("mfu", "mfu_no_attention", "hfu") if c in steps.columns]
     steps = steps.with_columns([pl.lit(None, pl.Float64).alias(c) for c in cols])
     totals = totals | {"mfu": None, "mfu_no_attention": None, "hfu": None, "flops_known": False}
-    return steps, totals, ["the file is cut and its steps hold no matmul FLOP: MFU and HFU are unknown (the matmuls may be "
-                           "after the cut); analyse the whole file"]
+    return steps, totals, [("the file is cut and its steps hold no matmul FLOP: MFU and HFU are unknown (the matmuls may "
+                            "be after the cut); analyse the whole file")]

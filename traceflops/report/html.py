@@ -402,8 +402,7 @@ def headline(a: Analysis) -> str:
                                                    f"{m.get('tokens_per_step')} tokens per step")))
     out = cards(items)
     if t.get("flops_lower_bound"):
-        words = "MFU and HFU are lower bounds" if t.get("hfu") is not None else "MFU and HFU are unknown"
-        out += (f'<p class="sub"><b>FLOPs known for only {e(fmt.pct(t.get("flops_coverage")))} of matmul time: {words}.'
+        out += (f'<p class="sub"><b>FLOPs known for only {e(fmt.pct(t.get("flops_coverage")))} of matmul time: {fmt.bound_words(t)}.'
                 '</b> Largest matmul kernels with unknown FLOPs: ' + e("; ".join(
                     f"{fmt.ms(k['time_us'])} in {k['count']} × {fmt.short(k['name'], 80)} ({k['why']})"
                     for k in t.get("unknown_matmul_kernels") or [])) + "</p>")

@@ -168,8 +168,7 @@ def steps_counted(a: Analysis) -> str:
 
 def unknown_lines(c: Console, t: dict[str, Any]) -> None:
     """Part of the matmul work has unknown FLOPs: say it in the headline, with the largest such kernels and why."""
-    words = "MFU and HFU are lower bounds" if t.get("hfu") is not None else "MFU and HFU are unknown"
-    c.print(f"[bold yellow]FLOPs known for only {fmt.pct(t.get('flops_coverage'))} of matmul time: {words}"
+    c.print(f"[bold yellow]FLOPs known for only {fmt.pct(t.get('flops_coverage'))} of matmul time: {fmt.bound_words(t)}"
             "[/bold yellow]; largest matmul kernels with unknown FLOPs:")
     for k in t.get("unknown_matmul_kernels") or []:
         c.print(f"  {fmt.duration(k['time_us'])} in {k['count']} x {text(fmt.short(k['name'], 80))}: {text(k['why'])}")

@@ -9,7 +9,7 @@ from traceflops.core.trace import Trace
 from traceflops.parsers import parse
 from traceflops.pipeline import analyze_trace
 from traceflops.run.inputs import CAPTURE_DIR
-from traceflops.stages.replays import GRAPH_LAUNCH_RE
+from traceflops.stages.replays import replays_graphs
 from traceflops.storage import trace_cache
 
 
@@ -51,9 +51,3 @@ def _traces_in(p: Path) -> list[Path]:
         return [p]
     return sorted(q for q in p.iterdir() if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))
                   and q.name != "execution_details.json")
-
-
-def replays_graphs(trace: Trace) -> bool:
-    """Whether the trace launched any CUDA/HIP graph (only then are captures read)."""
-    names = trace.launches["name"]
-    return bool(names.len() and names.str.contains(GRAPH_LAUNCH_RE).any())

@@ -48,10 +48,10 @@ HOW_TO_CAPTURE = (
 )
 
 
-def replayed_graphs(linked: Linked) -> bool:
-    """Whether any device activity was launched by a graph replay."""
-    k = linked.kernels
-    return k.height > 0 and "launch_name" in k.columns and bool(k["launch_name"].fill_null("").str.contains(GRAPH_LAUNCH_RE).any())
+def replays_graphs(trace: Trace) -> bool:
+    """Whether the trace launched any CUDA/HIP graph (only then are captures read)."""
+    names = trace.launches["name"]
+    return bool(names.len() and names.str.contains(GRAPH_LAUNCH_RE).any())
 
 
 @dataclass

@@ -557,26 +557,15 @@ def without_blocked(acts: pl.DataFrame, ops: pl.DataFrame, top_of: np.ndarray, b
     start = ops["ts"].to_numpy()
     end = start + ops["dur"].to_numpy()
     tops = top_of[inner]
-    order = np.lexsort((start[inner], tops))
-    keep_row, keep_start, keep_end = [], [], []
-    i = 0
-    while i < len(order):  # one pass over the blocked intervals, op by op
-        t = tops[order[i]]
-        at, stop = start[t], end[t]
-        while i < len(order) and tops[order[i]] == t:
-            b = inner[order[i]]
-            if start[b] > at:
-                keep_row.append(t)
-                keep_start.append(at)
-                keep_end.append(min(start[b], stop))
-            at = max(at, min(end[b], stop))
-            i += 1
-        if stop > at:
-            keep_row.append(t)
-            keep_start.append(at)
-            keep_end.append(stop)
-    pieces = pl.DataFrame({"_row": pl.Series(keep_row, dtype=pl.Int64), "_start": pl.Series(keep_start, dtype=pl.Float64),
-                           "_end": pl.Series(keep_end, dtype=pl.Float64)})
+    # Interval algebra per top-level op: the blocked spans sorted by start; what was covered before each is the
+    # running maximum of the earlier ends (or the op's start); a gap before a span, and the tail after the last, stay.
+    b = pl.DataFrame({"_row": tops, "s": start[inner], "e": np.minimum(end[inner], end[tops]),
+                      "lo": start[tops], "hi": end[tops]}).sort("_row", "s")
+    b = b.with_columns(at=pl.max_horizontal("lo", pl.col("e").cum_max().shift(1).over("_row")))
+    gaps = b.filter(pl.col("s") > pl.col("at")).select("_row", _start="at", _end=pl.min_horizontal("s", "hi"))
+    tails = (b.group_by("_row").agg(pl.col("lo").first(), pl.col("hi").first(), pl.col("e").max())
+             .select("_row", _start=pl.max_horizontal("lo", "e"), _end="hi").filter(pl.col("_end") > pl.col("_start")))
+    pieces = pl.concat([gaps, tails]).with_columns(pl.col("_row").cast(pl.Int64))
     cut = pl.Series(np.unique(tops), dtype=pl.Int64)
     kept = (acts.with_columns(pl.col("_row").cast(pl.Int64)).join(pieces, on="_row")
             .with_columns(ts=pl.col("_start"), dur=pl.col("_end") - pl.col("_start")).drop("_start", "_end"))
