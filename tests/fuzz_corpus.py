@@ -281,3 +281,47 @@ PB_BYTES = {
     "pb_truncate": p_truncate,
     "pb_huge_length": p_huge_length,
 }
+
+
+# ------------------------------------------------------------------ numbers and links beyond any real trace
+# Structured (`f(r, doc)`, on the parsed JSON): GEMM dims whose tiles leave int64, kernels no op can be tied to,
+# correlation ids taken by another launch's kernel, a distributedInfo out of range. Each must end in a warning or a
+# clean error: no traceback, no negative or impossible number.
+
+HUGE_DIMS = ([[10**12, 10**12], [10**12, 10**12]], [[1 << 40, 1 << 10], [1 << 10, 1 << 40]], [[1 << 31, 1 << 31], [1 << 31, 1 << 31]])
+
+
+def s_huge_gemm_dims(r, doc) -> None:
+    """Matmul ops (1-3) given Input Dims far beyond any real GEMM."""
+    mms = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("name") in ("aten::mm", "aten::addmm", "aten::linear")]
+    for e in r.sample(mms, min(len(mms), r.randint(1, 3))):
+        e.setdefault("args", {})["Input Dims"] = r.choice(HUGE_DIMS)
+
+
+def s_untied_kernels(r, doc) -> None:
+    """Every cpu_op, or every runtime launch, left out: no kernel can be tied to an op."""
+    cat = r.choice(("cpu_op", "cuda_runtime"))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not (isinstance(e, dict) and e.get("cat") == cat)]
+
+
+def s_correlation_collision(r, doc) -> None:
+    """1-3 kernels given the correlation id of another kernel's launch."""
+    ks = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") == "kernel" and isinstance(e.get("args"), dict)]
+    if len(ks) < 2:
+        return
+    for _ in range(r.randint(1, 3)):
+        a, b = r.sample(ks, 2)
+        b["args"]["correlation"] = a["args"].get("correlation")
+
+
+def s_ranks_out_of_range(r, doc) -> None:
+    """A distributedInfo whose rank or world size no job has."""
+    doc["distributedInfo"] = {"rank": r.choice((-1, 0, 1 << 40)), "world_size": r.choice((-8, 0, 1 << 40, 2))}
+
+
+STRUCTURED_NUMBERS = {
+    "huge_gemm_dims": s_huge_gemm_dims,
+    "untied_kernels": s_untied_kernels,
+    "correlation_collision": s_correlation_collision,
+    "ranks_out_of_range": s_ranks_out_of_range,
+}

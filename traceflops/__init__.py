@@ -1,12 +1,29 @@
-"""traceflops: MFU, HFU, recompute and where the time went, from profiler traces."""
+"""traceflops: MFU, HFU, recompute and where the time went, from profiler traces.
+
+In a notebook:
+
+    import traceflops
+    a = traceflops.analyze("trace.json.gz", hardware="h100-sxm")   # an Analysis: shows as a short summary
+    job = traceflops.analyze_job("traces/", jobs=4)                  # a Job across ranks
+    d = traceflops.diff("before.json.gz", "after.json.gz")          # what moved (a dict, traceflops.diff/1)
+    a.to_pandas().kernels                                           # every table, by name (Frames)
+"""
 
 from traceflops.core.version import VERSION as __version__  # noqa: F401 - the package's public version
 
+# The notebook API (`traceflops.api`), loaded on first use so `traceflops --help` stays fast.
+__all__ = ["Frames", "analyze", "analyze_job", "diff", "save_html", "to_dict", "to_html", "to_pandas", "to_polars"]
+
 
 def __getattr__(name):
-    """`traceflops.analyze(path, ...)` for notebooks, loaded on first use (keeps `--help` fast)."""
-    if name in ("analyze", "analyze_job", "to_html", "to_pandas", "to_polars", "to_dict", "save_html"):
+    """`traceflops.analyze(path, ...)` and the rest of `__all__`, from `traceflops.api` on first use."""
+    if name in __all__:
         from traceflops import api
 
         return getattr(api, name)
-    raise AttributeError(name)
+    raise AttributeError(f"module 'traceflops' has no attribute {name!r}")
+
+
+def __dir__():
+    """What a notebook's completion offers: the API's names beside the module's own."""
+    return sorted({*globals(), *__all__})

@@ -5,7 +5,8 @@
     a.totals["mfu"], a.totals["loss_budget"]
     tf.to_html(a)              # the HTML report as a string (IPython: display(HTML(...)))
     tf.save_html(a, "r.html")
-    frames = tf.to_pandas(a)   # {'kernels': DataFrame, 'steps': ..., ...}; needs pandas
+    frames = tf.to_pandas(a)   # Frames: frames.kernels, frames["steps"], ...; needs pandas
+    tf.diff("before.json.gz", "after.json.gz")   # what moved, as `traceflops diff --format json` gives it
 
 The keyword arguments are the command line's options (`traceflops analyze
 --help`), with the same meaning and the same numbers.
@@ -28,13 +29,13 @@ def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int
             tokens_per_step: float | None = None, hardware: str | None = None, precision: str | None = None,
             peak_tflops: float | None = None, world_size: int | None = None, mode: str | None = None,
             exclude_steps: tuple[int, ...] = (), graph_captures: tuple[str | os.PathLike, ...] = (),
-            keep_last_step: bool = False) -> Analysis:
+            keep_last_step: bool = False, group_roles: tuple[str, ...] = ()) -> Analysis:
     """Analyse one trace (Kineto JSON or XLA xplane.pb) as `traceflops analyze PATH` does (`graph_captures`:
-    `--graph-capture`)."""
+    `--graph-capture`; `group_roles`: `--group-role`, "GROUP=ROLE" each)."""
     opts = options(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len, model_config=model_config,
                    tokens_per_step=tokens_per_step, hardware=hardware, precision=precision, peak_tflops=peak_tflops,
                    world_size=world_size, mode=mode, exclude_steps=exclude_steps, graph_captures=graph_captures,
-                   keep_last_step=keep_last_step)
+                   keep_last_step=keep_last_step, group_roles=group_roles)
     return _analyze(str(path), opts)
 
 
@@ -54,6 +55,32 @@ def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, mic
                     input_warnings=left_out, keep_last_step=opts.keep_last_step)
 
 
+def diff(before, after, **model: Any) -> dict[str, Any]:
+    """What moved from `before` to `after` (each a path or an `Analysis`), as `traceflops diff --format json` gives it
+    (`schema: traceflops.diff/1`); paths are analysed with the same keywords as `analyze`."""
+    from traceflops.views.diff import diff as compare
+
+    a, b = (x if isinstance(x, Analysis) else analyze(x, **model) for x in (before, after))
+    return compare(a, b)
+
+
+class Frames(dict):
+    """Tables by name (a dict), each also an attribute: `frames.kernels` is `frames["kernels"]`."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no table {name!r}; the tables: {', '.join(self)}") from None
+
+    def __dir__(self):
+        return sorted({*super().__dir__(), *self})
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k} ({getattr(v, 'shape', ('?',))[0]} rows)" for k, v in self.items())
+        return f"<traceflops.Frames: {shown}>"
+
+
 def to_dict(a: Analysis) -> dict[str, Any]:
     """The JSON report (`schema: traceflops.report/1`) as a dict."""
     from traceflops.report.jsonreport import to_dict as report
@@ -70,24 +97,24 @@ def to_html(a) -> str:
 
 
 def save_html(a, path: str | os.PathLike) -> str:
-    from traceflops.core.files import write_atomic
+    from traceflops.core.files import write_text
 
     p = Path(path)
-    text = to_html(a)
-    write_atomic(p, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_text(p, to_html(a))
     return str(p)
 
 
-def to_polars(a) -> dict:
-    """Every table of the analysis (or job) as polars frames, by name."""
+def to_polars(a) -> Frames:
+    """Every table of the analysis (or job) as polars frames, by name (`Frames`: a dict, names as attributes too)."""
     from traceflops.core.results import Job
     from traceflops.report.tables import frames, job_frames
 
-    return job_frames(a) if isinstance(a, Job) else frames(a)
+    return Frames(job_frames(a) if isinstance(a, Job) else frames(a))
 
 
-def to_pandas(a) -> dict:
-    """Every table as pandas frames, by name (pandas is optional: `pip install pandas`).
+def to_pandas(a) -> Frames:
+    """Every table as pandas frames, by name (`Frames`: a dict, names as attributes too: `to_pandas(a).kernels`);
+    pandas is optional: `pip install pandas`.
 
     Built column by column from numpy, so pyarrow is not needed; list
     columns become object columns of lists, a step's loss budget a dict.
@@ -96,7 +123,7 @@ def to_pandas(a) -> dict:
         import pandas as pd
     except ImportError:
         raise ImportError("to_pandas needs pandas, which traceflops does not install: pip install pandas (or use to_polars)") from None
-    out = {}
+    out = Frames()
     for name, df in to_polars(a).items():
         cols = {}
         for c, dtype in df.schema.items():

@@ -18,9 +18,9 @@ from traceflops.core.errors import ConservationError, FormatError, InternalError
 from traceflops.core.memory import return_freed_memory
 from traceflops.core.results import Analysis, ModelOptions
 from traceflops.core.trace import Trace
+from traceflops.metrics import budget, steptime
 from traceflops.metrics import model as msec
 from traceflops.metrics import peak as mpeak
-from traceflops.metrics import steptime
 from traceflops.metrics import utilization as util
 from traceflops.metrics.checks import BUG, check_analysis
 from traceflops.metrics.stepstats import step_stats
@@ -57,6 +57,7 @@ from traceflops.stages.steps import (
     window_work,
 )
 from traceflops.views import advice, rollup
+from traceflops.views import collectives as coll_view
 from traceflops.views import critical_path as path_view
 
 
@@ -66,6 +67,8 @@ def analyze_trace(trace: Trace, opt: ModelOptions, on_stage=None, captures: Sequ
     stage = on_stage or (lambda name: None)
     stage("clean")
     trace = clean(trace)
+    if opt.group_roles:  # what the user said each group is for: the collectives' view reads it with the trace's groups
+        trace = replace(trace, meta={**trace.meta, "group_roles": dict(opt.group_roles)})
     try:
         a = _analyze(trace, opt, stage, captures)
     except ConservationError as e:
@@ -111,6 +114,10 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     model, model_per_step, model_no_attn = msec.model_section(opt, ops, steps, mode, world, warnings)
     activities = kernels if device_trace or not_captured else tl.cpu_activities(ops)  # host ops are no device's time
     part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
+    if device_trace or not_captured:
+        kernels = activities = tl.with_comm_exposure(kernels, activities, steps, by_op=False)
+    else:
+        ops = tl.with_comm_exposure(ops, activities, steps, by_op=True)
     devices = tl.program_devices(part, activities)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
     steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels))
@@ -131,6 +138,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     # totals
     totals = util.totals_section(steps, ops, kernels, opt, peak_all)
     totals["step_count"] = step_count(steps, opt)
+    totals["expert_flops"] = util.expert_flops(ops, opt)
     if roof is not None:
         totals["overlay_us"]["memory_bound"] = steptime.memory_bound_us(kernels, roof, steps, opt, devices)
     totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt, devices)
@@ -139,7 +147,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     if trace.meta.get("truncated"):
         steps, totals, cut = util.cut_without_flops(steps, totals)
         warnings += cut
-    warnings += util.suspect(totals.get("mfu"), totals.get("hfu"))
+    warnings += util.suspect(totals.get("mfu"), totals.get("hfu"), msec.frozen_parts(model))
     warnings += util.unknown_flops_warnings(ops, kernels, totals)
     warnings += util.hook_warnings(ops)
     warnings += util.unnamed_xla_warnings(ops)
@@ -147,6 +155,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         hardware["precision"] = precision
         hardware["devices"] = len(devices)
         totals["mfu_by_precision"] = mpeak.other_peaks(hardware, totals, precision, opt)
+    totals["loss_budget_unknown"] = budget.unknown_terms(totals.get("loss_budget"), hardware)
     if model is not None:
         model.update(msec.band_of(totals.get("mfu"), mode, model))
     steps = steps.filter(~pl.col("step").is_in(trace.meta.get("cut_steps") or []))
@@ -165,5 +174,6 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     )
     if not_captured:  # no device time to follow or to advise on
         return replace(a, path_summary={"available": False, "why": path_view.NOT_CAPTURED})
-    a = replace(a, path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps))  # advice reads it
+    a = replace(a, path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps),  # advice reads them
+                communication=coll_view.communication(a, opt.exclude_steps))
     return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))

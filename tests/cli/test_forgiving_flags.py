@@ -67,10 +67,12 @@ def test_an_excluded_step_that_does_not_exist_is_said_and_counts_reflect_exclusi
     assert d["totals"]["flops"]["executed"] == sum(s["flops"]["executed"] for s in kept)
 
 
-def test_html_into_a_missing_folder_fails_before_the_analysis(tmp_path):
+def test_html_into_a_folder_that_cannot_be_made_fails_before_the_analysis(tmp_path):
+    """A missing folder is made (as --tables makes its own); one under a file cannot be, and is refused up front."""
+    (tmp_path / "file").write_text("x")
     t0 = time.perf_counter()
-    one_line(run("analyze", FIXTURES / "hf" / "gpt2.json.gz", "--html", tmp_path / "no" / "r.html", "--no-cache"),
-             EXIT_INPUT, "does not exist")
+    one_line(run("analyze", FIXTURES / "hf" / "gpt2.json.gz", "--html", tmp_path / "file" / "no" / "r.html", "--no-cache"),
+             EXIT_INPUT, "is not a folder")
     assert time.perf_counter() - t0 < 2.0  # refused up front, not after parsing
 
 

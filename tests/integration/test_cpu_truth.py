@@ -32,7 +32,8 @@ def case(request):
 def test_every_variant_is_covered():
     variants = {v["variant"] for v in TRUTH.values()}
     assert {"eager_manual", "eager_sdpa", "ckpt_reentrant", "ckpt_nonreentrant", "ckpt_nonreentrant_noearlystop",
-            "ckpt_partial", "sac", "compiled", "compiled_ckpt", "double_backward"} <= variants
+            "ckpt_partial", "sac", "compiled", "compiled_ckpt", "double_backward",
+            "compiled_manual", "compiled_manual_ckpt", "compiled_autograd", "mha_double_backward"} <= variants
     assert {k[:2] for k in TRUTH} == {"ns", "sq"}
 
 

@@ -49,6 +49,7 @@ from tests.fuzz_corpus import (
     JSON_BYTES,
     PB_BYTES,
     SHARED,
+    STRUCTURED_NUMBERS,
     shared_available,
     shared_bytes,
 )
@@ -251,6 +252,7 @@ STRUCTURED = {
     "args_garbage": m_args_garbage,
     "control_chars": m_control_chars,
     "mixed": m_mixed,
+    **STRUCTURED_NUMBERS,  # numbers and links beyond any real trace
 }
 
 

@@ -23,6 +23,7 @@ HF = FIXTURES / "hf"
 TRUTH_PATH = HF / "truth.json"
 CASES = ("llama_sdpa", "llama_eager", "llama_ckpt_reentrant", "llama_ckpt_nonreentrant",
          "llama_compiled_ckpt", "gpt2", "gpt2_ckpt")
+LORA_CASES = ("llama_lora",)  # peft adapters on a frozen base: not the model's 6N work
 PHASES = ("forward", "backward", "recompute", "optimizer", "other")
 REGENERATE = "run `python fixtures/generate_hf.py` (needs transformers)"
 
@@ -62,11 +63,11 @@ def test_every_case_is_covered():
     truth = all_truth()
     if truth is None:
         pytest.skip(f"{TRUTH_PATH} absent: {REGENERATE}")
-    assert set(truth) == set(CASES)
+    assert set(truth) == set(CASES) | set(LORA_CASES)
 
 
 @pytest.mark.parametrize("column, key", [("flops", "flops"), ("count", "matmul_count")])
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", CASES + LORA_CASES)
 def test_per_phase_flops_and_matmul_counts_equal_flopcountermode_exactly(name, column, key):
     truth = truth_of(name)
     got = steps_of(plain_analysis(name))
@@ -194,3 +195,49 @@ def test_truth_compiled_case_has_two_regions_per_micro_batch():
     truth = truth_of("llama_compiled_ckpt")
     n = truth["compiled"]["compiled_function_events_per_step"]
     assert len(n) == len(truth["steps"]) and min(n) >= 2 * truth["microbatches"]
+
+
+# ---------------------------------------------------------------- frozen weights (peft LoRA)
+
+
+def test_lora_parts_without_weight_gradients_are_named_as_frozen():
+    """The base model is frozen: its MLP and LM head GEMMs run forward and data gradient only, 2/3 of 6N.
+
+    The truth's own numbers say so: the backward executed less than twice the forward
+    (no weight gradients), and the warning must name frozen weights, not T, tokens or
+    world size.
+    """
+    name = LORA_CASES[0]
+    truth = truth_of(name)
+    m = truth["model"]
+    for t in truth["steps"]:
+        assert t["flops"]["backward"] < 2 * t["flops"]["forward"] * 0.75
+    a = analyze(str(trace_path(name)), model_options(model_config=truth["config"], tokens_per_step=m["tokens_per_step"]))
+    parts = {p["part"]: p["trace_flops_per_step"] / p["model_flops_per_step"] for p in a.model["by_part"]}
+    assert parts["mlp"] == pytest.approx(2 / 3) and parts["lm_head"] == pytest.approx(2 / 3)
+    (w,) = [w for w in a.warnings if w.startswith("model FLOPs per step")]
+    assert "frozen" in w and "LoRA" in w and "mlp" in w and "lm_head" in w
+    assert "check T" not in w and "world size" not in w
+
+
+def test_by_part_counts_the_weight_gradients():
+    """GPT-2 trained in full: every part's GEMMs ran forward, data gradient and weight gradient on every token, so
+    each part's traced FLOPs are its 6 · N_part · tokens exactly (a weight gradient dY^T·X has the weight's shape as
+    its output, not as an operand)."""
+    truth = truth_of("gpt2")
+    m = truth["model"]
+    a = analyze(str(trace_path("gpt2")), model_options(model_config=truth["config"], tokens_per_step=m["tokens_per_step"]))
+    parts = {p["part"]: p for p in a.model["by_part"]}
+    assert set(parts) == {"attention", "mlp", "lm_head"}
+    for p in parts.values():
+        assert p["trace_flops_per_step"] == pytest.approx(p["model_flops_per_step"], rel=1e-12), p
+
+
+def test_lora_mfu_above_hfu_is_said_expected_not_a_counting_error():
+    truth = truth_of(LORA_CASES[0])
+    m = truth["model"]
+    a = analyze(str(trace_path(LORA_CASES[0])), model_options(model_config=truth["config"], tokens_per_step=m["tokens_per_step"],
+                                                                peak_tflops=1))
+    assert a.totals["mfu"] > a.totals["hfu"]  # 6N counts the frozen weights' gradients, which never ran
+    (w,) = [w for w in a.warnings if w.startswith("MFU ") and "exceeds HFU" in w]
+    assert "frozen weights" in w and "not a counting error" in w and "check the model description" not in w

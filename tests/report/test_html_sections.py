@@ -320,7 +320,8 @@ def test_diff_matches_the_diff_json(shared):
         kernels = [by_key(r)["kernel:delta"] for r in page.rows("diff-kernels")]
         assert kernels == [k["delta_per_step"] for k in js["kernels"]]
         if js["largest_change"] is None:  # the before trace has no shapes: its FLOPs, and so any change, are unknown
-            assert "none known" in page.text and js["flops_per_step"]["executed"]["before"] is None
+            assert js["flops_per_step"]["executed"]["before"] is None and "unknown" in js["largest_change_why"]
+            assert f"Largest change: none: {js['largest_change_why']}" in page.text
         else:
             assert js["largest_change"]["phase"] in page.text
 

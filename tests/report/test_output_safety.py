@@ -20,6 +20,7 @@ from tests.builders import SCENARIOS, Builder, shapes
 from tests.cli.test_bad_input import one_line
 from traceflops.cli.main import main
 from traceflops.core.files import write_atomic
+from traceflops.core.fmt import printable
 
 # a window title, clear-screen, a one-byte CSI (C1), an OSC 8 hyperlink and rich markup, in one name
 PLANT = "\x1b]0;pwned\x07\x1b[2J\x9b31m\x1b]8;;http://x\x1b\\[link=http://x]x[/link][bold red]"
@@ -280,7 +281,8 @@ def test_tables_csv_text_cells_cannot_start_a_formula(tmp_path):
     with open(tmp_path / "tables" / "kernels.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     names = [row["name"] for row in rows]
-    assert sorted(names) == sorted("'" + n for n in FORMULAS)
+    # a leading tab or carriage return is shown as the terminal shows it (`\x09`): no longer a formula's start
+    assert sorted(names) == sorted(printable(n) if n[0] in "\t\r" else "'" + n for n in FORMULAS)
     for row in rows:
         for cell in row.values():
             assert not cell or cell[0] not in "=+-@\t\r" or _is_number(cell), cell

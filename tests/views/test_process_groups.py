@@ -95,8 +95,15 @@ def test_pg_config_is_read_and_hostile_entries_are_counted(tmp_path):
 
 
 def test_a_group_role_comes_from_its_description():
-    assert [group_role(d) for d in ("default_pg", "mesh_dp", "mesh_tp", "mesh_pp", "mesh_ep", "mesh_dp_shard", "undefined", None)] == \
-        ["world", "dp", "tp", "pp", "ep", "dp_shard", None, None]
+    # DeviceMesh dimensions, torchtitan's (dp_shard, dp_replicate, dp_shard_cp are data parallel; a name of one's own
+    # stays itself) and Megatron-Core's group descriptions (a combined group has no one role)
+    assert [group_role(d) for d in ("default_pg", "mesh_dp", "mesh_tp", "mesh_pp", "mesh_ep", "mesh_cp", "mesh_dp_shard",
+                                    "mesh_dp_replicate", "mesh_dp_shard_cp", "mesh_experts", "undefined", None)] == \
+        ["world", "dp", "tp", "pp", "ep", "cp", "dp", "dp", "dp", "experts", None, None]
+    assert [group_role(d) for d in ("TENSOR_MODEL_PARALLEL_GROUP", "PIPELINE_MODEL_PARALLEL_GROUP", "DATA_PARALLEL_GROUP_WITH_CP",
+                                    "DATA_PARALLEL_GROUP_WITH_CP_GLOO", "CONTEXT_PARALLEL_GROUP", "EXPERT_MODEL_PARALLEL_GROUP",
+                                    "EXPERT_TENSOR_PARALLEL_GROUP", "MODEL_PARALLEL_GROUP", "EMBEDDING_GROUP")] == \
+        ["tp", "pp", "dp", "dp", "cp", "ep", "tp", None, None]
 
 
 # ------------------------------------------------------------------ a gloo work's group, kind and bytes

@@ -95,7 +95,8 @@ def model_options(fn):
         click.option("--world-size", type=int, help="ranks in the job, when the trace does not say; a whole number from 1 to 16777216"),
         click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode"),
         click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)"),
-        click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"])),
+        click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]),
+                     help="the precision whose dense peak MFU is measured against (default: the dtype carrying the most matmul FLOPs)"),
         click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs); a finite number from 1e-06 to 1e+07"),
         click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)"),
         click.option("--keep-last-step", is_flag=True,
@@ -104,6 +105,9 @@ def model_options(fn):
         click.option("--graph-capture", "graph_captures", type=click.Path(exists=True), multiple=True,
                      help="a trace (or folder of traces) that recorded the CUDA/HIP graphs this trace replays; "
                           "default: capture_traces/ beside the trace, as vLLM and SGLang write it"),
+        click.option("--group-role", "group_roles", multiple=True, metavar="GROUP=ROLE",
+                     help="what a process group is for, where its description does not say (e.g. default_pg=tp): the "
+                          "group's description or name, and dp, tp, pp, ep, cp or a word of your own"),
         click.option("--cache-dir", type=click.Path(file_okay=False), help="where parsed traces are cached (default: the user cache)"),
         click.option("--no-cache", is_flag=True, help="parse again; do not read or write the cache"),
         click.option("--quiet", is_flag=True, help="no progress bar"),
@@ -194,12 +198,21 @@ def options_from(kw) -> tuple:
     from traceflops.run.options import model_options as build
 
     names = ("params", "layers", "heads", "head_dim", "seq_len", "model_config", "tokens_per_step", "world_size", "mode",
-             "hardware", "precision", "peak_tflops", "exclude_steps", "graph_captures", "keep_last_step")
+             "hardware", "precision", "peak_tflops", "exclude_steps", "graph_captures", "keep_last_step",
+             "group_roles")
     opts = build(**{k: kw.pop(k) for k in names})
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
     kw.pop("quiet", None)
     if no_cache:
         return opts, None
+    if cache_dir:
+        return opts, Path(cache_dir)
     from traceflops.storage.trace_cache import default_dir
 
-    return opts, Path(cache_dir) if cache_dir else default_dir()
+    try:
+        return opts, default_dir()
+    except (RuntimeError, KeyError, OSError):
+        # No HOME and no passwd entry for this user id (a container's arbitrary uid): nowhere to keep a cache.
+        click.echo("warning: no home folder to keep the cache in (HOME is unset); running without a cache: "
+                   "set HOME, XDG_CACHE_HOME or TRACEFLOPS_CACHE_DIR, or give --cache-dir", err=True)
+        return opts, None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 
 import click
 
+from traceflops.core.fmt import printable
 from traceflops.core.memory import prefer_one_thread, prefer_prompt_release
 
 prefer_prompt_release()  # before anything loads polars
@@ -29,7 +31,8 @@ def main():
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True,
+              help="terminal: the report; json: the report contract (schema traceflops.report/1)")
 @model_options
 @click.option("--jobs", type=int, default=1, show_default=True, help="ranks analysed in parallel processes; a whole number from 1 to 1024")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="where ranks are summarised")
@@ -77,9 +80,17 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
         if left_out:
             a = replace(a, warnings=[*left_out, *a.warnings])
         if fmt == "json":
-            from traceflops.report.jsonreport import render
+            from traceflops.report.jsonreport import render_chunks
 
-            click.echo(render(a))
+            # In pieces: a report of 200 000 steps is hundreds of MB of text. Bytes where stdout has them (a terminal, a
+            # file, a pipe), else text (a stream without bytes, such as a StringIO).
+            sys.stdout.flush()
+            out = getattr(sys.stdout, "buffer", None)
+            write = out.write if out is not None else (lambda piece: sys.stdout.write(bytes(piece).decode()))
+            for piece in render_chunks(a):
+                write(piece)
+            write(b"\n")
+            (out or sys.stdout).flush()
         else:
             from traceflops.report.terminal import render
 
@@ -160,18 +171,24 @@ def summarize(trace, output, **kw):
             write_summary(summary, output)
         except OSError as e:
             raise InputError(output, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+        counted = (summary.totals.get("step_count") or {}).get("counted", summary.steps.height)
+        rank = "no rank recorded" if summary.rank is None else f"rank {summary.rank}"
+        click.echo(printable(f"wrote {output}: {rank}, {summary.steps.height} steps ({counted} counted); "
+                             f"merge it with the other ranks': traceflops merge *.tfsum"), err=True)
 
     run_command(debug, go)
 
 
 @main.command()
 @click.argument("summaries", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True,
+              help="terminal: the job report; json: the report contract (schema traceflops.report/1)")
 @click.option("--world-size", type=int, help="ranks in the job, when the summaries do not say; a whole number from 1 to 16777216")
-@click.option("--exclude-step", "exclude_steps", type=int, multiple=True)
-@click.option("--pipeline-stages", type=int, help="a whole number from 1 to 1048576")
-@click.option("--microbatches", type=int, help="a whole number from 1 to 1048576")
-@click.option("--debug", is_flag=True)
+@click.option("--exclude-step", "exclude_steps", type=int, multiple=True,
+              help="leave step N out of the job's totals (e.g. warm-up); repeatable")
+@click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1); a whole number from 1 to 1048576")
+@click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble; a whole number from 1 to 1048576")
+@click.option("--debug", is_flag=True, help="show tracebacks")
 def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatches, debug):
     """Merge per-rank summaries into the job report (the same as analysing all ranks at once)."""
     from traceflops.core.results import ModelOptions
@@ -191,18 +208,21 @@ def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatch
 
 @main.command()
 @click.option("--tokens-per-second", type=float, required=True, help="global training throughput; a finite number from 1e-06 to 1e+15")
-@click.option("--params", type=float, required=True, help="a finite number from 1 to 1e+15")
-@click.option("--layers", type=int, required=True, help="a whole number from 1 to 1048576")
-@click.option("--heads", type=int, required=True, help="a whole number from 1 to 1048576")
-@click.option("--head-dim", type=int, required=True, help="a whole number from 1 to 1048576")
-@click.option("--seq-len", type=int, required=True, help="a whole number from 1 to 1073741824")
-@click.option("--devices", type=int, default=1, show_default=True, help="a whole number from 1 to 16777216")
-@click.option("--hardware")
-@click.option("--precision", default="bf16", show_default=True)
+@click.option("--params", type=float, required=True, help="matmul parameters N; a finite number from 1 to 1e+15")
+@click.option("--layers", type=int, required=True, help="transformer layers L; a whole number from 1 to 1048576")
+@click.option("--heads", type=int, required=True, help="attention heads H; a whole number from 1 to 1048576")
+@click.option("--head-dim", type=int, required=True, help="head dimension Q; a whole number from 1 to 1048576")
+@click.option("--seq-len", type=int, required=True, help="sequence length T; a whole number from 1 to 1073741824")
+@click.option("--devices", type=int, default=1, show_default=True, help="devices the throughput ran on; a whole number from 1 to 16777216")
+@click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4), for its dense peak; or give --peak-tflops")
+@click.option("--precision", default="bf16", show_default=True,
+              help="the precision whose dense peak --hardware gives (fp64, fp32, tf32, bf16, fp16, fp8, int8)")
 @click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device; a finite number from 1e-06 to 1e+07")
-@click.option("--mode", type=click.Choice(["training", "inference"]), default="training", show_default=True)
+@click.option("--mode", type=click.Choice(["training", "inference"]), default="training", show_default=True,
+              help="training: 6N + 12LHQT FLOPs per token; inference: 2N + 4LHQT")
 @click.option("--executed-flops-per-token", type=float, help="all FLOPs executed per token (recompute included), for HFU; a finite number from 1 to 1e+21")
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True,
+              help="terminal: a few lines; json: the numbers as one object")
 def mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt):
     """MFU (and HFU) from a throughput alone, as the PaLM paper computes it."""
     from traceflops.run.options import check_numbers
@@ -257,10 +277,12 @@ def _mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, h
         click.echo(f"band: {out['band']} ({mf.BAND_CAVEAT})")
 
 
+from traceflops.cli.check import check_cmd
 from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras
 
 main.add_command(annotate_cmd)
 main.add_command(diff_cmd)
+main.add_command(check_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -13,10 +13,12 @@ README's exit codes (`cli.run_command`).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import click
 
+from traceflops.cli.check import gate_lines, gate_options, gate_settings
 from traceflops.cli.common import (
     model_options,
     options_from,
@@ -35,15 +37,10 @@ def _opts(kw: dict):
 
 
 def _write_text(path: str, text: str) -> None:
-    """Every text file a command writes goes through here: atomic, never half a file, never a device replaced."""
-    from pathlib import Path
+    """Every text file a command writes: the one writer (atomic; a failed write is exit 2 naming the path)."""
+    from traceflops.core.files import write_text
 
-    from traceflops.core.files import write_atomic
-
-    try:
-        write_atomic(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    except OSError as e:
-        raise InputError(path, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+    write_text(path, text)
 
 
 def refuse_extras_over(inputs, html: str | None = None, tables: str | None = None) -> None:
@@ -51,15 +48,16 @@ def refuse_extras_over(inputs, html: str | None = None, tables: str | None = Non
     from traceflops.report.tables import table_files
 
     refuse_overwrite(inputs, **{"--html": html, "--tables": table_files(tables) if tables else None})
-    if html:
-        folder = Path(html).parent
+    if html:  # a missing folder is made when the report is written (as --tables, summarize -o make theirs)
+        folder = next(p for p in (Path(html).absolute().parent, *Path(html).absolute().parents) if p.exists())
         if not folder.is_dir():
-            raise InputError(html, f"--html's folder {folder} does not exist", "create it first, or write the report elsewhere")
+            raise InputError(html, f"--html's folder {folder} is not a folder", "write the report elsewhere")
         if not os.access(folder, os.W_OK):
             raise InputError(html, f"--html's folder {folder} is not writable", "write the report elsewhere")
 
 
 def _write_tables(fn, what, directory: str) -> dict:
+    """The tables' files go through the one writer; this catches what comes before them (the folder made)."""
     try:
         return fn(what, directory)
     except OSError as e:
@@ -74,7 +72,12 @@ def write_extras(result, html: str | None = None, tables: str | None = None) -> 
     if html:
         from traceflops.api import to_html
 
-        _write_text(html, to_html(result))
+        page = to_html(result)
+        try:
+            Path(html).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(html, f"cannot make its folder ({e.strerror or e})", "check the directory is writable") from None
+        _write_text(html, page)
         click.echo(printable(f"wrote {html}"), err=True)
     if tables:
         from traceflops.core.results import Job
@@ -97,8 +100,8 @@ def _terminal_text(render, value) -> str:
 
 @click.command("annotate")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="annotated trace to write (gzipped unless it ends in .json)")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="annotated trace to write (gzipped unless it ends in .json; '-': plain JSON to standard output)")
 @model_options
 def annotate_cmd(trace, output, **kw):
     """Write TRACE back with phases, FLOPs and counters, for Perfetto or chrome://tracing.
@@ -106,8 +109,9 @@ def annotate_cmd(trace, output, **kw):
     Input events are kept (one left out, such as a metadata entry that does
     not decode, is counted in the warnings); device kernels (and ops) gain `traceflops.*`
     args; a new `traceflops` process holds per-phase tracks, step windows and
-    counters (achieved TFLOP/s, MFU and HFU per step). Secrets in the trace's
-    metadata (environment variables, tokens, keys, passwords) are redacted.
+    counters (achieved TFLOP/s, MFU and HFU per step). Secrets in the trace
+    (environment variables, tokens, keys, passwords: in metadata, event names
+    and args) are redacted. `-o -` writes plain JSON to standard output.
     """
     kw, debug = _opts(kw)
 
@@ -120,14 +124,14 @@ def annotate_cmd(trace, output, **kw):
         from traceflops.views.rollup import launching_rows, module_of
 
         opts, cache_dir = options_from(kw)
-        refuse_overwrite([trace], **{"-o": output})
+        refuse_overwrite([trace], **({} if output == "-" else {"-o": output}))  # "-": standard output
         a = for_annotation(analyze(trace, opts, cache_dir))  # the rest of the analysis is let go before the trace is streamed through
         return_freed_memory()
         kineto = a.meta.get("format") != "xplane"  # an XLA profile's annotation names no modules
         modules = module_of(a.ops, launching_rows(a.kernels)) if kineto and a.kernels.height else None
         s = annotate(trace, a, output, modules)
-        click.echo(printable(f"wrote {output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
-                   f"{s['events_added']} events added, {s['redacted_values']} metadata values redacted"), err=True)
+        click.echo(printable(f"wrote {'standard output' if output == '-' else output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
+                   f"{s['events_added']} events added, {s['redacted_values']} values redacted"), err=True)
 
     run_command(debug, go)
 
@@ -135,13 +139,21 @@ def annotate_cmd(trace, output, **kw):
 @click.command("diff")
 @click.argument("before", type=click.Path(dir_okay=False))
 @click.argument("after", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "html"]), default="terminal", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "html"]), default="terminal", show_default=True,
+              help="terminal: tables; json: traceflops.diff/1 (with `gate` under --fail-if); html: a self-contained page")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="write the report here instead of stdout")
+@click.option("--fail-if", "fail_if", multiple=True, metavar="RULE",
+              help="a CI gate on the change, repeatable: mfu-drop>2% (relative to before), hfu-drop>1pp (percentage "
+                   "points), step-time-rise>5% (or >3ms), loss-rise:TERM>0.03 (a share); exits 1 when one holds, 5 when "
+                   "one cannot be judged")
+@gate_options
 @model_options
-def diff_cmd(before, after, fmt, output, **kw):
+def diff_cmd(before, after, fmt, output, fail_if, tolerance, min_steps, allow_unknown, **kw):
     """What moved from BEFORE to AFTER: MFU/HFU, loss-budget terms, kernels and modules.
 
-    Both traces are analysed with the same options.
+    Both traces are analysed with the same options. With --fail-if it is also a
+    CI gate: each rule is judged on the medians over each side's counted steps,
+    and the exit code is 0 (pass), 1 (a rule failed) or 5 (cannot judge).
     """
     kw, debug = _opts(kw)
 
@@ -153,18 +165,30 @@ def diff_cmd(before, after, fmt, output, **kw):
         )
         from traceflops.run.load import analyze
         from traceflops.views.diff import diff
+        from traceflops.views.gate import diff_gate, parse_diff_rule
 
+        rules = [parse_diff_rule(r) for r in fail_if]  # a bad rule is exit 2 before any analysis
+        tol, steps = gate_settings(tolerance, min_steps)
         opts, cache_dir = options_from(kw)
         refuse_overwrite([before, after], **{"-o": output})
-        d = diff(analyze(before, opts, cache_dir), analyze(after, opts, cache_dir))
+        a, b = analyze(before, opts, cache_dir), analyze(after, opts, cache_dir)
+        d = diff(a, b)
+        gate = diff_gate(a, b, rules, tol, steps, allow_unknown) if rules else None
+        if gate is not None:
+            d["gate"] = gate
         if fmt == "terminal" and not output:
             render_terminal(d)
-            return
+            if gate is not None:
+                gate_lines(gate["rules"], gate["result"], gate["exit_code"], allow_unknown)
+            return gate["exit_code"] if gate else 0
         text = _terminal_text(render_terminal, d) if fmt == "terminal" else render_json(d) if fmt == "json" else render_diff_html(d)
         if output:
             _write_text(output, text)
             click.echo(printable(f"wrote {output}"), err=True)
         else:
             click.echo(text)
+        if gate is not None and (fmt != "json" or output):  # the report went elsewhere: the verdict on stderr
+            gate_lines(gate["rules"], gate["result"], gate["exit_code"], allow_unknown, err=True)
+        return gate["exit_code"] if gate else 0
 
-    run_command(debug, go)
+    sys.exit(run_command(debug, go))

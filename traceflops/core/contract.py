@@ -7,10 +7,15 @@ summary is stored as parquet). Keys a source lacks are null, never absent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
+
+# A communication row (per dimension, phase and kind: views.collectives.by_dimension), as reports and summaries hold it.
+COMMUNICATION_SCHEMA = {"role": "str", "phase": "str", "kind": "str", "calls": "int", "time_us": "float",
+                        "exposed_us": "float", "overlapped_us": "float", "window_us": "float",
+                        "exposed_share": "float", "overlapped_share": "float"}
 
 BUDGET_PREFIX = "budget_"
 PATH_PREFIX = "path_"
@@ -20,27 +25,41 @@ def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
-def loss_budget(row: Mapping[str, Any]) -> dict[str, float] | None:
+def loss_budget(row: Mapping[str, Any], keys: list[str] | None = None) -> dict[str, float] | None:
     """The step's loss budget: a dict column (an Analysis) or `budget_<term>` columns (a rank summary)."""
     lb = row.get("loss_budget")
     if isinstance(lb, Mapping):
         return dict(lb)
-    return _prefixed(row, BUDGET_PREFIX)
+    return _prefixed(row, BUDGET_PREFIX, keys)
 
 
-def critical_path(row: Mapping[str, Any]) -> dict[str, float] | None:
+def critical_path(row: Mapping[str, Any], keys: list[str] | None = None) -> dict[str, float] | None:
     """The step's critical path by kind (µs), from `path_<kind>` columns; None where the trace has none."""
-    return _prefixed(row, PATH_PREFIX)
+    return _prefixed(row, PATH_PREFIX, keys)
 
 
-def _prefixed(row: Mapping[str, Any], prefix: str) -> dict[str, Any] | None:
-    """The row's `<prefix><name>` columns by name; None where there are none or all are null."""
-    got = {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
+def _prefixed(row: Mapping[str, Any], prefix: str, keys: list[str] | None = None) -> dict[str, Any] | None:
+    """The row's `<prefix><name>` columns by name (`keys`: those columns, found once for a table's rows); None where
+    there are none or all are null."""
+    if keys is None:
+        keys = [k for k in row if k.startswith(prefix)]
+    got = {k[len(prefix):]: row[k] for k in keys}
     return got if got and any(v is not None for v in got.values()) else None
 
 
-def step_record(s: Mapping[str, Any], rank: int | None) -> dict[str, Any]:
-    """One step of one rank, as the report contract states it."""
+def step_records(rows: Iterable[Mapping[str, Any]], rank: int | None) -> list[dict[str, Any]]:
+    """`step_record` of each row of one table (the same keys in every row): its prefixed columns found once."""
+    out: list[dict[str, Any]] = []
+    keys = None
+    for s in rows:
+        if keys is None:
+            keys = ([k for k in s if k.startswith(BUDGET_PREFIX)], [k for k in s if k.startswith(PATH_PREFIX)])
+        out.append(step_record(s, rank, keys))
+    return out
+
+
+def step_record(s: Mapping[str, Any], rank: int | None, keys: tuple[list[str], list[str]] | None = None) -> dict[str, Any]:
+    """One step of one rank, as the report contract states it (`keys`: the table's budget_ and path_ columns)."""
     flops = {p: _int(s.get(f"flops_{p}")) for p in PHASES}
     flops["executed"] = _int(s.get("flops_executed"))
     counts = {p: _int(s.get(f"count_{p}")) for p in PHASES}
@@ -62,8 +81,8 @@ def step_record(s: Mapping[str, Any], rank: int | None) -> dict[str, Any]:
         "hfu": s.get("hfu"),
         "time_us": {c: s.get(f"time_{c}") for c in PARTITION},
         "overlay_us": {c: s.get(f"time_{c}") for c in OVERLAYS},
-        "loss_budget": loss_budget(s),
-        "critical_path_us": critical_path(s),
+        "loss_budget": loss_budget(s, keys and keys[0]),
+        "critical_path_us": critical_path(s, keys and keys[1]),
         "launch": {
             "kernels": s.get("launch_kernels"),
             "median_kernel_us": s.get("launch_median_kernel_us"),

@@ -1,5 +1,7 @@
 """Writing a file so that a reader never sees half of it: a temporary file beside it, then one rename.
 
+A new output's mode is 0666 less the umask, as every program's files are.
+
 Only a regular file (or nothing) is ever replaced: a character device or a FIFO
 (`/dev/null`, `/dev/stdout`, a named pipe) is written in place once the whole
 output exists, a block device is refused, and a symlink keeps being a symlink
@@ -16,7 +18,10 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from traceflops.core.errors import InputError
+from traceflops.core.fmt import encodable
 
 
 def open_if_regular(path: str | os.PathLike, *, follow_links: bool = True) -> tuple[BinaryIO | None, os.stat_result]:
@@ -80,9 +85,13 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None
 
 
 def _created(tmp: Path) -> bool:
-    """A new empty file (mode 0600) at `tmp`, or False where one is there already."""
+    """A new empty file at `tmp`, or False where one is there already.
+
+    Mode 0666 less the process's umask, as any program's new file (`open(..., "w")`, a shell's `>`): 0644 under the
+    usual umask 022, 0600 under 077. The rename keeps it, so the output is as readable as the user's umask says.
+    """
     try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # the kernel applies the umask
         return True
     except FileExistsError:
         return False
@@ -95,3 +104,57 @@ def _write_through(path: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
         with open(tmp, "rb") as src, open(path, "wb") as dst:
             shutil.copyfileobj(src, dst)
+
+
+class _Watched:
+    """A file whose OS errors are kept: a library that writes through it may raise its own error in their place
+    (polars' parquet writer says "File out of specification" for a full disk)."""
+
+    def __init__(self, f: BinaryIO):
+        self._f, self.os_error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            self.os_error = e
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def write_file(path: str | os.PathLike, fill: Callable[[BinaryIO], Any]) -> Any:
+    """The one writer of outputs: `fill(f)` writes into an open binary file, which replaces `path` as `write_atomic` does.
+
+    A library is handed the open file, never the name (one that is not UTF-8 is legal on Linux and not every library
+    takes it). An OS error on the way (no folder, no space, a file-size limit), raised as such or behind a library's
+    own error, is an InputError (exit 2) naming the path; what `fill` returned otherwise.
+    """
+    result, watched = None, None
+
+    def write(tmp: Path) -> None:
+        nonlocal result, watched
+        with open(tmp, "wb") as raw:
+            watched = _Watched(raw)
+            result = fill(watched)
+
+    try:
+        write_atomic(path, write)
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    except Exception:
+        if watched is None or watched.os_error is None:
+            raise
+        raise _cannot_write(path, watched.os_error) from None
+    return result
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """A text output (a report) in UTF-8 through `write_file`; lone surrogates (a file name's bytes) as escapes."""
+    write_file(path, lambda f: f.write(encodable(text).encode("utf-8")))
+
+
+def _cannot_write(path, e: OSError) -> InputError:
+    return InputError(str(path), f"cannot write ({e.strerror or e})",
+                      "check the folder exists and is writable, and that the disk has space and no file-size limit is hit")

@@ -11,15 +11,31 @@ NONE = "—"  # what an unknown number reads as
 # and the invisible characters that reorder or hide text (bidi overrides and isolates, zero-width marks, line and
 # paragraph separators: a "Trojan Source" name reads differently from what it is).
 _INVISIBLE = "\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
-_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_INVISIBLE}]")
-_CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_INVISIBLE}]")
+# Lone surrogates: a file name's bytes that are not UTF-8 (Python keeps b'\xff' as '\udcff'), or a trace's "\ud800".
+# No encoder takes them, so every text shown or written has them as escapes (`\xff` for a file name's byte).
+_SURROGATES = "\ud800-\udfff"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{_INVISIBLE}{_SURROGATES}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f{_INVISIBLE}{_SURROGATES}]")
+_SURROGATE = re.compile(f"[{_SURROGATES}]")
+
+
+def _escaped(ch: str) -> str:
+    n = ord(ch)
+    if 0xDC80 <= n <= 0xDCFF:  # a byte that was not UTF-8, as os.fsdecode keeps it
+        n -= 0xDC00
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def encodable(s: str) -> str:
+    """`s` with its lone surrogates as escapes (else as is): text any UTF-8 writer takes."""
+    return _SURROGATE.sub(lambda m: _escaped(m.group()), s) if _SURROGATE.search(s) else s
 
 
 def path_text(path) -> str | None:
     """A file name as text: bytes that are not UTF-8 (kept by Python as lone surrogates) written as `\\xff` escapes."""
     if path is None:
         return None
-    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return encodable(str(path))
 
 
 def pct(v, digits: int = 1, keep_small: bool = True) -> str:
@@ -97,7 +113,7 @@ def printable(s: Any, n: int | None = None, keep_newlines: bool = False) -> str:
     `keep_newlines` is for whole lines a renderer composed itself, never for one value.
     """
     pattern = _CONTROL_BUT_NEWLINE if keep_newlines else _CONTROL
-    s = pattern.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", str(s))
+    s = pattern.sub(lambda m: _escaped(m.group()), str(s))
     return s if n is None else short(s, n)
 
 
@@ -135,3 +151,19 @@ def ranks(rs) -> str:
 def bound_words(totals: dict) -> str:
     """What partial FLOP coverage makes of MFU and HFU: lower bounds, or unknown when nothing was counted."""
     return "MFU and HFU are lower bounds" if totals.get("hfu") is not None else "MFU and HFU are unknown"
+
+
+def precision_words(by: dict[str, float]) -> str:
+    """What an fp32 / TF32 run's MFU against the tensor-core peaks means, after 'MFU by peak: ...' ('' for others)."""
+    own = next(iter(by), None)
+    if own not in ("fp32", "tf32") or len(by) < 2:
+        return ""
+    best, v = list(by.items())[-1]
+    return (f": an {own} run, graded against its own peak; against the {best} tensor-core peak the same work is "
+            f"{pct(v)}: mixed precision (autocast to bf16/fp16) is the first lever")
+
+
+def budget_unknown_words(u: dict[str, Any]) -> str:
+    """The loss budget's unknown terms in one line: which, why, and what they hold together."""
+    return (f"loss budget: {', '.join(u['terms'])} unknown: {u['why']}. Together they hold {pct(u['share'])} "
+            f"of peak × time ({u['holds']}); the terms shown sum to {pct(1.0 - u['share'])}")

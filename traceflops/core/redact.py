@@ -1,10 +1,21 @@
 """Secrets out of anything traceflops writes: redaction by key name and by value shape, pure (no I/O).
 
-Two entry points:
+Entry points:
 
 * `redact(value)` — a JSON-like value (a trace's metadata: the top-level keys
   beside `traceEvents`, a metadata event's args) with every rule below applied;
   returns the copy and how many values or parts of values were replaced.
+* `redact_string(text)` — the value rules (3. below) on one free-text string.
+* `redact_trace(trace)` — the parsed `Trace` as every report sees it: each text
+  column (event names, categories, labels, kernel names, collective fields,
+  `Concrete Inputs` and the other recorded inputs) through `redact_string`,
+  decided once per distinct value and only for the values `MAY_CHANGE` finds
+  (polars' regex over the column); its warnings (an unknown category's name)
+  and metadata likewise. `parsers.parse` applies it, so terminal, JSON, HTML,
+  tables, summaries, merges, diffs and the parsed-trace cache copy no secret.
+* `Redactor` — `redact`'s rules over many events (annotate's pass over the
+  user's trace): names, categories and args, each distinct string and key
+  decided once.
 * `redact_text(text)` / `redact_bytes(data)` — only the value-shape rules that
   are safe inside any text, serialized JSON included (they never match a quote
   or a backslash): credentials in URLs and token-shaped strings. Cheap enough to
@@ -43,8 +54,17 @@ users need them), short `-p` style flags, and `user@host` without a password.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceflops.core.trace import Trace
 
 REDACTED = "<redacted by traceflops>"  # what a whole value becomes
 INLINE = "<redacted>"  # what the secret part of a longer string becomes
@@ -86,6 +106,12 @@ _BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<value>[A-Za-z0-9._~+/=
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|v?\d+(?:\.\d+)+(?:[.+\-_]?[A-Za-z0-9]+)*")
 
 _ENV_ITEM = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*=.*", re.DOTALL)
+
+# What a string holds whenever a rule of `redact_string` can change it: a pair's '=', a flag's '--', a URL's '://',
+# Bearer / Basic, a token shape's literal prefix. Polars runs it over a whole column (Rust's regex, literal-led), so
+# Python's rules run only on the few distinct values it finds.
+MAY_CHANGE = (r"=|--|://|(?i:bearer|basic)|gh[pousr]_|github_pat_|hf_|sk-|xox[abposr]-|AKIA|ASIA|AIza|glpat-|npm_|eyJ"
+              r"|-----BEGIN")
 
 _SHAPE_RES = ((URL_PASSWORD_RE, lambda m: m.group("head") + INLINE), *((r, INLINE) for r in TOKEN_RES))
 _SHAPE_BYTES = tuple((re.compile(r.pattern.encode()), (lambda m: m.group("head") + INLINE.encode()) if callable(to) else to.encode())
@@ -150,40 +176,166 @@ def _env_item(v: Any) -> Any:
 
 def redact(value: Any) -> tuple[Any, int]:
     """A redacted copy of a JSON-like value (rules in the module doc) and how many values or parts were replaced."""
-    n = 0
+    r = Redactor()
+    return r.walk(value), r.count
 
-    def whole(v: Any, env: bool, item: bool = False) -> Any:
+
+_PLAIN, _SECRET, _ENV = 0, 1, 2
+_MAY_CHANGE_RE = re.compile(MAY_CHANGE)
+_CACHED = 1 << 16  # distinct strings (and keys) remembered; past it the memory starts over
+
+
+class Redactor:
+    """`redact`'s rules over many values (annotate's pass over every event of a trace), each distinct string and key decided once.
+
+    `count` is how many values or parts of values were replaced, each occurrence counted.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._strings: dict[str, tuple[str, int]] = {}
+        self._keys: dict[Any, tuple[Any, int, int]] = {}
+
+    def string(self, text: str) -> str:
+        got = self._strings.get(text)
+        if got is None:
+            got = redact_string(text) if _MAY_CHANGE_RE.search(text) else (text, 0)
+            if len(self._strings) >= _CACHED:
+                self._strings.clear()
+            self._strings[text] = got
+        self.count += got[1]
+        return got[0]
+
+    def _key(self, k: Any) -> tuple[Any, int, int]:
+        """A key as written (shape rules), how many parts of it were replaced, and what its value is: plain, secret, an environment."""
+        key, m = redact_text(k) if isinstance(k, str) else (k, 0)
+        got = (key, m, _ENV if str(k).lower() in ENV_KEYS else _SECRET if is_secret_key(k) else _PLAIN)
+        if len(self._keys) >= _CACHED:
+            self._keys.clear()
+        self._keys[k] = got  # JSON keys are strings: hashable
+        return got
+
+    def _whole(self, v: Any, env: bool, item: bool = False) -> Any:
         """Inside a secret key or an environment: every string (env: every non-null value) replaced."""
-        nonlocal n
         if isinstance(v, dict):
-            return {k: whole(x, env) for k, x in v.items()}
+            return {k: self._whole(x, env) for k, x in v.items()}
         if isinstance(v, list):
-            return [whole(x, env, item=True) for x in v]
+            return [self._whole(x, env, item=True) for x in v]
         if v is None or v == "" or (not env and not isinstance(v, str)):
             return v
-        n += 1
+        self.count += 1
         return _env_item(v) if env and item else REDACTED
 
-    def walk(v: Any) -> Any:
-        nonlocal n
+    def walk(self, v: Any) -> Any:
+        """A redacted copy of a JSON-like value (a string, a mapping, a list; anything else as it is)."""
+        c = v.__class__
+        if c is int or c is float or v is None:  # most of a trace's args (ids, shapes)
+            return v
+        if c is str:
+            return self.string(v)
         if isinstance(v, dict):
             out = {}
+            keys = self._keys
             for k, x in v.items():
-                key, m = redact_text(k) if isinstance(k, str) else (k, 0)
-                n += m
-                if str(k).lower() in ENV_KEYS:
-                    out[key] = whole(x, True)
-                elif is_secret_key(k):
-                    out[key] = whole(x, False)
+                key, m, kind = keys.get(k) or self._key(k)
+                self.count += m
+                if kind == _PLAIN:
+                    out[key] = x if x.__class__ is int else self.walk(x)
                 else:
-                    out[key] = walk(x)
+                    out[key] = self._whole(x, kind == _ENV)
             return out
         if isinstance(v, list):
-            return [walk(x) for x in v]
+            return [x if x.__class__ is int else self.walk(x) for x in v]
         if isinstance(v, str):
-            s, m = redact_string(v)
-            n += m
-            return s
+            return self.string(v)
         return v
 
-    return walk(value), n
+    def event(self, e: dict) -> None:
+        """A trace event redacted in place: its name, category and args (by key name and by value)."""
+        for f in ("name", "cat"):
+            v = e.get(f)
+            if v.__class__ is str:
+                new = self.string(v)
+                if new is not v:
+                    e[f] = new
+        args = e.get("args")
+        if args.__class__ is dict and args:
+            e["args"] = self.walk(args)
+
+
+# --- the parsed trace ------------------------------------------------------------------
+
+JSON_COLUMNS = frozenset({"dims", "types", "concrete", "strides", "pg_ranks"})  # recorded values kept as JSON text
+
+
+def _json_text(text: str) -> tuple[str, int]:
+    """JSON text with `redact`'s rules applied to the value it holds (text that is not JSON: `redact_string`'s)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return redact_string(text)
+    new, n = redact(value)
+    return (orjson.dumps(new).decode(), n) if n else (text, 0)
+
+
+def redact_column(s: pl.Series, json: bool = False) -> tuple[pl.Series, int]:
+    """A text column with `redact_string`'s rules (`json`: JSON text, `redact`'s on its value), and how many distinct values changed.
+
+    Polars finds the distinct values `MAY_CHANGE` matches; the rules run once on each; a column nothing changes
+    is returned as it is (no copy).
+    """
+    import polars as pl
+
+    if s.dtype != pl.Utf8 or s.len() == 0 or s.null_count() == s.len():
+        return s, 0
+    distinct = s.drop_nulls().unique()  # hashing the rows is cheaper than a regex over each (long kernel names repeat)
+    hits = distinct.filter(distinct.str.contains(MAY_CHANGE))
+    if not hits.len():
+        return s, 0
+    rule = _json_text if json else redact_string
+    changed = {}
+    for v in hits.to_list():
+        new, n = rule(v)
+        if n:
+            changed[v] = new
+    if not changed:
+        return s, 0
+    return s.replace(changed), len(changed)
+
+
+def redact_frame(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Every text column of a frame through `redact_column` (`JSON_COLUMNS` as JSON); the frame itself when nothing changed."""
+    new, n = [], 0
+    for c in df.columns:
+        col, m = redact_column(df[c], json=c in JSON_COLUMNS)
+        if m:
+            new.append(col)
+            n += m
+    return (df.with_columns(new) if new else df), n
+
+
+def redact_trace(trace: Trace) -> Trace:
+    """The trace with every string a report can copy redacted: its tables' text, its warnings, its metadata.
+
+    The file's own path (`meta['path']`, the name the user gave) is kept. Ops stay in thread order (`core.trace.thread_order`)
+    should a redacted pid or tid sort elsewhere.
+    """
+    from traceflops.core.trace import Warnings, thread_order
+
+    tables, n = {}, 0
+    for t in ("ops", "kernels", "launches", "markers", "steps"):
+        tables[t], m = redact_frame(getattr(trace, t))
+        n += m
+    if tables["ops"] is not trace.ops and any(not tables["ops"][c].equals(trace.ops[c]) for c in ("pid", "tid")):
+        tables["ops"] = thread_order(tables["ops"])
+    counts: Counter = Counter()
+    for reason, k in trace.warnings.counts.items():
+        new, m = redact_string(reason) if isinstance(reason, str) else (reason, 0)
+        counts[new] += k
+        n += m
+    meta, m = redact(trace.meta)
+    if "path" in trace.meta:
+        meta["path"] = trace.meta["path"]
+    if not n and not m:
+        return trace
+    return dataclasses.replace(trace, **tables, meta=meta, warnings=Warnings(counts))

@@ -5,11 +5,13 @@ Plain values: built once, by keyword, and not changed afterwards.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
+from traceflops.core import fmt
 from traceflops.core.trace import Trace
 
 
@@ -27,6 +29,7 @@ class ModelOptions:
     exclude_steps: tuple[int, ...] = ()
     graph_captures: tuple[str, ...] = ()  # traces that recorded the CUDA/HIP graphs the analysed trace replays
     keep_last_step: bool = False  # count the unbounded last step in the totals (left out by default)
+    group_roles: tuple[tuple[str, str], ...] = ()  # (a group's description or name, its role), given by hand
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Analysis:
     step_stats: dict[str, Any] | None = None  # variance, outlier and warm-up steps
     critical_path: pl.DataFrame | None = None  # per step: the contiguous segments of what bounded it (stages.critical_path)
     path_summary: dict[str, Any] | None = None  # the critical path as reports show it (views.critical_path.path_summary)
+    communication: pl.DataFrame | None = None  # per dimension (group role), phase and kind: exposed and hidden time (views.collectives)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -67,12 +71,28 @@ class Analysis:
 
         return collectives(self)
 
+    def __repr__(self) -> str:
+        """One line: the file, steps, MFU and HFU, the largest loss-budget terms (the whole analysis is `to_dict()`)."""
+        sc = self.totals.get("step_count") or {}
+        steps = f"{sc.get('counted', self.steps.height)} of {sc.get('in_trace', self.steps.height)} steps counted"
+        return (f"<traceflops.Analysis {fmt.printable(self.meta.get('path'))}: {self.meta.get('format') or 'trace'}, {steps}, "
+                f"{_utilization(self.totals)}; {_budget_words(self.totals.get('loss_budget'))}; {len(self.warnings)} warnings>")
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the headline, the loss budget and the top of "what to try" (the full report: `to_html()`)."""
+        sc = self.totals.get("step_count") or {}
+        head = (f"{sc.get('counted', self.steps.height)} of {sc.get('in_trace', self.steps.height)} steps counted, "
+                f"wall {fmt.duration(self.totals.get('wall_us'))}, on {(self.hardware or {}).get('name') or 'unknown hardware'}")
+        return _html_card("traceflops.Analysis", self.meta.get("path"), head, self.totals, self.totals.get("loss_budget"),
+                          "loss budget (share of step time at peak)", self.advice, self.warnings)
+
     def to_html(self) -> str:
         from traceflops.api import to_html
 
         return to_html(self)
 
     def to_pandas(self) -> dict:
+        """Every table as a pandas frame, by name: a `traceflops.api.Frames` (a dict; `.kernels` as `["kernels"]`)."""
         from traceflops.api import to_pandas
 
         return to_pandas(self)
@@ -99,6 +119,7 @@ class RankSummary:
     warnings: list[str] = field(default_factory=list)
     path_comm: pl.DataFrame | None = None  # the critical path's communication segments: step, start, end (µs, own clock)
     advice: list[dict[str, Any]] = field(default_factory=list)  # the rank's top advice headlines (kind, title, share)
+    communication: pl.DataFrame | None = None  # per dimension, phase and kind over the counted steps (views.collectives)
 
 
 @dataclass(frozen=True)
@@ -115,5 +136,61 @@ class Job:
     warnings: list[str]
     summaries: list[RankSummary]
     advice: list[dict[str, Any]] = field(default_factory=list)  # the job's "what to try": waits on late ranks, ranks' own top items
+    communication: pl.DataFrame | None = None  # per dimension, phase and kind over all ranks (views.collectives.across_ranks)
+    communication_by_rank: pl.DataFrame | None = None  # the same per rank
+    experts: pl.DataFrame | None = None  # per rank: expert FLOPs and EP all-to-all bytes against its EP group (views.experts)
     # Each warning once, as reports say it: (text, the ranks that gave it (none: the job's own), the most times one gave it).
     warning_groups: list[tuple[str, tuple[int, ...], int]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """One line: ranks, steps, job MFU and HFU, the ranks' largest loss-budget terms (mean over ranks)."""
+        return (f"<traceflops.Job {len(self.summaries)} ranks, {self.steps.height} steps, {_utilization(self.totals)}; "
+                f"{_budget_words(self.mean_budget())} (mean over ranks); {len(self.warnings)} warnings>")
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the headline, the ranks' mean loss budget and the top of the job's "what to try"."""
+        head = f"{len(self.summaries)} ranks, {self.steps.height} steps, wall {fmt.duration(self.totals.get('wall_us'))}"
+        return _html_card("traceflops.Job", None, head, self.totals, self.mean_budget(), "loss budget, mean over ranks",
+                          self.advice, self.warnings)
+
+    def mean_budget(self) -> dict[str, float | None] | None:
+        """Each loss-budget term's mean over the ranks that know it (None without any rank's budget)."""
+        budgets = [s.totals.get("loss_budget") for s in self.summaries if s.totals.get("loss_budget")]
+        if not budgets:
+            return None
+        out = {}
+        for k in dict.fromkeys(k for b in budgets for k in b):
+            known = [b[k] for b in budgets if b.get(k) is not None]
+            out[k] = sum(known) / len(known) if known else None
+        return out
+
+
+def _utilization(totals: dict[str, Any]) -> str:
+    return f"MFU {fmt.pct(totals.get('mfu'))}, HFU {fmt.pct(totals.get('hfu'))}"
+
+
+def _top_terms(budget: dict[str, Any] | None, n: int = 3) -> list[tuple[str, float]]:
+    """The largest loss terms (every term but `mfu`, the part that is not lost), largest first."""
+    terms = [(k, v) for k, v in (budget or {}).items() if k != "mfu" and v is not None]
+    return sorted(terms, key=lambda kv: -kv[1])[:n]
+
+
+def _budget_words(budget: dict[str, Any] | None) -> str:
+    top = _top_terms(budget)
+    return "loss budget unknown" if not top else "lost to " + ", ".join(f"{k} {fmt.pct(v)}" for k, v in top)
+
+
+def _html_card(kind: str, path, head: str, totals: dict[str, Any], budget: dict[str, Any] | None, budget_title: str,
+               advice: list[dict[str, Any]], warnings: list[str]) -> str:
+    """A small self-contained block (escaped; no script): headline, budget terms, the top three things to try."""
+    e = lambda v: html.escape(fmt.printable(v), quote=True)
+    rows = "".join(f"<tr><td>{e(k)}</td><td style='text-align:right'>{e(fmt.pct(v))}</td></tr>"
+                   for k, v in _top_terms(budget, 10))
+    tips = "".join(f"<li>{e(t.get('title'))} <span style='color:#718096'>({e(fmt.pct(t.get('share')))} "
+                   f"{e(t.get('unit') or '')})</span></li>" for t in advice[:3])
+    where = f" <code>{e(path)}</code>" if path else ""
+    return (f"<div class='traceflops'><b>{e(kind)}</b>{where}<br>"
+            f"<b>{e(_utilization(totals))}</b>; {e(head)}; {len(warnings)} warnings"
+            f"<br><b>{e(budget_title)}</b><table>{rows or '<tr><td>unknown</td></tr>'}</table>"
+            f"<b>what to try</b><ol>{tips or '<li>nothing above the threshold</li>'}</ol>"
+            f"<span style='color:#718096'>the full report: .to_html(); the numbers: .to_dict(), .to_pandas()</span></div>")

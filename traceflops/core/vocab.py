@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import reprlib
+
 PHASES = ("forward", "backward", "recompute", "optimizer", "other")
 KINDS = ("compute", "communication", "memcpy", "memset")
 
@@ -32,7 +34,9 @@ DEVICE_SIDE_LAUNCH = "device op (no host launch recorded)"
 
 # JAX name stacks: `jax.checkpoint`'s recomputed forward, and the transposed JVP of `jax.grad` (the backward).
 JAX_REMAT_SCOPE_RE = r"(^|/)rematted_computation(/|$)"
-JAX_BACKWARD_SCOPE_RE = r"(^|/)transpose\("
+# `transpose(` opening a name-stack component, or inside the wrappers of one (`vmap(transpose(jvp()))`: per-example
+# gradients; `pmap(…)`, `jit(…)`, `remat(…)` likewise).
+JAX_BACKWARD_SCOPE_RE = r"(^|/)([A-Za-z_][\w.\-]*\()*transpose\("
 
 # A CPU backend's collective: the work as it ran (its worker thread's annotation), and the call that issued it.
 HOST_COMM_WORK_RE = r"^gloo:"
@@ -57,6 +61,44 @@ HOST_COMM_WAIT_RE = r"^_?c10d_functional(_autograd)?::wait_tensor$"
 
 # More ranks than any machine has: a world or rank beyond it is corrupt (read from a trace or given as a flag).
 MAX_RANKS = 1 << 24
+
+
+def usable_ranks(rank, world, source: str, warnings) -> tuple[int | None, int | None]:
+    """A rank and world size as read (a trace's distributedInfo, a summary), each None unless usable, with a warning.
+
+    Usable: a whole number, a rank in [0, world), a world in [1, MAX_RANKS]. Later stages divide by the world and
+    size tables by it, so a negative, fractional or huge value would give a negative or vanishing MFU or allocate
+    gigabytes; no real job writes one. A rank not below its world leaves both unknown: which is wrong cannot be
+    told. `warnings` takes each complaint (`.add` or `.append`); `source` starts it ("distributedInfo").
+    """
+    say = getattr(warnings, "add", None) or warnings.append
+    given = {"rank": rank, "world_size": world}
+    r, w = (_whole(v) for v in (rank, world))
+    if r is not None and not 0 <= r < MAX_RANKS:
+        r = None
+    if w is not None and not 1 <= w <= MAX_RANKS:
+        w = None
+    for key, got in (("rank", r), ("world_size", w)):
+        if got is None and given[key] is not None:
+            say(f"{source} {key} {reprlib.repr(given[key])} is not a whole number in range (ignored)")
+    if r is not None and w is not None and r >= w:
+        say(f"{source} rank {r} is not below world_size {w} (both ignored)")
+        return None, None
+    return r, w
+
+
+def _whole(v) -> int | None:
+    """An int, an integral float or a numeric string as an int; None otherwise (bools too)."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, float):
+        return int(v) if v.is_integer() else None
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            return None
+    return v if isinstance(v, int) else None
 
 # A capture that names a device but holds none of its activity (CPU activity only, or the CUPTI range profiler):
 # its warning opens with one of these and is shown in every report's headline, not only among the warnings.

@@ -29,17 +29,28 @@ what masked (causal) attention kernels skipped, so that the time a matmul
 Unknowns: without a peak, every FLOP term and `matmul_below_peak` are None
 (the time terms stay); without model FLOPs, `mfu` and `extra_executed` are
 None (their sum, executed − recompute, is still implied by the others). The
-sum check runs only when every term is known.
+sum check runs only when every term is known. `unknown_terms` says which are
+unknown, why, and what share they hold together (1 − the known terms), so a
+report whose known terms do not reach 100% says so in its headline
+(`totals.loss_budget_unknown`).
 
 Totals: add the inputs of the steps (`BudgetInputs.__add__`, `sum_inputs`)
 and take the budget of the sum; averaging per-step fractions would weight
 short and long steps alike.
+
+Per step over a whole table (`step_budgets`, and `steps_budget` given a
+frame): the same formulas as polars expressions and sums in step order (a
+cumulative sum: the left-to-right additions of `sum_inputs`, bit for bit), so
+200 000 one-op steps cost column operations, not 200 000 dataclasses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+import numpy as np
+import polars as pl
 
 from traceflops.core.errors import ConservationError
 
@@ -159,6 +170,35 @@ def check_budget(budget: Mapping[str, float | None], tol: float = SUM_TOLERANCE)
         raise ConservationError("loss budget", f"loss budget sums to {total!r}, not 1 (|error| > {tol}): {dict(budget)}")
 
 
+FLOP_TERMS = ("mfu", "extra_executed", "recompute", "attention_mask_credit", "matmul_below_peak")
+
+
+def unknown_terms(budget: Mapping[str, float | None] | None, hardware: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Which terms of a budget are unknown, why, and the share of peak × time they hold together (1 − the known terms:
+    the budget's sum is 1 whatever is unknown, so the unknown terms share the rest); None when every term is known.
+
+    Without a peak the FLOP terms and `matmul_below_peak` are unknown, together the matmul time with known FLOPs;
+    with a peak but no model FLOPs, `mfu` and `extra_executed` (their sum is the executed FLOPs less recompute at peak).
+    """
+    if not budget:
+        return None
+    unknown = [k for k in TERMS if budget.get(k) is None]
+    if not unknown:
+        return None
+    known = sum(float(budget[k]) for k in TERMS if budget.get(k) is not None)
+    if budget.get("matmul_below_peak") is None:
+        if not hardware:
+            why = "no peak: the hardware is unknown; give --hardware NAME or --peak-tflops N"
+        else:
+            why = (f"no peak: {hardware.get('name')} has no dense {hardware.get('precision')} peak in the table; "
+                   "give --precision or --peak-tflops N")
+        rest = "matmul time with known FLOPs"
+    else:
+        why = "model FLOPs unknown: no FLOP of the trace is known, or no model description"
+        rest = "executed matmul FLOPs less recompute, at peak"
+    return {"terms": unknown, "share": 1.0 - known, "why": why, "holds": rest}
+
+
 def inputs_from_row(step: Mapping[str, Any], time: Mapping[str, Any], peak_flops: float | None) -> BudgetInputs:
     """Budget inputs from a row of `Analysis.steps` and the matching row of `timeline.partition`.
 
@@ -183,7 +223,96 @@ def step_inputs(step: Mapping[str, Any], peak_flops: float | None) -> BudgetInpu
     return inputs_from_row(step, time, peak_flops)
 
 
-def steps_budget(rows: Iterable[Mapping[str, Any]], peak_flops: float | None) -> dict[str, float | None] | None:
-    """The loss budget of several steps added up: their inputs summed, then one budget (the totals', the advice's)."""
-    total = sum_inputs(step_inputs(r, peak_flops) for r in rows)
+def steps_budget(rows: Iterable[Mapping[str, Any]] | pl.DataFrame, peak_flops: float | None) -> dict[str, float | None] | None:
+    """The loss budget of several steps added up: their inputs summed, then one budget (the totals', the advice's).
+    Given the steps as a frame, the sums are column sums in step order (the same numbers, bit for bit)."""
+    if isinstance(rows, pl.DataFrame):
+        total = _frame_sum(rows, peak_flops)
+    else:
+        total = sum_inputs(step_inputs(r, peak_flops) for r in rows)
     return loss_budget(total) if total is not None else None
+
+
+def _or_zero(steps: pl.DataFrame, name: str) -> pl.Expr:
+    """`float(row.get(name) or 0.0)` as an expression: null, a missing column and -0.0 are 0.0."""
+    if name not in steps.columns:
+        return pl.lit(0.0, pl.Float64)
+    x = pl.col(name).cast(pl.Float64)
+    return pl.when(x.is_null() | (x == 0.0)).then(0.0).otherwise(x)
+
+
+def _input_frame(steps: pl.DataFrame) -> pl.DataFrame:
+    """Each step's budget inputs (`step_inputs`), as columns: window, model (null: unknown), executed, recompute,
+    full, effective and one `t_<key>` per TIME_KEYS."""
+    model = pl.col("model_flops").cast(pl.Float64) if "model_flops" in steps.columns else pl.lit(None, pl.Float64)
+    return steps.select(
+        window=pl.col("window").cast(pl.Float64), model=model, executed=_or_zero(steps, "flops_executed"),
+        recompute=_or_zero(steps, "flops_recompute"), full=_or_zero(steps, "attention_full_flops"),
+        effective=_or_zero(steps, "attention_effective_flops"), **{f"t_{k}": _or_zero(steps, f"time_{k}") for k in TIME_KEYS})
+
+
+def _frame_sum(steps: pl.DataFrame, peak_flops: float | None) -> BudgetInputs | None:
+    """`sum_inputs` of the steps' inputs: each column added left to right (np.cumsum, not a pairwise sum)."""
+    if steps.height == 0:
+        return None
+    f = _input_frame(steps)
+
+    def total(c: str) -> float:
+        return float(np.cumsum(f[c].to_numpy())[-1])
+
+    if f["window"].null_count():
+        raise TypeError("a step without a window has no loss budget")  # as float(None) in `inputs_from_row`
+    return BudgetInputs(
+        window_us=total("window"), peak_flops=peak_flops,
+        model_flops=None if f["model"].null_count() else total("model"),
+        executed_flops=total("executed"), recompute_flops=total("recompute"),
+        attention_full_flops=total("full"), attention_effective_flops=total("effective"),
+        time_us={k: total(f"t_{k}") for k in TIME_KEYS},
+    )
+
+
+def step_budgets(steps: pl.DataFrame, peak_flops: float | None) -> list[dict[str, float | None] | None]:
+    """`loss_budget(step_inputs(row, peak))` of every row, computed on whole columns: the same numbers (numpy's
+    element-wise IEEE arithmetic, as Python's floats: polars' fused arithmetic gave 0.0 - 0.0 - 0.0 as -0.0), and the
+    same ConservationError for a known budget that misses 1 (the first such step's)."""
+    if steps.height == 0:
+        return []
+    f = _input_frame(steps)
+    c = {k: f[k].to_numpy() for k in f.columns if k not in ("window", "model")}
+    t = f["window"].fill_null(0.0).to_numpy()
+    model_known = f["model"].is_not_null().to_numpy()
+    model = f["model"].fill_null(0.0).to_numpy()
+    valid = f["window"].is_not_null().to_numpy() & ~(t <= 0)  # `not window or window <= 0`: no budget; NaN goes on
+    with np.errstate(divide="ignore", invalid="ignore"):
+        credit = c["full"] - c["effective"]
+        terms: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}  # values, and where they are known (None: all)
+        if peak_flops:
+            at_peak = float(peak_flops) * t * 1e-6
+            terms["mfu"] = (model / at_peak, model_known)
+            terms["extra_executed"] = ((c["executed"] - c["recompute"] - model) / at_peak, model_known)
+            terms["recompute"] = (c["recompute"] / at_peak, None)
+            terms["attention_mask_credit"] = (-credit / at_peak, None)
+            terms["matmul_below_peak"] = (c["t_matmul_known"] / t - (c["executed"] - credit) / at_peak, None)
+        else:
+            unknown = np.zeros(len(t), bool)
+            terms |= {k: (np.zeros(len(t)), unknown) for k in ("mfu", "extra_executed", "recompute", "attention_mask_credit",
+                                                              "matmul_below_peak")}
+        terms["matmul_flops_unknown"] = (c["t_matmul_unknown"] / t, None)
+        terms["non_matmul"] = (c["t_other_compute"] / t, None)
+        terms["memcpy_exposed"] = (c["t_memcpy"] / t, None)
+        terms["communication_exposed"] = (c["t_communication_exposed"] / t, None)
+        terms["idle"] = (c["t_idle"] / t, None)
+        known = valid.copy()
+        total = np.zeros(len(t))
+        for k in TERMS:  # Python's sum: left to right
+            v, m = terms[k]
+            total = total + v
+            if m is not None:
+                known &= m
+        bad = known & ~np.isnan(total) & (np.abs(total - 1.0) > SUM_TOLERANCE)
+    if bad.any():
+        i = int(np.argmax(bad))
+        check_budget({k: float(terms[k][0][i]) for k in TERMS})  # the same error, with the same numbers
+    cols = [pl.Series(k, v) if m is None else pl.Series(k, v).set(pl.Series(~m), None) for k, (v, m) in terms.items()]
+    out = pl.DataFrame(cols).select(pl.when(pl.Series(valid)).then(pl.struct(TERMS)).alias("b"))
+    return out["b"].to_list()

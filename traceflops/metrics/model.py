@@ -52,6 +52,32 @@ def infer_seq_len(lookups: list[tuple[int, list[int]]]) -> int | None:
     return max(lengths) if lengths else None
 
 
+_SDPA_RE = r"scaled_dot_product"  # [batch, heads, T, head_dim] query: the attention ops of torch's SDPA family
+
+
+def infer_seq_len_from_attention(ops: pl.DataFrame, head_dim: int | None) -> int | None:
+    """T from the forward attention when no embedding lookup shows it (compiled: Inductor fuses the lookup away).
+
+    An SDPA-family op's query is [batch, heads, T, head_dim]; attention written as
+    matmuls runs Q·Kᵀ as a `bmm` of [batch·heads, T, head_dim] by [batch·heads,
+    head_dim, S]. The longest query seen is T.
+    """
+    fwd = ops.filter(pl.col("matmul") & (pl.col("phase") == "forward") & pl.col("dims").is_not_null())
+    sdpa = fwd.filter(pl.col("name").str.contains(_SDPA_RE)).select("dims").unique()
+    lengths = set()
+    for (dims,) in sdpa.iter_rows():
+        d = orjson.loads(dims)
+        if d and _shape(d[0]) and len(d[0]) == 4 and (head_dim is None or d[0][3] == head_dim):
+            lengths.add(d[0][2])
+    if not lengths and head_dim:
+        for (dims,) in fwd.filter(pl.col("name") == "aten::bmm").select("dims").unique().iter_rows():
+            d = orjson.loads(dims)
+            if (len(d) >= 2 and _shape(d[0]) and _shape(d[1]) and len(d[0]) == len(d[1]) == 3
+                    and d[0][0] == d[1][0] and d[0][2] == d[1][1] == head_dim and d[1][2] == d[0][1]):
+                lengths.add(d[0][1])  # Q·Kᵀ of self-attention: S = T
+    return max(lengths) if lengths else None
+
+
 def resolve_seq_len(spec, seen: int | None, warnings: list[str]):
     """T from --seq-len, else the one the trace ran (`seen`), and only as a last resort the config's (with a warning)."""
     if spec.seq_len_source == "flag":
@@ -75,12 +101,25 @@ def weight_shape(name: str, dims) -> tuple[int, int] | None:
     return (min(w), max(w))
 
 
+def output_shape(name: str, dims) -> tuple[int, int] | None:
+    """A 2-D GEMM's output [M, N] from its last two 2-D operands ([M, K] x [K, N]), as an unordered pair: a weight
+    gradient's (dY^T X) is its weight's shape though neither operand is."""
+    d = orjson.loads(dims) if isinstance(dims, str) else dims
+    two = [x for x in (d or []) if isinstance(x, list) and len(x) == 2]
+    if len(two) < 2 or name not in ("aten::mm", "aten::addmm"):
+        return None
+    a, b = two[-2], two[-1]
+    return (min(a[0], b[1]), max(a[0], b[1]))
+
+
 def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int) -> list[dict[str, Any]] | None:
     """Each part of N (attention, MLP, LM head) against the GEMMs seen in the trace with that part's weight shapes.
 
     Per step: the model's FLOPs of the part (2 or 6 × its weights × tokens) and the
     trace's FLOPs of GEMMs whose 2-D operand has one of the part's shapes (the
-    forward, or forward + backward in training). A part the step did not run shows 0.
+    forward, or forward + backward in training), and in the backward of GEMMs
+    whose output has it (the weight gradients). A part the step did not run
+    shows 0; a frozen part's training FLOPs are 2/3 of its 6·N·tokens.
     """
     if not spec.part_shapes or tokens is None or steps <= 0:
         return None
@@ -93,9 +132,11 @@ def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int
             shape_of.setdefault((min(o, i), max(o, i)), part)
     seen: dict[str, float] = {}
     count: dict[str, int] = {}
-    shapes = work.group_by("name", "dims").agg(pl.col("flops").sum(), pl.len().alias("n"))  # a few distinct shapes
-    for name, dims, flops, n in shapes.iter_rows():
+    shapes = work.group_by("name", "dims", "phase").agg(pl.col("flops").sum(), pl.len().alias("n"))  # a few distinct shapes
+    for name, dims, phase, flops, n in shapes.iter_rows():
         part = shape_of.get(weight_shape(name, dims))
+        if part is None and phase == "backward":
+            part = shape_of.get(output_shape(name, dims))
         if part is not None:
             seen[part] = seen.get(part, 0.0) + float(flops or 0)
             count[part] = count.get(part, 0) + n
@@ -106,6 +147,16 @@ def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int
 
 
 SHORTFALL = 0.05  # model FLOPs this far above what the trace executed name a cause
+FROZEN_TOLERANCE = 0.03  # a part whose executed / model FLOPs are this near 2/3 ran no weight gradients
+
+
+def frozen_parts(model: dict[str, Any] | None) -> list[str]:
+    """The parts of a training run whose traced FLOPs are 2/3 of their 6·N·tokens: forward and data gradient, no
+    weight gradient (frozen weights: LoRA / peft adapters, a frozen base)."""
+    if not model or model.get("mode") != "training":
+        return []
+    return [p["part"] for p in model.get("by_part") or [] if p["model_flops_per_step"]
+            and abs(p["trace_flops_per_step"] / p["model_flops_per_step"] - 2 / 3) <= FROZEN_TOLERANCE]
 
 
 def shortfall_warnings(model: dict[str, Any], steps: pl.DataFrame) -> list[str]:
@@ -117,12 +168,19 @@ def shortfall_warnings(model: dict[str, Any], steps: pl.DataFrame) -> list[str]:
     executed = float((use["flops_forward"] + use["flops_backward"]).mean())
     if executed <= 0 or share <= executed * (1 + SHORTFALL):
         return []
-    missing = [p["part"] for p in model.get("by_part") or [] if p["trace_flops_per_step"] == 0]
+    parts = model.get("by_part") or []
+    missing = [p["part"] for p in parts if p["trace_flops_per_step"] == 0]
+    frozen = frozen_parts(model)
     head = (f"model FLOPs per step ({share:.4g}) exceed the forward + backward FLOPs the trace executed ({executed:.4g}) "
             f"by {share / executed - 1:.0%}")
     if missing:
         return [f"{head}: the step did not run the model's {', '.join(missing)} GEMMs on every token "
                 "(e.g. an inference prefill that keeps only the last position's logits); see model.by_part"]
+    if frozen:
+        return [(f"{head}: the backward ran no weight-gradient GEMMs for the model's {', '.join(frozen)} weights "
+                 "(the trace executed 2/3 of 6·N·tokens for them: forward and data gradient only): frozen weights, "
+                 "e.g. LoRA / peft adapters or a frozen base model. 6N counts weight gradients that were not computed, "
+                 "so MFU above HFU is expected here, not a counting error; see model.by_part")]
     return [f"{head}: check T ({model.get('seq_len')}, {model.get('seq_len_source')}), the tokens per step "
             f"({model.get('tokens_per_step')}, {model.get('tokens_source')}) and the world size against the trace; see model.by_part"]
 
@@ -131,7 +189,10 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
     """Model FLOPs per step for this trace's device (its share of a job's global tokens)."""
     if opt.spec is not None:
         lookups = _input_lookups(ops)
-        spec = resolve_seq_len(opt.spec, infer_seq_len(lookups), warnings)
+        seen = infer_seq_len(lookups)
+        if seen is None:
+            seen = infer_seq_len_from_attention(ops, opt.spec.head_dim)
+        spec = resolve_seq_len(opt.spec, seen, warnings)
         tokens = opt.tokens_per_step
         tokens_source = "flag"
         if tokens is None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 import polars as pl
 
 from traceflops.core import hardware as hw
+from traceflops.core.dtypes import dtype_of
 from traceflops.core.results import ModelOptions
 from traceflops.core.trace import Trace
 
 # TF32 GEMM kernels: cuBLAS/xmma name it, CUTLASS Ampere kernels say s1688 / tensorop_s (fp32 I/O on tensor cores).
-TF32_RE = re.compile(r"tf32|s1688|tensorop_s\d|xmma_gemm_f32f32_tf32", re.I)
+TF32_RE = re.compile(r"tf32|s1688|tensorop_s\d|xmma_gemm_f32f32_tf32", re.IGNORECASE)
 
 
 def tf32_share(kernels: pl.DataFrame) -> float:
@@ -24,7 +26,11 @@ def tf32_share(kernels: pl.DataFrame) -> float:
 
 def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt: ModelOptions, warnings: list[str]):
     precision = opt.precision
-    dtype = dominant_dtype(ops)
+    widened = widened_dots(ops) if trace.meta.get("format") == "xplane" and kernels.height == 0 else None
+    dtype = dominant_dtype(ops, widened)
+    if widened is not None and widened.height and dtype != dominant_dtype(ops) and precision is None:
+        warnings.append(f"XLA:CPU computes {dtype} dots in f32: {widened.height} f32 dot executions read {dtype} values it "
+                        f"converted to f32 (a convert of the same shape), so the program's precision is {dtype}, and its peak")
     guessed = precision is None and dtype is None
     if precision is None:
         precision = dtype or "bf16"
@@ -84,22 +90,93 @@ def hardware_row(h, precision: str, source: str) -> dict[str, Any]:
 
 
 def other_peaks(hardware: dict, totals: dict, precision: str, opt: ModelOptions) -> dict[str, float] | None:
-    """An FP8 run is shown against the bf16 peak too: the same clock, a different ceiling."""
-    if precision != "fp8" or opt.peak_tflops or totals.get("mfu") is None:
+    """The MFU against other peaks of the same device, the run's own precision first: the same clock, a different ceiling.
+
+    An FP8 run is shown against the bf16 peak too. An fp32 run against the tensor-core peaks it could use, TF32 and the
+    faster of bf16 / fp16 (bf16 on a tie; fp16 on Volta and Turing, which have no bf16 tensor cores); a TF32 run against
+    that 16-bit peak: the band grades the run's own peak, and these say how far the tensor cores are. None when there is
+    no other peak, no MFU, or only a bare --peak-tflops.
+    """
+    if opt.peak_tflops or totals.get("mfu") is None or not hardware.get("peak_flops"):
         return None
     h = hw.lookup(hardware["name"])
+    if h is None:
+        return None
+    own = h.peak(precision) or hardware["peak_flops"]
+    if precision == "fp8":
+        keys = ["fp8", "bf16"]
+    elif precision in ("fp32", "tf32"):
+        half = max(("bf16", "fp16"), key=lambda p: h.peak(p) or 0.0)
+        keys = [precision] + [p for p in (("tf32", half) if precision == "fp32" else (half,)) if (h.peak(p) or 0.0) > own]
+        if len(keys) == 1:
+            return None
+    else:
+        return None
     out = {}
-    for p in ("fp8", "bf16"):
-        peak = h.peak(p) if h else None
+    for p in keys:
+        peak = h.peak(p)
         if peak:
             out[p] = totals["mfu"] * hardware["peak_flops"] / peak
     return out
 
 
-def dominant_dtype(ops: pl.DataFrame) -> str | None:
-    """The dtype that carries the most executed matmul FLOPs: the default precision of the peak."""
+# 16-bit float types XLA:CPU widens to f32 before a dot (`convert`), as `Input type` spells them.
+_NARROW = ("bf16", "fp16")
+
+
+def widened_dots(ops: pl.DataFrame) -> pl.DataFrame:
+    """The dots of an XLA:CPU program that XLA widened from a 16-bit type: columns row, dtype.
+
+    XLA:CPU has no bf16 (or fp16) dot: it converts the operands to f32 (a `convert`, alone or in a fusion named for it:
+    `wrapped_convert`, `convert_convert_fusion`, ...) and runs an f32 dot, so the dot's own operands say f32. A dot
+    with all-f32 operands, one of which has the shape of a bf16 / fp16 operand of a convert in the same profile, reads
+    a value XLA converted from that type: the program's matmuls are 16-bit. Read once per distinct shapes and types.
+    """
+    empty = pl.DataFrame(schema={"row": pl.Int64, "dtype": pl.Utf8})
+    if ops.height == 0 or not {"dims", "types", "matmul", "name", "row"} <= set(ops.columns):
+        return empty
+    conv = ops.filter(~pl.col("matmul") & pl.col("name").str.contains("convert") & pl.col("dims").is_not_null()
+                      & pl.col("types").is_not_null()).select("dims", "types").unique()
+    narrow: dict[tuple, str] = {}
+    for dims, types in conv.iter_rows():
+        d, t = _json(dims), _json(types)
+        for shape, ty in zip(d if isinstance(d, list) else [], t if isinstance(t, list) else []):
+            dt = dtype_of(ty) if isinstance(ty, str) else None
+            if dt in _NARROW and isinstance(shape, list) and len(shape) >= 2:
+                narrow.setdefault(tuple(shape), dt)
+    if not narrow:
+        return empty
+    mm = ops.filter(pl.col("matmul") & pl.col("dims").is_not_null() & pl.col("types").is_not_null())
+    found: dict[tuple[str, str], str | None] = {}
+    for dims, types in mm.select("dims", "types").unique().iter_rows():
+        d, t = _json(dims), _json(types)
+        if not (isinstance(d, list) and isinstance(t, list)) or not t or any(dtype_of(x) != "fp32" for x in t if isinstance(x, str)):
+            continue
+        hits = [narrow[tuple(s)] for s in d if isinstance(s, list) and tuple(s) in narrow]
+        if hits:
+            found[(dims, types)] = hits[0]
+    if not found:
+        return empty
+    keys = pl.DataFrame({"dims": [k[0] for k in found], "types": [k[1] for k in found], "_w": list(found.values())},
+                        schema={"dims": pl.Utf8, "types": pl.Utf8, "_w": pl.Utf8})
+    return mm.join(keys, on=["dims", "types"], how="inner").select(pl.col("row").cast(pl.Int64), pl.col("_w").alias("dtype"))
+
+
+def _json(text):
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def dominant_dtype(ops: pl.DataFrame, widened: pl.DataFrame | None = None) -> str | None:
+    """The dtype that carries the most executed matmul FLOPs: the default precision of the peak. `widened`
+    (`widened_dots`): dots whose dtype is the one XLA widened them from."""
     work = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("flops").is_not_null() & pl.col("dtype").is_not_null())
     if work.height == 0:
         return None
+    if widened is not None and widened.height:
+        work = work.join(widened.rename({"dtype": "_w"}), on="row", how="left").with_columns(
+            dtype=pl.coalesce("_w", "dtype")).drop("_w")
     by = work.group_by("dtype").agg(pl.col("flops").sum()).sort(["flops", "dtype"], descending=[True, False])
     return by["dtype"][0]

@@ -23,8 +23,7 @@ def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None, dev
         mine = mine.group_by("step", maintain_order=True).agg([pl.col(c).sum() / len(devices) for c in mine.columns if c != "step"])
     rows = mine.rename({c: f"time_{c}" for c in (*PARTITION, *OVERLAYS)})
     steps = steps.join(rows, on="step", how="left")
-    budgets = [bd.loss_budget(bd.step_inputs(r, peak)) for r in steps.iter_rows(named=True)]
-    return steps.with_columns(loss_budget=pl.Series(budgets, dtype=pl.Object))
+    return steps.with_columns(loss_budget=pl.Series(bd.step_budgets(steps, peak), dtype=pl.Object))
 
 
 def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions, devices: list) -> dict[str, float] | None:

@@ -14,7 +14,7 @@ from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
 from traceflops.flops.aten import OP_FLOPS_MAX, OUT_OF_RANGE
 from traceflops.flops.kernels import family_of
 from traceflops.metrics import budget as bd
-from traceflops.stages.link import by_row
+from traceflops.stages.link import by_row, nearest
 from traceflops.stages.replays import GRAPH_LAUNCH_RE
 
 HFU_SUSPECT = 0.85
@@ -58,8 +58,13 @@ def utilization(flops: float | None, seconds: float | None, peak: float | None, 
     return float(flops) / (seconds * peak * devices)
 
 
-def suspect(mfu: float | None, hfu: float | None) -> list[str]:
+def suspect(mfu: float | None, hfu: float | None, frozen: list[str] | None = None) -> list[str]:
+    """What the utilization itself says is off: an HFU no real run reaches, an MFU above the HFU (expected, and said
+    so, where the model's `frozen` parts ran no weight gradients)."""
     out = []
+    if frozen and mfu is not None and hfu is not None and mfu > hfu * (1 + 1e-9):
+        return [f"MFU {mfu:.1%} exceeds HFU {hfu:.1%}, as expected with frozen weights ({', '.join(frozen)}: no weight "
+                "gradients ran for them, while 6N counts them); not a counting error"]
     if hfu is not None and hfu > HFU_SUSPECT:
         out.append(f"HFU {hfu:.1%} is above {HFU_SUSPECT:.0%}: likely a counting error (wrong peak, precision or FLOPs), not a fast run")
     if mfu is not None and hfu is not None and mfu > hfu * (1 + 1e-9):
@@ -98,8 +103,17 @@ def unknown_kernels_per_step(kernels: pl.DataFrame | None) -> pl.DataFrame | Non
 
 
 def device_only(ops: pl.DataFrame, kernels: pl.DataFrame) -> bool:
-    """Device activity without a single host op: no shapes recorded, so no FLOP can be known."""
-    return ops.height == 0 and kernels.height > 0
+    """Device activity that no host op can be tied to: no host op at all, or none of the runtime launches that tie
+    kernels to them (no cpu_op events, or the runtime's launch events missing). No shapes reach a kernel, so no
+    FLOP can be known: MFU and HFU are unknown, never 0."""
+    if kernels.height == 0:
+        return False
+    if ops.height == 0:
+        return True
+    if "op_row" not in kernels.columns or not {"row", "cat"} <= set(ops.columns):
+        return False
+    rows = kernels["op_row"].drop_nulls().unique()  # an annotation (ProfilerStep#N) records no shapes: no op to tie to
+    return not ops.filter(pl.col("row").is_in(rows.implode()) & (pl.col("cat") != "user_annotation")).height
 
 
 def flops_unknown(device_only, executed, unknown_count):
@@ -177,7 +191,7 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
         "wall_us": wall,
         "time_us": time_us,
         "overlay_us": overlay_us,
-        "loss_budget": bd.steps_budget(use.iter_rows(named=True), peak),
+        "loss_budget": bd.steps_budget(use, peak),
         "matmul_count": counts,
         "flops": flops,
         "flops_known": not nothing_known,  # the one decision renderers and diffs read: unknown is never shown as 0
@@ -198,6 +212,10 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dic
     if ops.height == 0 and kernels.height:
         return ["the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are told by "
                 "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"]
+    if device_only(ops, kernels):
+        return [("no device activity can be tied to a host op (the trace has no CPU ops or no runtime launch events): phases "
+                 "and FLOPs are unknown, MFU and HFU too, and GEMM kernels are told by name; profile with activities="
+                 "[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True, and keep the cuda_runtime events")]
     out = []
     if totals.get("flops_lower_bound"):
         top = totals.get("unknown_matmul_kernels") or []
@@ -311,3 +329,25 @@ def cut_without_flops(steps: pl.DataFrame, totals: dict[str, Any]) -> tuple[pl.D
     totals = totals | {"mfu": None, "mfu_no_attention": None, "hfu": None, "flops_known": False}
     return steps, totals, [("the file is cut and its steps hold no matmul FLOP: MFU and HFU are unknown (the matmuls may "
                             "be after the cut); analyse the whole file")]
+
+
+# Experts run as grouped GEMMs (torch._grouped_mm and its scaled forms: torchtitan, Megatron's grouped GEMM path) or
+# inside a fused MoE op (vLLM's, SGLang's): their FLOPs are the experts', whatever the loop inside them runs.
+EXPERT_OP_RE = r"(?i)^aten::_(scaled_)?grouped_mm(_v2)?$|moe"
+
+
+def expert_flops(ops: pl.DataFrame, opt: ModelOptions) -> dict[str, int] | None:
+    """The counted steps' matmul FLOPs run by experts (ops of EXPERT_OP_RE or inside one), per phase and executed;
+    None when the trace runs none."""
+    if ops.height == 0:
+        return None
+    is_expert = ops.select(pl.col("name").str.contains(EXPERT_OP_RE).fill_null(False)).to_series().to_numpy()
+    if not is_expert.any():
+        return None
+    inside = nearest(ops["parent"].to_numpy(), is_expert) >= 0
+    use = ops.filter(pl.Series(inside) & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0)
+                     & ~pl.col("step").is_in(list(opt.exclude_steps)))
+    per = dict(use.group_by("phase").agg(pl.col("flops").sum()).iter_rows())
+    out = {p: int(per.get(p) or 0) for p in PHASES}
+    out["executed"] = sum(out.values())
+    return out

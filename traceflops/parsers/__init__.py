@@ -1,4 +1,8 @@
-"""File → `Trace`: the format detected, then its parser. Every parser ends at the `Trace` model; nothing here caches or analyses."""
+"""File → `Trace`: the format detected, then its parser. Every parser ends at the `Trace` model; nothing here caches or analyses.
+
+The one place names enter the model: `parse` returns the trace redacted (`core.redact.redact_trace`), so no
+secret in an event's name, label, recorded input or category reaches a report, a summary or the cache.
+"""
 
 from __future__ import annotations
 
@@ -29,11 +33,13 @@ def parse(path: str, progress=None) -> Trace:
     """The file's `Trace`, by its detected format; `progress(done_bytes, total_bytes)` while a large file is read."""
     fmt = detect_format(str(path))
     if fmt == "kineto":
+        from traceflops.core.redact import redact_trace
         from traceflops.parsers.kineto import parse_kineto
 
-        return parse_kineto(str(path), progress=progress)
+        return redact_trace(parse_kineto(str(path), progress=progress))
     if fmt == "xplane":
+        from traceflops.core.redact import redact_trace
         from traceflops.parsers.xplane import parse_xplane
 
-        return parse_xplane(str(path))
+        return redact_trace(parse_xplane(str(path)))
     raise FormatError(str(path), f"unsupported trace format '{fmt}'", "pass a PyTorch profiler or XLA profile file")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gc
 import re
-import reprlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ from traceflops.core.trace import (
     thread_order,
     with_null_hints,
 )
-from traceflops.core.vocab import CUT_FILE, MAX_RANKS, PROFILER_STEP_RE
+from traceflops.core.vocab import CUT_FILE, MAX_RANKS, PROFILER_STEP_RE, usable_ranks
 from traceflops.parsers.helper import decode_in_order
 from traceflops.parsers.helper_start import wanted
 from traceflops.parsers.io import max_bytes_default
@@ -599,27 +598,9 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
 
 
 def distributed_ranks(dist: dict, warnings: Warnings) -> tuple[int | None, int | None]:
-    """The trace's rank and world size from distributedInfo; each None, with a warning, unless usable.
-
-    Usable: a whole number, a rank in [0, world), a world in [1, MAX_RANKS].
-    Later stages divide by the world and size tables by it, so a negative,
-    fractional or huge value would give a negative MFU or allocate gigabytes;
-    no real job writes one. A rank not below its world leaves both unknown:
-    which of the two is wrong cannot be told.
-    """
-    given = {k: dist.get(k) for k in ("rank", "world_size")}
-    rank, world = _int(given["rank"]), _int(given["world_size"])
-    if rank is not None and not 0 <= rank < MAX_RANKS:
-        rank = None
-    if world is not None and not 1 <= world <= MAX_RANKS:
-        world = None
-    for key, got in (("rank", rank), ("world_size", world)):
-        if got is None and given[key] is not None:
-            warnings.add(f"distributedInfo {key} {reprlib.repr(given[key])} is not a whole number in range (ignored)")
-    if rank is not None and world is not None and rank >= world:
-        warnings.add(f"distributedInfo rank {rank} is not below world_size {world} (both ignored)")
-        return None, None
-    return rank, world
+    """The trace's rank and world size from distributedInfo; each None, with a warning, unless usable (`usable_ranks`:
+    the same bounds as a summary's and the options')."""
+    return usable_ranks(dist.get("rank"), dist.get("world_size"), "distributedInfo", warnings)
 
 
 MAX_GROUPS = 1 << 14  # process groups read from pg_config (a real job has tens; b200's 71)

@@ -16,7 +16,10 @@ What becomes what:
     ran for several devices (``--xla_force_host_platform_device_count``,
     sharded or ``pmap``/``shard_map`` programs), else null (one device: the
     ops are the trace's work, as on any CPU trace); ``collective`` the HLO
-    opcode of a collective (``all-reduce``, ``all-gather-start``, ...).
+    opcode of a collective (``all-reduce``, ``all-gather-start``, ...);
+    ``ext_id`` the event's ``run_id``: the execution the op belongs to (one id
+    per execution of a program, shared by its devices, increasing in dispatch
+    order; `stages.steps.by_run` gives each execution the step that dispatched it).
   ``name`` is the HLO op name, ``scope`` the framework name stack (the fused
   dot's ``metadata.op_name`` for a matmul fusion, else the instruction's, else
   the ``name``/``tf_op`` stats), ``dims``/``types`` JSON like Kineto's Input Dims
@@ -67,6 +70,7 @@ from traceflops.core.vocab import (
 )
 from traceflops.flops import hlo
 from traceflops.parsers.io import read_bytes
+from traceflops.parsers.values import as_count
 from traceflops.parsers.values import as_int as _int
 from traceflops.parsers.xplane_proto import (
     HloInstruction,
@@ -543,8 +547,8 @@ class _Builder:
         o["concrete"].append(None)
         o["strides"].append(None)
         o["scope"].append(scope)
-        o["flops_hint"].append(_int(flops))
-        o["bytes_hint"].append(_int(bytes_))
+        o["flops_hint"].append(as_count(flops))
+        o["bytes_hint"].append(as_count(bytes_))
         o["matmul_hint"].append(bool(matmul) if matmul is not None else False)
         own = facts is not None and flops == facts.flops  # the recompute share belongs to the parser's own count
         o["recompute_hint"].append(facts.recompute_flops if own else None)
@@ -555,28 +559,29 @@ class _Builder:
         return op_id
 
     def add_host_xla_op(self, *, name, pid, tid, ts, dur, scope, facts: OpFacts | None, flops, bytes_,
-                        device: int | None = None) -> None:
+                        device: int | None = None, run: int | None = None) -> None:
         """An op XLA:CPU ran on a host thread; a fusion of several name stacks' matmuls becomes one op per name stack.
 
         The parts run back to back inside the op's span, each for its share of the
         FLOPs (the profile times the fusion only), so the thread's busy time is unchanged.
         `device` is the XLA:CPU device the op ran for (`device_ordinal`): kept when the
         profile's host XLA ops ran for more than one (`build_trace`). A collective
-        (by its HLO opcode) is named in `collective`.
+        (by its HLO opcode) is named in `collective`; `run` (the event's `run_id`: one id per
+        execution of a program, increasing in dispatch order) is kept in `ext_id`.
         """
         if device is not None:
             self.host_devices.add(device)
         coll = _collective(facts.opcode if facts is not None else None, name)
-        given = _int(flops)
+        given = as_count(flops)
         if facts is None or not facts.parts or (given is not None and given != facts.flops) or not facts.flops:
             self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts, flops=flops,
-                        bytes_=bytes_, device=device, collective=coll)
+                        bytes_=bytes_, device=device, collective=coll, ext_id=run)
             return
         at = ts
         for k, part in enumerate(facts.parts):
             share = dur * part.flops / facts.flops if k < len(facts.parts) - 1 else ts + dur - at
             self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=at, dur=share, scope=scope, facts=part,
-                        bytes_=bytes_ if k == 0 else None, device=device, collective=coll)
+                        bytes_=bytes_ if k == 0 else None, device=device, collective=coll, ext_id=run)
             at += share
 
     def add_kernel(self, *, name, kind, pid, device, stream, ts, dur, corr, ext_id, bytes_=None, collective=None):
@@ -591,7 +596,7 @@ class _Builder:
         k["dur"].append(dur)
         k["correlation"].append(corr)
         k["ext_id"].append(ext_id)
-        k["bytes"].append(_int(bytes_))
+        k["bytes"].append(as_count(bytes_))
         k["collective"].append(collective)
 
     def add_launch(self, *, name, pid, tid, ts, dur, corr, ext_id=None):
@@ -849,7 +854,7 @@ def _scan_host_line(b: _Builder, p: XPlane, ln, tid: str, base_ns: int, launches
             scope = _stat(st, md.stats, "name") or _tf_scope(_stat(st, md.stats, "tf_op"))
             b.add_host_xla_op(name=hlo_op, pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts,
                               flops=_stat(st, md.stats, "flops"), bytes_=_stat(st, md.stats, "bytes_accessed"),
-                              device=_int(_stat(st, md.stats, "device_ordinal")))
+                              device=_int(_stat(st, md.stats, "device_ordinal")), run=_int(_stat(st, md.stats, "run_id")))
             continue
         step = _stat(st, md.stats, "step_num")
         if step is not None and _int(step) is not None:

@@ -18,11 +18,14 @@ from typing import Any
 
 from traceflops.core.errors import FormatError
 from traceflops.parsers.xplane_proto import (
+    Budget,
+    TooManyMessages,
     XEvent,
     XEventMetadata,
     XLine,
     XPlane,
     XSpace,
+    too_many,
 )
 
 _CLASS: Any = None
@@ -153,9 +156,20 @@ def decode_xspace(buf: bytes, path: str | None = None) -> XSpace:
 
     msg = _CLASS()
     try:
-        msg.ParseFromString(buf)
+        msg.ParseFromString(buf)  # ~60 bytes a message in upb's arena: the conversion below is what costs (~1.3 KB)
     except (DecodeError, RecursionError, ValueError) as e:
         raise FormatError(path, f"not a valid XSpace protobuf ({e})", _TODO) from None
+    try:
+        return _convert(msg, Budget(len(buf)))
+    except TooManyMessages as e:
+        raise too_many(path, e) from None
+
+
+def _convert(msg, budget: Budget) -> XSpace:
+    """The dataclasses, each container's messages counted (`budget`) before any of them is built."""
+    budget.take(len(msg.planes) + len(msg.errors) + len(msg.warnings) + len(msg.hostnames), "planes and strings")
+    for p in msg.planes:
+        budget.take(len(p.lines) + len(p.event_metadata) + len(p.stat_metadata) + len(p.stats), "lines, metadata and stats of one plane")
     space = XSpace(errors=list(msg.errors), warnings=list(msg.warnings), hostnames=list(msg.hostnames))
     for p in msg.planes:
         plane = XPlane(id=p.id, name=p.name)
@@ -164,16 +178,21 @@ def decode_xspace(buf: bytes, path: str | None = None) -> XSpace:
         plane.stat_descriptions = {k: v.description for k, v in p.stat_metadata.items() if v.description}
         unknown = [0]
         for k, m in p.event_metadata.items():
+            if len(m.stats):
+                budget.take_stats(len(m.stats), "event metadata stats")
             plane.event_metadata[k] = XEventMetadata(
                 k, m.name, m.display_name, m.metadata, _stats(m.stats, names, unknown) if len(m.stats) else {},
                 list(m.child_id),
             )
         plane.stats = _stats(p.stats, names, unknown)
         for ln in p.lines:
+            budget.take(len(ln.events), "events of one line")
             events = []
             append = events.append
             for e in ln.events:
                 st = e.stats
+                if len(st):
+                    budget.take_stats(len(st), "event stats")
                 append(XEvent(e.metadata_id, e.offset_ps, e.num_occurrences, e.duration_ps,
                               _stats(st, names, unknown) if len(st) else None))
             plane.lines.append(XLine(ln.id, ln.display_id, ln.name, ln.display_name, ln.timestamp_ns, ln.duration_ps, events))

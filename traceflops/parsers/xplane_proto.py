@@ -8,6 +8,16 @@ schema walk (the one self-nested message, ShapeProto's tuple_shapes, is cut at
 `MAX_DEPTH`), and any inconsistency raises `FormatError`, never an IndexError
 or a hang. Unknown fields are skipped (the schemas grow).
 
+Decoded messages are bounded per input byte (`message_bound`): an empty
+message is 2 bytes on the wire and ~1.3 KB once decoded, so 8 MB of empty
+XEvents would take minutes and gigabytes. Real profiles hold one message
+(plane, line, event, metadata entry) per 28 bytes or more, and one event stat
+(a dict entry, not an object) per 10 or more; the bound is one message per
+`BYTES_PER_MESSAGE` bytes (at least `MIN_MESSAGES`) or
+TRACEFLOPS_XSPACE_MAX_MESSAGES, and four times as many event stats. Both
+readers count before they build: the protobuf runtime's message counts, this
+reader's fields of each container (its scalars too: a few more).
+
 XPlane messages are read in two passes: the stat/event metadata first (it is
 serialized after the lines), so each event's stats come back as a name→value
 dict with `ref_value`s already resolved to the referenced string.
@@ -28,8 +38,62 @@ _DOUBLE = struct.Struct("<d")
 _TODO = "re-export the profile (the file is truncated or not an XSpace protobuf)"
 
 
+MAX_MESSAGES_ENV = "TRACEFLOPS_XSPACE_MAX_MESSAGES"
+BYTES_PER_MESSAGE = 12
+MIN_MESSAGES = 100_000
+STATS_PER_MESSAGE = 4
+
+
 class WireError(Exception):
     """Raised inside the decoder; turned into FormatError with the path at the boundary."""
+
+
+class TooManyMessages(Exception):
+    """More decoded messages than the input's bound (`Budget`); `too_many` makes it the one-line FormatError."""
+
+    def __init__(self, what: str, bound: int, n_bytes: int):
+        super().__init__(what)
+        self.what, self.bound, self.n_bytes = what, bound, n_bytes
+
+
+def message_bound(n_bytes: int) -> int:
+    """How many messages an XSpace of n_bytes may decode into: TRACEFLOPS_XSPACE_MAX_MESSAGES when it is a whole
+    number, else one per BYTES_PER_MESSAGE bytes and at least MIN_MESSAGES."""
+    import os
+
+    env = os.environ.get(MAX_MESSAGES_ENV, "").strip()
+    if env.isdigit():
+        return int(env)
+    return max(MIN_MESSAGES, n_bytes // BYTES_PER_MESSAGE)
+
+
+class Budget:
+    """Messages left to decode; `take` raises TooManyMessages past the bound, before the messages are built."""
+
+    __slots__ = ("bound", "left", "n_bytes", "stats_left")
+
+    def __init__(self, n_bytes: int):
+        self.bound = self.left = message_bound(n_bytes)
+        self.stats_left = STATS_PER_MESSAGE * self.bound
+        self.n_bytes = n_bytes
+
+    def take(self, n: int, what: str) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise TooManyMessages(what, self.bound, self.n_bytes)
+
+    def take_stats(self, n: int, what: str) -> None:
+        """Stats of events and of event metadata: dict entries, four allowed for each message."""
+        self.stats_left -= n
+        if self.stats_left < 0:
+            raise TooManyMessages(what, STATS_PER_MESSAGE * self.bound, self.n_bytes)
+
+
+def too_many(path: str | None, e: TooManyMessages) -> FormatError:
+    """The error line: the file, what overflowed, and how to go on."""
+    return FormatError(path, f"more than {e.bound:,} messages ({e.what}) in {e.n_bytes:,} bytes of XSpace: not a real profile's "
+                       f"density (one message per {BYTES_PER_MESSAGE} bytes, {STATS_PER_MESSAGE} event stats per message at most)",
+                       f"re-export the profile, or set {MAX_MESSAGES_ENV}=N (messages) to raise the bound")
 
 
 def _bad(what: str):
@@ -67,15 +131,20 @@ def signed(v: int) -> int:
     return v - _U64 if v >= _I64 else v
 
 
-def fields(buf: bytes, pos: int, end: int):
+def fields(buf: bytes, pos: int, end: int, budget: Budget | None = None, what: str = "fields"):
     """(field number, wire type, value) for each field in buf[pos:end].
 
     value: int for varint / fixed64 / fixed32 (raw bits), (start, stop) for
     length-delimited. Groups (deprecated wire types 3/4) are rejected.
+    With a `budget`, the fields are taken from it: counted while they are read
+    when the span could hold more than it has left (a field is 2 bytes at least).
     """
     out = []
     append = out.append
+    capped = budget is not None and (end - pos) // 2 > budget.left
     while pos < end:
+        if capped and len(out) > budget.left:
+            budget.take(len(out), what)
         b = buf[pos]
         if b < 0x80:
             tag = b
@@ -118,6 +187,8 @@ def fields(buf: bytes, pos: int, end: int):
             pos += 4
         else:
             _bad(f"unsupported wire type {wt} (field {fno})")
+    if budget is not None:
+        budget.take(len(out), what)
     return out
 
 
@@ -198,12 +269,13 @@ class XSpace:
 
 
 class _PlaneCtx:
-    __slots__ = ("buf", "names", "unknown")
+    __slots__ = ("budget", "buf", "names", "unknown")
 
-    def __init__(self, buf: bytes, names: dict[int, str]):
+    def __init__(self, buf: bytes, names: dict[int, str], budget: Budget | None = None):
         self.buf = buf
         self.names = names
         self.unknown = 0
+        self.budget = budget
 
 
 def _stat(ctx: _PlaneCtx, pos: int, end: int, out: dict) -> None:
@@ -290,6 +362,7 @@ def _event(ctx: _PlaneCtx, pos: int, end: int) -> XEvent:
     buf = ctx.buf
     mid = off = dur = occ = 0
     stats = None
+    nst = 0
     while pos < end:
         tag = buf[pos]
         pos += 1
@@ -331,6 +404,9 @@ def _event(ctx: _PlaneCtx, pos: int, end: int) -> XEvent:
             if tag >> 3 == 4:
                 if stats is None:
                     stats = {}
+                nst += 1
+                if ctx.budget is not None and nst > ctx.budget.stats_left:
+                    ctx.budget.take_stats(nst, "stats of one event")
                 _stat(ctx, pos, stop, stats)
             pos = stop
         elif wt == 1:
@@ -343,13 +419,15 @@ def _event(ctx: _PlaneCtx, pos: int, end: int) -> XEvent:
             pos += 4
         else:
             _bad(f"unsupported wire type {wt} in an event")
+    if nst and ctx.budget is not None:
+        ctx.budget.take_stats(nst, "event stats")
     return XEvent(mid, off, occ, dur, stats)
 
 
 def _line(ctx: _PlaneCtx, pos: int, end: int) -> XLine:
     buf = ctx.buf
     line = XLine()
-    for fno, wt, v in fields(buf, pos, end):
+    for fno, wt, v in fields(buf, pos, end, ctx.budget, "events of one line"):
         if wt == 0:
             if fno == 1:
                 line.id = signed(v)
@@ -379,10 +457,10 @@ def _map_entry(buf: bytes, pos: int, end: int) -> tuple[int, tuple[int, int] | N
     return key, value
 
 
-def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True) -> XPlane:
+def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True, budget: Budget | None = None) -> XPlane:
     plane = XPlane()
     line_spans, em_spans, sm_spans, stat_spans = [], [], [], []
-    for fno, wt, v in fields(buf, pos, end):
+    for fno, wt, v in fields(buf, pos, end, budget, "lines, metadata and stats of one plane"):
         if fno == 1 and wt == 0:
             plane.id = signed(v)
         elif wt != 2:
@@ -402,7 +480,7 @@ def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True) -> XPlane
         key, val = _map_entry(buf, s, e)
         name, desc = "", ""
         if val is not None:
-            for fno, wt, v in fields(buf, val[0], val[1]):
+            for fno, wt, v in fields(buf, val[0], val[1], budget, "stat metadata fields"):
                 if fno == 2 and wt == 2:
                     name = _str(buf, v)
                 elif fno == 3 and wt == 2:
@@ -411,13 +489,13 @@ def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True) -> XPlane
         if desc:
             plane.stat_descriptions[key] = desc
     plane.stat_metadata = names
-    ctx = _PlaneCtx(buf, names)
+    ctx = _PlaneCtx(buf, names, budget)
     for s, e in em_spans:
         key, val = _map_entry(buf, s, e)
         md = XEventMetadata(key)
         if val is not None:
             sspans = []
-            for fno, wt, v in fields(buf, val[0], val[1]):
+            for fno, wt, v in fields(buf, val[0], val[1], budget, "event metadata fields"):
                 if fno == 6:
                     packed_ints(buf, wt, v, md.child_id)
                 elif wt != 2:
@@ -444,11 +522,12 @@ def decode_xspace_python(buf: bytes, path: str | None = None) -> XSpace:
     """The pure-Python reader."""
     try:
         space = XSpace()
-        for fno, wt, v in fields(buf, 0, len(buf)):
+        budget = Budget(len(buf))
+        for fno, wt, v in fields(buf, 0, len(buf), budget, "planes and strings"):
             if wt != 2:
                 continue
             if fno == 1:
-                space.planes.append(_plane(buf, v[0], v[1]))
+                space.planes.append(_plane(buf, v[0], v[1], budget=budget))
             elif fno == 2:
                 space.errors.append(_str(buf, v))
             elif fno == 3:
@@ -458,6 +537,8 @@ def decode_xspace_python(buf: bytes, path: str | None = None) -> XSpace:
         return space
     except WireError as e:
         raise FormatError(path, f"not a valid XSpace protobuf ({e})", _TODO) from None
+    except TooManyMessages as e:
+        raise too_many(path, e) from None
     except RecursionError:  # pragma: no cover - the walk is iterative; belt and braces
         raise FormatError(path, "XSpace nesting too deep", _TODO) from None
 

@@ -25,23 +25,26 @@
     running matmul kernels' rates, per device) and "traceflops: MFU %" /
     "traceflops: HFU %" per step.
 
-Secrets (rules in `core/redact.py`): annotate never adds one and never copies
-one from the metadata. The other top-level keys are kept (it is the user's own
+Secrets (rules in `core/redact.py`): annotate never adds one and copies none
+the rules find. The other top-level keys are kept (it is the user's own
 trace) but redacted by key name and by value shape (`core.redact.redact`:
 environments, credential-named keys, URL passwords, secret query parameters,
-flags and `KEY=value` pairs, token-shaped strings), and so are the args of every
-metadata ('M') event (process and thread labels). The recorded events' own
-args and names (shapes, types, ids the parser reads) are not redacted by key,
-but the whole written trace, added events included, passes the shape rules
-(`core.redact.redact_bytes`: URL passwords and known token shapes), so no
-token-shaped string reaches the output wherever it sat. An entry that does
-not decode is written through as it was, except a metadata entry (or bytes
-that may be one), which is left out and counted: its labels cannot be
-redacted by key. A top-level
-`traceflops` key records what was added and how many values were redacted.
+flags and `KEY=value` pairs, `Bearer` credentials, token-shaped strings), and
+so is every decoded event (`core.redact.Redactor`, each distinct string and key
+decided once): its name and category by value, its args by key name
+(`password`, `secret`, `api_key`, ...) and by value. The parser's trace is
+redacted by the same rules (`parsers.parse`), so the analysis' names still
+match the written ones. The whole written trace, added events included, then
+passes the shape rules (`core.redact.redact_bytes`: URL passwords and known
+token shapes), which also reach an entry written through as its bytes. An
+entry that does not decode is written through as it was, except a metadata
+entry (or bytes that may be one), which is left out and counted: its labels
+cannot be redacted by key. A top-level `traceflops` key records what was added
+and how many values were redacted.
 
 The output is written atomically (a temporary file beside it, then a rename),
-gzipped unless the name ends in plain `.json`, compressed as it is written.
+gzipped unless the name ends in plain `.json`, compressed as it is written;
+`-` writes plain JSON to standard output.
 
 The input is read as the parser reads it (`parsers.jsonstream.stream_events`):
 a few MiB of whole entries at a time are decoded, annotated and written to a
@@ -70,6 +73,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,9 +87,9 @@ import numpy as np
 import orjson
 import polars as pl
 
-from traceflops.core.errors import FormatError, InputError
-from traceflops.core.files import write_atomic
-from traceflops.core.redact import redact, redact_bytes, redact_text
+from traceflops.core.errors import FormatError
+from traceflops.core.files import write_file
+from traceflops.core.redact import Redactor, redact, redact_bytes, redact_text
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
 from traceflops.parsers.io import check_regular, max_bytes_default
@@ -109,6 +113,7 @@ except ImportError:  # a platform without its wheel
     GZIP_LEVEL = 6
 
 CAT = "traceflops"
+STDOUT = "-"  # the output name that writes the annotated trace to standard output
 CHUNK = 2 << 20  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
 PROCESS = "traceflops"
 
@@ -542,7 +547,7 @@ class _Streamed:
     head: bytes = b""  # the top-level object with "traceEvents": []
     events_in: int = 0  # entries written, in file order
     written: bool = False  # anything written to the spool
-    redacted: int = 0  # values redacted in metadata events and by shape in the events' bytes
+    redacted: int = 0  # values redacted in the events (names, categories, args) and by shape in their bytes
     meta_left_out: int = 0  # metadata entries that do not decode (their args cannot be redacted by key)
     pids: set = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
@@ -556,16 +561,19 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
     got = _Streamed()
     unread = 0
     res = None
+    rules = Redactor()  # one for the whole file: each distinct name, key and value decided once
     for texts, res in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=_claim):
         for text in texts:
             items = text.value if text.__class__ is Claimed else array_entries(text)
+            for e in items:  # before numbering: the analysis holds the parser's names, redacted by the same rules
+                if isinstance(e, dict):
+                    rules.event(e)
             kern_at, op_at = numbering(items)
             if kernels is not None:
                 for e, r in kernels.take(items, kern_at, path):
                     _add_kernel_args(e, r)
             for e, r in ops.take(items, op_at, path):
                 _add_op_args(e, r)
-            got.redacted += _redact_meta_events(items)
             got.pids |= used_pids(items)
             got.events_in += len(items)
             if any(map(_as_read, items)):
@@ -578,6 +586,7 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
             if data:
                 spool.write(b"," + data if got.written else data)
                 got.written = True
+    got.redacted += rules.count
     if res is None or res.truncated:
         raise FormatError(path, "not a complete JSON document (it ends before its JSON closes)",
                           "annotate needs a whole Kineto (PyTorch profiler) JSON trace (a cut file can be analysed, not annotated)")
@@ -772,22 +781,23 @@ def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:
 
     Gzipped unless `path` ends in .json, compressed as `fill` writes it.
     `tmp` is that file's path, for scratch files beside it.
+    `path` "-" (`STDOUT`) is standard output: plain JSON (for a pipe: `jq`, `gzip`), scratch files in the temporary folder.
     """
-    result = None
+    if str(path) == STDOUT:
+        sys.stdout.flush()
+        done = fill(sys.stdout.buffer, Path(tempfile.gettempdir()) / STDOUT)
+        sys.stdout.buffer.flush()
+        return done
 
-    def write(tmp: Path) -> None:
-        nonlocal result
-        with open(tmp, "wb") as raw:
-            if Path(path).name.endswith(".json"):
-                result = fill(raw, tmp)
-            else:
-                with GzipWriter(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as f:
-                    result = fill(f, tmp)
-            raw.flush()
-            os.fsync(raw.fileno())
+    def write(raw) -> Any:
+        tmp = Path(raw.name)
+        if Path(path).name.endswith(".json"):
+            result = fill(raw, tmp)
+        else:
+            with GzipWriter(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as f:
+                result = fill(f, tmp)
+        raw.flush()
+        os.fsync(raw.fileno())
+        return result
 
-    try:
-        write_atomic(path, write)
-    except OSError as ex:
-        raise InputError(str(path), f"cannot write ({ex.strerror or ex})", "check the directory exists and is writable") from None
-    return result
+    return write_file(path, write)  # the one writer: a failed write is exit 2 naming the path

@@ -16,7 +16,7 @@ def render_json(d: dict[str, Any]) -> str:
 
 def largest_change_text(d: dict[str, Any]) -> str:
     """One line: which phase's matmul FLOPs moved most, and by how much."""
-    return H.largest_change_line(d.get("largest_change"))
+    return H.largest_change_line(d.get("largest_change"), d.get("largest_change_why"))
 
 
 def render_terminal(d: dict[str, Any], console=None) -> None:

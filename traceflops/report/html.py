@@ -165,7 +165,7 @@ def page(title: str, body: Iterable[str]) -> str:
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
             '<meta name="viewport" content="width=device-width,initial-scale=1">',
-            f"<title>{e(title)}</title><style>{CSS}</style></head><body>\n",
+            f"<title>{e(fmt.printable(title))}</title><style>{CSS}</style></head><body>\n",
             *body,
             f"\n<footer>{e(pkg)} {e(version)} · self-contained report: no scripts, no network loads.</footer>",
             "</body></html>\n",
@@ -386,6 +386,13 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
 # --- sections of one analysis -----------------------------------------------
 
 
+
+def _steps_counted(a) -> str:
+    """'N step(s)', or 'N of M steps counted' when the totals leave some out (asked, cut, or the unbounded last)."""
+    sc = a.totals.get("step_count") or {}
+    counted, have = sc.get("counted", a.steps.height), sc.get("in_trace", a.steps.height)
+    return f"{counted} step(s)" if counted == have else f"{counted} of {have} steps counted"
+
 def headline(a: Analysis) -> str:
     t, hw, m = a.totals, a.hardware or {}, a.model or {}
     peak = hw.get("peak_flops")
@@ -395,7 +402,7 @@ def headline(a: Analysis) -> str:
         ("band", m.get("band") or "—", "dense training rule of thumb" if m.get("band") else "not applicable"),
         ("peak", fmt.si(peak, "FLOP/s") if peak else "unknown", f"{hw.get('name') or 'hardware unknown'}, dense {hw.get('precision') or '?'}"),
         ("model FLOPs", str(m.get("source") or "—"), f"{m.get('mode') or ''}; coverage {fmt.pct(t.get('flops_coverage'))}"),
-        ("wall", fmt.ms(t.get("wall_us")), f"{a.steps.height} step(s)"),
+        ("wall", fmt.ms(t.get("wall_us")), _steps_counted(a)),
     ]
     if m.get("seq_len") is not None:
         items.append(("T", str(m["seq_len"]), (f"sequence length, from the {m.get('seq_len_source')}; "
@@ -407,7 +414,10 @@ def headline(a: Analysis) -> str:
                     f"{fmt.ms(k['time_us'])} in {k['count']} × {fmt.short(k['name'], 80)} ({k['why']})"
                     for k in t.get("unknown_matmul_kernels") or [])) + "</p>")
     if t.get("mfu_by_precision"):
-        out += '<p class="sub">MFU by peak: ' + e(", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())) + "</p>"
+        out += ('<p class="sub">MFU by peak: ' + e(", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())
+                                                    + fmt.precision_words(t["mfu_by_precision"])) + "</p>")
+    if t.get("loss_budget_unknown"):
+        out += f'<p class="sub"><b>{e(fmt.budget_unknown_words(t["loss_budget_unknown"]))}</b></p>'
     if m.get("note"):
         out += f'<p class="sub">{e(m["note"])}</p>'
     if hw.get("source"):
@@ -655,7 +665,7 @@ def render_html(a: Analysis, title: str | None = None, critical_path: dict[str, 
     from traceflops.report.tables import roofline_frame
 
     path = a.meta.get("path")
-    title = title or f"traceflops: {path}"
+    title = fmt.printable(title or f"traceflops: {path}")  # control characters visible, as the terminal shows them
     lb = (a.totals or {}).get("loss_budget")
     body = [
         f"<h1>{e(title)}</h1>",
@@ -664,7 +674,9 @@ def render_html(a: Analysis, title: str | None = None, critical_path: dict[str, 
         h2(f"Warnings ({len(a.warnings)})", "warnings"),
         warnings_list(a.warnings),
         h2("Where peak × time went (loss budget)", "budget"),
-        '<p class="sub">Fractions of peak FLOP/s × step time, summing to 100%: the first terms are FLOPs the device did, the rest time it spent not doing them.</p>',
+        ('<p class="sub">Fractions of peak FLOP/s × step time, summing to 100%: the first terms are FLOPs the device did, the rest time it '
+         'spent not doing them.</p>' if not a.totals.get("loss_budget_unknown") else
+         f'<p class="sub">Fractions of peak FLOP/s × step time: {e(fmt.budget_unknown_words(a.totals["loss_budget_unknown"]))}.</p>'),
         waterfall_svg(lb),
         budget_terms_table(lb),
         h2("What bounded each step (critical path)", "critical-path"),
@@ -675,6 +687,8 @@ def render_html(a: Analysis, title: str | None = None, critical_path: dict[str, 
         h2("Time partition per step", "steps"),
         steps_svg(a),
         time_table(a),
+        h2("Communication by dimension and phase", "communication"),
+        communication_section(getattr(a, "communication", None)),
         h2("Step variance", "step-stats"),
         step_stats_section(a.step_stats),
         h2("Matmul FLOPs by phase", "phases"),
@@ -756,10 +770,32 @@ def collectives_table(c: pl.DataFrame | None) -> str:
                   f"(algorithm bandwidth × the collective's bus factor), comparable to the link's peak.{e(more)}</p>")
 
 
+def communication_section(rows: pl.DataFrame | None, per_rank: pl.DataFrame | None = None) -> str:
+    """Exposed and hidden communication per dimension (the group's role), phase and kind; a job's with its ranks."""
+    if rows is None or rows.height == 0:
+        return '<p class="mute">No communication in the counted steps.</p>'
+    job = "ranks" in rows.columns
+    pct = lambda r, k: num(fmt.pct(r[k]), r[k], k)
+    out = [[r["role"], r["phase"], r["kind"], num(str(r["calls"]), r["calls"], "calls"), num(fmt.ms(r["time_us"]), r["time_us"], "time_us"),
+            pct(r, "exposed_share"), pct(r, "overlapped_share"),
+            *([num(str(r["ranks"]), r["ranks"], "ranks"), pct(r, "max_exposed_share"), num(str(r["max_rank"]), r["max_rank"], "max_rank")] if job else [])]
+           for r in rows.head(MAX_ROWS).iter_rows(named=True)]
+    html = table(["dimension", "phase", "kind", "calls", "time", "exposed", "hidden",
+                  *(["ranks", "most exposed rank's share", "that rank"] if job else [])], out, left=(0, 1, 2), css_class="communication")
+    if per_rank is not None and per_rank.height:
+        html += "<details><summary>Per rank</summary>" + table(
+            ["rank", "dimension", "phase", "kind", "calls", "time", "exposed", "hidden"],
+            [[r["rank"], r["role"], r["phase"], r["kind"], r["calls"], fmt.ms(r["time_us"]), pct(r, "exposed_share"), pct(r, "overlapped_share")]
+             for r in per_rank.head(MAX_ROWS * 4).iter_rows(named=True)], left=(1, 2, 3)) + "</details>"
+    return html + ('<p class="sub">Exposed: step time when the collective ran with no compute beside it; hidden: under compute. '
+                   "Time in flight together is cut evenly among the collectives, so the rows add up to the time partition's "
+                   "communication. A dimension is the group's role (DP, TP, PP, EP, CP, world), else its description.</p>")
+
+
 def render_job_html(job, title: str | None = None) -> str:
     """The job view (many ranks): job MFU/HFU, per-rank bars, steps, stragglers, collectives."""
     t = job.totals
-    title = title or f"traceflops: job of {t.get('world_size')} ranks"
+    title = fmt.printable(title or f"traceflops: job of {t.get('world_size')} ranks")
     first = job.summaries[0] if job.summaries else None
     hw = (first.hardware if first else None) or {}
     ck = job.clock or {}
@@ -794,22 +830,43 @@ def render_job_html(job, title: str | None = None) -> str:
                            for r in job.steps.iter_rows(named=True)]))
     body.append(h2("Stragglers (the rank the others waited for)", "stragglers") + stragglers_table(job.stragglers))
     body.append(h2("Collectives with the most arrival skew", "collectives") + collectives_table(job.collectives))
+    body.append(h2("Communication by dimension and phase", "communication")
+                + communication_section(getattr(job, "communication", None), getattr(job, "communication_by_rank", None)))
+    if getattr(job, "experts", None) is not None and job.experts.height:
+        x = lambda r, k: num("—" if r[k] is None else f"{r[k]:.2f}×", r[k], k)
+        body.append(h2("Experts per rank", "experts") + table(
+            ["rank", "EP group", "expert FLOPs / step", "vs group mean", "all-to-all / step", "vs group mean"],
+            [[r["rank"], r["ep_group"] or "?", num(fmt.si(r["expert_flops_per_step"], "FLOP"), r["expert_flops_per_step"], "expert_flops_per_step"),
+              x(r, "flops_vs_group_mean"), num(fmt.nbytes(r["a2a_bytes_per_step"]), r["a2a_bytes_per_step"], "a2a_bytes_per_step"),
+              x(r, "bytes_vs_group_mean")] for r in job.experts.iter_rows(named=True)], left=(1,))
+            + '<p class="sub">Expert FLOPs: the matmuls of the rank\'s grouped-GEMM and fused-MoE ops; all-to-all: the payloads of '
+              "its EP group's all-to-alls. An EP group's ranks run the same layers on different tokens: a rank above its "
+              "group's mean is the one its all-to-alls wait for.</p>")
     items = job.advice  # shaped like Analysis.advice (views.job.job_advice)
     body.append(h2("What to try", "advice") + (advice_section(items) if items else JOB_ADVICE_NONE))
     if job.pipeline is not None and job.pipeline.height:
-        body.append("<h2>Pipeline bubbles (P2P time)</h2>")
-        body.append(table(["rank", "step", "P2P", "share of step", "ideal bubble"],
-                          [[r["rank"], r["step"], fmt.ms(r["p2p_us"]), fmt.pct(r["bubble"]), fmt.pct(r["ideal_bubble"])] for r in job.pipeline.iter_rows(named=True)]))
+        p = job.pipeline.sort("stage", "rank", "step", nulls_last=True)
+        first = p.row(0, named=True)
+        body.append("<h2>Pipeline bubbles</h2>")
+        body.append(f"<p>{first['stages'] if first['stages'] is not None else '?'} stages, "
+                    f"{first['microbatches'] if first['microbatches'] is not None else '?'} micro-batches "
+                    f"({first['stages_source'] or 'unknown'}); the bubble is the time a stage was blocked on receives with no "
+                    "compute running (or its P2P time where the trace records no direction), against the ideal (p−1)/(m+p−1).</p>")
+        body.append(table(["stage", "rank", "step", "blocked on recv", "P2P", "bubble", "ideal bubble", "sends", "recvs", "matched",
+                           "forward / backward"],
+                          [[r["stage"], r["rank"], r["step"], fmt.ms(r["recv_blocked_us"]), fmt.ms(r["p2p_us"]), fmt.pct(r["bubble"]),
+                            fmt.pct(r["ideal_bubble"]), r["sends"], r["recvs"], r["matched"],
+                            f"{r['forward_p2p']} / {r['backward_p2p']}"] for r in p.iter_rows(named=True)]))
     return page(title, body)
 
 
 # --- diff ---------------------------------------------------------------------
 
 
-def largest_change_line(lc: dict[str, Any] | None) -> str:
-    """One line: which phase's matmul FLOPs moved most (the diff view's `largest_change`)."""
+def largest_change_line(lc: dict[str, Any] | None, why: str | None = None) -> str:
+    """One line: which phase's matmul FLOPs moved most (the diff view's `largest_change`), or why none did."""
     if not lc:
-        return "Largest change: none known (no phase's matmul FLOPs moved, or one side's are unknown: see the warnings)"
+        return f"Largest change: none: {why or 'no phase matmul FLOPs moved, or one side is unknown'}"
     unit = "per token" if lc["basis"] == "flops_per_token" else "per step"
     rel = "" if lc["relative"] is None else f", {lc['relative'] * 100:+.1f}%"
     sign = "+" if lc["delta"] > 0 else "−"
@@ -864,7 +921,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
             ("HFU", fmt.pp(h["hfu"]["after"]), f"{fmt.pp(h['hfu']['delta'], True)} from {fmt.pp(h['hfu']['before'])}"),
             ("step time", fmt.ms(h["step_us"]["after"]), f"{fmt.ms(h['step_us']['delta'], True)} from {fmt.ms(h['step_us']['before'])}"),
         ]),
-        f'<p class="largest-change"><b>{e(largest_change_line(d.get("largest_change")))}</b></p>',
+        f'<p class="largest-change"><b>{e(largest_change_line(d.get("largest_change"), d.get("largest_change_why")))}</b></p>',
         h2(f"Warnings ({len(d['warnings'])})", "warnings"),
         warnings_list(d["warnings"]),
         h2("Headline", "headline"),

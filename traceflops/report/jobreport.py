@@ -19,7 +19,7 @@ from traceflops.core.contract import (
 )
 from traceflops.core.results import Job
 from traceflops.report.jsonreport import SCHEMA
-from traceflops.report.terminal import BAR, printable_console, text
+from traceflops.report.terminal import BAR, communication_table, printable_console, text
 
 
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
@@ -42,6 +42,9 @@ def to_dict(job: Job) -> dict[str, Any]:
         "stragglers": _rows(job.stragglers),
         "advice": job.advice,
         "pipeline": _rows(job.pipeline),
+        "communication": _rows(job.communication) or None,
+        "communication_by_rank": _rows(job.communication_by_rank) or None,
+        "experts": _rows(job.experts) or None,
         "clock": job.clock,
         "outside_steps": None,
         "totals": job.totals,
@@ -101,10 +104,10 @@ def render(job: Job, console: Console | None = None) -> None:
         for r in job.stragglers.iter_rows(named=True):
             st.add_row(text(r["step"]), text(r["rank"]), in_ms(r["wait_us"]), text(r["reason"]))
         c.print(st)
-    if job.pipeline is not None and job.pipeline.height and job.pipeline["ideal_bubble"][0] is not None:
-        p = job.pipeline
-        ideal = p["ideal_bubble"][0]
-        c.print(f"pipeline: P2P time {fmt.pct(p['bubble'].mean())} of step time (ideal bubble {fmt.pct(ideal)})")
+    if job.pipeline is not None and job.pipeline.height:
+        pipeline_table(c, job.pipeline)
+    communication_table(c, job.communication, "Communication by dimension and phase, all ranks (share of the ranks' step time)")
+    experts_table(c, job.experts)
     budget_table(c, job)
     job_advice_lines(c, job)
     advice_lines(c, job)
@@ -175,3 +178,38 @@ def warning_lines(job: Job) -> list[str]:
     """The job's warnings once each (`Job.warning_groups`): a rank's warning said once for all the ranks that gave it
     (`ranks 0-7: ...`), repeats counted."""
     return [fmt.times(f"{fmt.ranks(rs)}: {w}" if rs else w, n) for w, rs, n in job.warning_groups]
+
+
+def pipeline_table(c, p) -> None:
+    """Per stage (rank) and step: the bubble it waited against the ideal, and its P2P matched with its peers'."""
+    first = p.row(0, named=True)
+    measured = "recv_blocked" in p["bubble_source"].to_list()
+    how = ("stages {} and micro-batches {} ({}), ideal bubble (p-1)/(m+p-1) {}".format(
+        text(first["stages"]), text(first["microbatches"]), text(first["stages_source"]), fmt.pct(first["ideal_bubble"]))
+        if first["ideal_bubble"] is not None else "stages and micro-batches unknown (--pipeline-stages, --microbatches)")
+    t = Table(title=f"Pipeline: {how}")
+    cols = ("stage", "rank", "step", "blocked on recv (ms)" if measured else "P2P (ms)", "bubble", "ideal",
+            "sends", "recvs", "matched", "fwd / bwd")
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True)
+    for r in p.sort("stage", "rank", "step", nulls_last=True).iter_rows(named=True):
+        t.add_row(text(r["stage"]), text(r["rank"]), text(r["step"]),
+                  in_ms(r["recv_blocked_us"] if r["bubble_source"] == "recv_blocked" else r["p2p_us"]),
+                  fmt.pct(r["bubble"]), fmt.pct(r["ideal_bubble"]), text(r["sends"]), text(r["recvs"]), text(r["matched"]),
+                  f"{text(r['forward_p2p'])} / {text(r['backward_p2p'])}")
+    c.print(t)
+
+
+def experts_table(c: Console, t: pl.DataFrame | None) -> None:
+    if t is None or t.height == 0:
+        return
+    et = Table(title="Experts per rank (per counted step; × = against its EP group's mean)")
+    for col in ("rank", "EP group", "expert FLOPs", "×", "all-to-all", "×"):
+        et.add_column(col, justify="right", no_wrap=True)
+    x = lambda v: fmt.NONE if v is None else f"{v:.2f}"
+    for r in t.iter_rows(named=True):
+        et.add_row(text(r["rank"]), text(r["ep_group"]), fmt.si(r["expert_flops_per_step"], "FLOP") if r["expert_flops_per_step"] is not None
+                   else fmt.NONE, x(r["flops_vs_group_mean"]), fmt.nbytes(r["a2a_bytes_per_step"]) if r["a2a_bytes_per_step"] is not None
+                   else fmt.NONE, x(r["bytes_vs_group_mean"]))
+    c.print(et)
+

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
-from traceflops.core.contract import rank_record, step_record
+from traceflops.core.contract import rank_record, step_records
 from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis
 
@@ -25,12 +27,9 @@ def _rows(df, n: int) -> list[dict[str, Any]] | None:
 
 
 def step_rows(a: Analysis) -> list[dict[str, Any]]:
-    rank = a.meta.get("rank")
-    rows = []
-    for s in a.steps.iter_rows(named=True):
-        row = step_record(s, rank)
+    rows = step_records(a.steps.iter_rows(named=True), a.meta.get("rank"))
+    for row in rows:
         row["model_flops"] = _num(row["model_flops"])
-        rows.append(row)
     return rows
 
 
@@ -58,6 +57,7 @@ def to_dict(a: Analysis) -> dict[str, Any]:
         "step_stats": a.step_stats,
         "critical_path": a.path_summary,
         "gemm_shapes": _rows(a.by_gemm_shape, 30),
+        "communication": _rows(a.communication, 100),
         "totals": a.totals,
         "warnings": a.warnings,
     }
@@ -65,3 +65,35 @@ def to_dict(a: Analysis) -> dict[str, Any]:
 
 def render(a: Analysis) -> str:
     return orjson.dumps(to_dict(a), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+_STEPS_AT = b'\n  "steps": []'  # the top-level key: two spaces in (a nested "steps" sits deeper)
+STEP_CHUNK = 4096
+
+
+def render_chunks(a: Analysis, rows: int = STEP_CHUNK) -> Iterator[bytes | memoryview]:
+    """`render(a)` as UTF-8 bytes, in pieces (bytes, or views of one: never copied): the steps are made and dumped
+    `rows` at a time, so a trace of 200 000 steps never holds every step's dict, nor the whole text, at once. The
+    pieces joined are `render(a)`'s bytes."""
+    rest = orjson.dumps(to_dict(replace(a, steps=a.steps.clear())), option=_OPTS)  # all but the steps: one buffer
+    at = rest.find(_STEPS_AT)
+    if at < 0:  # the steps are not where this splice expects them: the whole report at once
+        yield render(a).encode()
+        return
+    view = memoryview(rest)
+    head, tail = view[:at], view[at + len(_STEPS_AT):]
+    if not a.steps.height:
+        yield from (head, _STEPS_AT, tail)
+        return
+    yield head
+    yield _STEPS_AT[:-1]
+    rank = a.meta.get("rank")
+    for i in range(0, a.steps.height, rows):
+        part = step_records(a.steps.slice(i, rows).iter_rows(named=True), rank)
+        for row in part:
+            row["model_flops"] = _num(row["model_flops"])
+        text = orjson.dumps(part, option=_OPTS)  # "[\n  {...},\n  {...}\n]": its items one level deeper in the report
+        yield (b"" if i == 0 else b",") + text[1:-2].replace(b"\n", b"\n  ")
+    yield b"\n  ]"
+    yield tail

@@ -9,7 +9,9 @@ both. Row counts are the frames' own.
 A CSV text cell that a spreadsheet would run as a formula (one starting with
 `=`, `+`, `-`, `@`, a tab or a carriage return: a kernel named
 `=HYPERLINK(...)`) is written with a leading `'`, as OWASP advises; number
-columns are written as numbers. Parquet keeps every value as it is.
+columns are written as numbers. Control characters in a CSV text cell (an
+escape sequence, a bidi override) are shown as the terminal shows them
+(`core.fmt.printable`). Parquet keeps every value as it is.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceflops.core.files import write_atomic
+from traceflops.core import fmt
+from traceflops.core.files import write_file
 from traceflops.core.results import Analysis
 
 # every table a report can write, one analysis's and a job's (`frames`, `job_frames`)
@@ -123,8 +126,23 @@ def flat(df: pl.DataFrame, *, nested: bool) -> pl.DataFrame:
 FORMULA_START = r"^[=+\-@\t\r]"  # what a spreadsheet reads as the start of a formula
 
 
+def printable_cells(df: pl.DataFrame) -> pl.DataFrame:
+    """Text columns with control characters shown as the terminal shows them (`core.fmt.printable`: `\\x1b`), decided once
+    per distinct value; other columns, and a column without one, as they are."""
+    out = []
+    for n, t in df.schema.items():
+        if t != pl.Utf8:
+            continue
+        changed = {v: p for v in df[n].drop_nulls().unique().to_list() if (p := fmt.printable(v)) != v}
+        if changed:
+            out.append(df[n].replace(changed))
+    return df.with_columns(out) if out else df
+
+
 def spreadsheet_safe(df: pl.DataFrame) -> pl.DataFrame:
-    """Text columns with a `'` before any cell a spreadsheet would evaluate; other columns as they are."""
+    """A CSV's cells: control characters visible (`printable_cells`), a `'` before any text cell a spreadsheet would
+    evaluate; other columns as they are."""
+    df = printable_cells(df)
     text = [n for n, t in df.schema.items() if t in (pl.Utf8, pl.Categorical) or isinstance(t, pl.Enum)]
     guarded = (pl.when(pl.col(n).cast(pl.Utf8).str.contains(FORMULA_START)).then(pl.lit("'") + pl.col(n).cast(pl.Utf8))
                .otherwise(pl.col(n).cast(pl.Utf8)).alias(n) for n in text)
@@ -147,8 +165,8 @@ def write_frames(named: dict[str, pl.DataFrame], directory: str | os.PathLike) -
     written: dict[str, dict[str, Any]] = {}
     for name, df in named.items():
         pq, csv = d / f"{name}.parquet", d / f"{name}.csv"
-        write_atomic(pq, lambda p, df=df: flat(df, nested=True).write_parquet(p))
-        write_atomic(csv, lambda p, df=df: spreadsheet_safe(flat(df, nested=False)).write_csv(p))
+        write_file(pq, lambda f, df=df: flat(df, nested=True).write_parquet(f))
+        write_file(csv, lambda f, df=df: spreadsheet_safe(flat(df, nested=False)).write_csv(f))
         written[name] = {"rows": df.height, "parquet": str(pq), "csv": str(csv)}
     return written
 

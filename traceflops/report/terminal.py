@@ -110,6 +110,7 @@ def render(a: Analysis, console: Console | None = None, critical_path: dict[str,
     steps_table(c, a, known)
     kernels_table(c, a)
     modules_table(c, a)
+    communication_table(c, a.communication)
     if a.outside_steps:
         o = a.outside_steps
         c.print(f"outside steps: {o['kernels']} device activities, {fmt.duration(o['device_us'])}")
@@ -148,7 +149,10 @@ def header(c: Console, a: Analysis) -> None:
         for note in m.get("notes") or []:
             c.print(f"  [dim]{text(note)}[/dim]")
     if t.get("mfu_by_precision"):
-        c.print("MFU by peak: " + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items()))
+        c.print("MFU by peak: " + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())
+                + text(fmt.precision_words(t["mfu_by_precision"])))
+    if t.get("loss_budget_unknown"):
+        c.print(f"[yellow]{text(fmt.budget_unknown_words(t['loss_budget_unknown']))}[/yellow]")
     if m.get("band"):
         c.print(f"band: {text(m['band'])}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
         meaning = band_meaning(m)
@@ -199,7 +203,9 @@ def budget_table(c: Console, a: Analysis) -> None:
     lb = a.totals.get("loss_budget")
     if not lb:
         return
-    bt = Table(title="Where peak x time went (loss budget, sums to 100%)")
+    unknown = a.totals.get("loss_budget_unknown")
+    bt = Table(title="Where peak x time went (loss budget, sums to 100%)" if not unknown else
+               f"Where peak x time went (loss budget; the unknown terms hold {fmt.pct(unknown['share'])}, see above)")
     bt.add_column("term")
     bt.add_column("share", justify="right", no_wrap=True)
     bt.add_column("", no_wrap=True)
@@ -260,6 +266,28 @@ def kernels_table(c: Console, a: Analysis) -> None:
         kt.add_row(name(c, r["name"]), text(r["cls"]), text(r["bound"]), str(r["count"]), f"{r['dur_us'] / 1e3:.3f}",
                    fmt.NONE if rec is None else f"{rec / 1e3:.3f}")
     c.print(kt)
+
+
+DIMENSIONS = ("dp", "tp", "pp", "ep", "cp")
+
+
+def communication_table(c: Console, rows, title: str = "Communication by dimension and phase (share of step time)") -> None:
+    """Exposed and hidden communication per dimension, phase and kind, when the groups tell dimensions apart (a job
+    on one group says no more than the time breakdown does)."""
+    if rows is None or not rows.height:
+        return
+    roles = set(rows["role"].to_list())
+    if len(roles - {"?"}) < 2 and not roles & set(DIMENSIONS):
+        return
+    ct = Table(title=title)
+    for col in ("dimension", "phase", "kind"):
+        ct.add_column(col)
+    for col in ("calls", "time (ms)", "exposed", "hidden"):
+        ct.add_column(col, justify="right", no_wrap=True)
+    for r in rows.head(12).iter_rows(named=True):
+        ct.add_row(text(r["role"]).upper() if r["role"] in DIMENSIONS else text(r["role"]), text(r["phase"]), text(r["kind"]),
+                   str(r["calls"]), f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["exposed_share"]), fmt.pct(r["overlapped_share"]))
+    c.print(ct)
 
 
 def modules_table(c: Console, a: Analysis) -> None:

@@ -24,7 +24,7 @@ def load(path: str, cache_dir=None, progress=None) -> Trace:
     try:
         trace_cache.store(str(path), trace, cache_dir)
     except OSError as e:
-        trace.warnings.add(f"cache not written ({e.strerror})")
+        trace.warnings.add(f"{trace_cache.NOT_WRITTEN} ({e.strerror})")  # this run's only: never kept, retried next time
     return trace
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import numbers
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ def model_spec(params=None, layers=None, heads=None, head_dim=None, seq_len=None
 
 def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None,
                   tokens_per_step=None, world_size=None, mode=None, hardware=None, precision=None, peak_tflops=None,
-                  exclude_steps=(), graph_captures=(), keep_last_step=False) -> ModelOptions:
+                  exclude_steps=(), graph_captures=(), keep_last_step=False, group_roles=()) -> ModelOptions:
     """The `ModelOptions` of one analysis, the same from the command line and from Python."""
     if mode not in MODES:
         raise OptionsError(None, f"mode must be 'training' or 'inference', got {mode!r}", "leave it out to detect it")
@@ -123,4 +124,22 @@ def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_le
         exclude_steps=tuple(exclude_steps),
         graph_captures=tuple(str(p) for p in graph_captures),
         keep_last_step=bool(keep_last_step),
+        group_roles=parse_group_roles(group_roles),
     )
+
+
+_ROLE_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def parse_group_roles(given) -> tuple[tuple[str, str], ...]:
+    """`GROUP=ROLE` pairs (`--group-role`): a group's description or name (as pg_config and the report call it) and what
+    it is for (dp, tp, pp, ep, cp, or a word of one's own)."""
+    out = []
+    for g in given or ():
+        group, sep, role = str(g).partition("=")
+        if not sep or not group.strip() or not _ROLE_RE.match(role.strip().lower()):
+            raise OptionsError(None, f"--group-role {g!r} is not GROUP=ROLE",
+                               "name the group by its description or name, and the role as dp, tp, pp, ep, cp or a short word "
+                               "(e.g. --group-role default_pg=tp)")
+        out.append((group.strip(), role.strip().lower()))
+    return tuple(out)

@@ -1,7 +1,8 @@
 """Executed FLOPs per op and per kernel, from recorded shapes.
 
 Only leaf matmul-class ops count (an `aten::linear` that recorded its
-`aten::addmm` counts once, through the addmm), and only ops that ran: on a
+`aten::addmm` counts once, through the addmm; a grouped mm counts once, as
+itself, never through the per-group mm its fallback runs), and only ops that ran: on a
 device trace an op ran iff it or a descendant launched device work; on a CPU
 trace an op whose only children are `aten::detach` was cut short (checkpoint
 early stop) and did nothing.
@@ -56,9 +57,21 @@ def mark_ancestors(parent: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+# Grouped GEMMs (MoE experts) count once, as the dispatcher-level op, with FLOPs from its own shapes: the CPU (and
+# pre-Hopper CUDA) fallback runs one aten::mm (or bmm) per group inside it, and those are not matmuls of their own.
+GROUPED_MM_OPS = frozenset({"aten::_grouped_mm", "aten::_scaled_grouped_mm", "aten::_scaled_grouped_mm_v2"})
+
+
 def leaf_matmuls(ops: pl.DataFrame) -> np.ndarray:
+    """Matmul-class ops with no matmul-class op below them, but for a grouped mm: it is the op counted, and the
+    per-group matmuls inside it are not (`GROUPED_MM_OPS`)."""
     parent = ops["parent"].to_numpy()
     formula = has_formula(ops["name"], ops["matmul_hint"])
+    grouped = formula & ops["name"].is_in(list(GROUPED_MM_OPS)).to_numpy()
+    if grouped.any():
+        owner = nearest(parent, grouped)  # the op itself or its nearest grouped-mm ancestor
+        inside = np.where(parent >= 0, owner[np.maximum(parent, 0)] >= 0, False)
+        formula = formula & ~inside
     return formula & ~mark_ancestors(parent, np.flatnonzero(formula))
 
 

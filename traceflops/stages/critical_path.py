@@ -264,26 +264,37 @@ def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFra
         return pl.DataFrame(schema=SEGMENT_SCHEMA)
     g = _graph(kernels, launches)
     win = steps.filter(pl.col("start").is_not_null() & pl.col("window").is_not_null()).sort("start")
-    frames = []
-    for step, lo, width in win.select("step", "start", "window").iter_rows():
-        hi = lo + width
-        p = _Path(step, lo, hi)
-        # The step ends at its last device activity, or where the next step's first one starts.
-        at = int(np.searchsorted(g.ends_sorted, hi + _EPS, "right")) - 1
-        first = int(np.searchsorted(g.ts, hi - _EPS, "left", sorter=g.by_start))  # the first kernel starting at the end
-        nxt = int(g.by_start[first]) if first < len(g.ts) and g.ts[g.by_start[first]] <= hi + _EPS else None
-        if nxt is not None and (at < 0 or g.ends_sorted[at] < hi - _EPS):
-            _walk(g, nxt, p, skip_busy=True)
-        elif at >= 0:
-            _walk(g, int(g.by_end[at]), p, skip_busy=False)
+    if win.height == 0:
+        return pl.DataFrame(schema=SEGMENT_SCHEMA)
+    # Where each step's walk starts, for all steps at once: its last device activity, or the next step's first one.
+    lo_all = win["start"].to_numpy().astype(np.float64)
+    hi_all = lo_all + win["window"].to_numpy().astype(np.float64)
+    n = len(g.ts)
+    if n:
+        at_all = np.searchsorted(g.ends_sorted, hi_all + _EPS, "right") - 1
+        first_all = np.searchsorted(g.ts, hi_all - _EPS, "left", sorter=g.by_start)  # the first kernel starting at the end
+        nxt_all = g.by_start[np.minimum(first_all, n - 1)]
+        has_nxt = (first_all < n) & (g.ts[nxt_all] <= hi_all + _EPS)
+        end_at = np.where(at_all >= 0, g.ends_sorted[np.maximum(at_all, 0)], -np.inf)
+        from_next = has_nxt & ((at_all < 0) | (end_at < hi_all - _EPS))
+        start_kernel = np.where(from_next, nxt_all, np.where(at_all >= 0, g.by_end[np.maximum(at_all, 0)], -1))
+    else:
+        from_next, start_kernel = np.zeros(len(lo_all), bool), np.full(len(lo_all), -1)
+    # One set of columns for every step (a frame per step cost more than the walk on traces of many small steps).
+    p = _Path(0, 0.0, 0.0)
+    counts = []
+    for step, lo, hi, k, skip in zip(win["step"].to_list(), lo_all.tolist(), hi_all.tolist(), start_kernel.tolist(), from_next.tolist()):
+        before = len(p.starts)
+        p.step, p.lo, p.cur = step, lo, hi
+        if k >= 0:
+            _walk(g, k, p, skip_busy=skip)
         if not p.done:
             p.add(lo, "idle", "idle")
-        frames.append(pl.DataFrame({"step": [step] * len(p.starts), "start": p.starts, "end": p.ends,
-                                    "kind": p.kinds, "name": p.names, "tid": p.tids},
-                                   schema={**_BASE, "tid": launches.schema.get("tid", pl.Utf8)}))
-    if not frames:
-        return pl.DataFrame(schema=SEGMENT_SCHEMA)
-    seg = _name_host(pl.concat(frames), ops)
+        counts.append(len(p.starts) - before)
+    step_col = win["step"].gather(np.repeat(np.arange(win.height), counts))
+    frame = pl.DataFrame({"step": step_col, "start": p.starts, "end": p.ends, "kind": p.kinds, "name": p.names, "tid": p.tids},
+                         schema={**_BASE, "tid": launches.schema.get("tid", pl.Utf8)})
+    seg = _name_host(frame, ops)
     return seg.with_columns(dur=pl.col("end") - pl.col("start")).select(list(SEGMENT_SCHEMA)).sort("step", "start")
 
 

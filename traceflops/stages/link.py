@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.trace import Trace, thread_order
+from traceflops.core.vocab import DEVICE_SIDE_LAUNCH
 
 # Slack for float-rounded ends: a child may end a few ns after its parent.
 _EPS_US = 1e-3
@@ -188,6 +189,8 @@ def link(trace: Trace) -> Linked:
 
 # A device activity cannot start before the host launched it; clock sync between host and device is good to a few µs.
 _EARLY_US = 1000.0
+# Runtime calls that launch exactly one kernel (CUDA runtime and driver, HIP).
+_ONE_ACTIVITY_LAUNCH_RE = r"^(cuda|hip|cu|hipExt)(Launch(Cooperative)?Kernel|ModuleLaunchKernel)(ExC|Ex|_v\d+)?$"
 
 
 def implausible_links(launches: pl.DataFrame, kernels: pl.DataFrame, warnings) -> None:
@@ -197,7 +200,15 @@ def implausible_links(launches: pl.DataFrame, kernels: pl.DataFrame, warnings) -
     if shared:
         warnings.add("runtime launches share a correlation id with an earlier launch (their device activities are "
                      "linked to the first; phases and step assignment may be wrong)", shared)
-    early = kernels.filter(pl.col("ts") < pl.col("launch_ts") - _EARLY_US).height
+    # One kernel launch (cudaLaunchKernel and kin; not a graph launch) makes one device activity: a second one with
+    # its correlation id is another launch's, whose op then loses its FLOPs.
+    once = kernels.filter(pl.col("launch_name").str.contains(_ONE_ACTIVITY_LAUNCH_RE))
+    collided = once.height - once["correlation"].n_unique()
+    if collided:
+        warnings.add("device activities carry the correlation id of a launch that makes one activity, already taken by "
+                     "another (corrupt or merged correlation ids: their ops' FLOPs and phases may be wrong)", collided)
+    # A device op's own anchor (TPU: no host launch recorded, placed inside the op) is not a launch time.
+    early = kernels.filter((pl.col("ts") < pl.col("launch_ts") - _EARLY_US) & (pl.col("launch_name") != DEVICE_SIDE_LAUNCH)).height
     if early:
         warnings.add(f"device activities start more than {_EARLY_US:.0f} us before the launch their correlation id names "
                      "(inconsistent clocks or correlation ids; linked anyway)", early)

@@ -30,6 +30,9 @@ _FORMULA_NODE_RE = re.compile(r"Backward\d*$")  # a node that computes gradients
 # Backward work outside any node: callbacks the engine runs when the backward pass ends (FSDP's last reduce-scatter).
 _BACKWARD_CALLBACK_RE = re.compile(r"^FSDP::root_post_backward_callback$|^FSDP::post_backward")
 _OPT_RE = re.compile(r"^Optimizer\.(?:step|zero_grad)#|^optimizer\.step|^Optimizer\.step")
+# A graph compiled by compiled autograd (`torch._dynamo.compiled_autograd`): the whole backward pass as one
+# Dynamo graph, its compile id prefixed by `!` (the compiled-autograd graph's id): no autograd node is recorded.
+_COMPILED_AUTOGRAD_RE = re.compile(r"^Torch-Compiled Region: !\d+/")
 CHECKPOINT_NODE = "CheckpointFunctionBackward"
 COMPILED_FWD = "CompiledFunction"
 COMPILED_BWD = "CompiledFunctionBackward"
@@ -67,7 +70,8 @@ def reentrant_recompute(under_checkpoint: np.ndarray, is_node: np.ndarray) -> np
     return under_checkpoint & ~is_node
 
 
-def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, parent: np.ndarray) -> np.ndarray:
+def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, parent: np.ndarray,
+                                  matmul_like: np.ndarray) -> np.ndarray:
     """Roots of forward ops re-run inside a backward node (non-reentrant checkpoint).
 
     Backward formulas run with grad mode off and record no sequence number; a
@@ -89,6 +93,41 @@ def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node
     forward_roots = sig.filter(pl.Series(~in_bwd[rows])).unique()
     out = np.zeros(ops.height, dtype=bool)
     out[rows] = in_bwd[rows] & sig.is_in(forward_roots.implode()).to_numpy()
+    formula_like = ops["name"].is_in(_FORMULA_GEMMS).to_numpy()
+    out &= ~_consumes_node_gradient(ops, out & parent_node & matmul_like & formula_like, parent)
+    return out
+
+
+# What a GEMM's derivative formula calls (`mm_mat1_backward`, `bmm`'s and `baddbmm`'s formulas): a recompute
+# re-runs the model's own calls instead (`aten::linear`, `aten::baddbmm`, ...), so only these can be formula work.
+_FORMULA_GEMMS = ("aten::mm", "aten::bmm")
+
+
+def _operands(col: str | None) -> list:
+    try:
+        parsed = orjson.loads(col) if col else None
+    except orjson.JSONDecodeError:
+        return []
+    return parsed if isinstance(parsed, list) else []
+
+
+def _consumes_node_gradient(ops: pl.DataFrame, cand: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Which `cand` ops take their parent node's incoming gradient (same dims and strides) as an operand.
+
+    A node's function records the gradients it receives as its Input Dims /
+    Input Strides. Only the few candidate roots are looked at.
+    """
+    out = np.zeros(ops.height, dtype=bool)
+    rows = np.flatnonzero(cand)
+    if not len(rows):
+        return out
+    par = parent[rows]
+    dims, strides = ops["dims"].gather(rows).to_list(), ops["strides"].gather(rows).to_list()
+    pdims, pstrides = ops["dims"].gather(par).to_list(), ops["strides"].gather(par).to_list()
+    for k, i in enumerate(rows):
+        grads = {orjson.dumps(g) for g in zip(_operands(pdims[k]), _operands(pstrides[k])) if g[0]}
+        mine = {orjson.dumps(g) for g in zip(_operands(dims[k]), _operands(strides[k])) if g[0]}
+        out[i] = bool(grads & mine)
     return out
 
 
@@ -101,8 +140,9 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.nd
     A backward region is paired with the forward region of the same `Sequence
     number` (several compiled regions per step, such as a decoder stack and an
     LM head, each pair on its own): per signature it recomputes at most as many
-    GEMMs as that forward ran. Regions without a sequence number share one budget,
-    a forward's worth per backward region.
+    GEMMs as that forward ran, and its batched GEMMs (`bmm`) at most as many as
+    it ran beyond their gradients (`_recompute_room`). Regions without a
+    sequence number share one budget, a forward's worth per backward region.
     """
     n = ops.height
     out = np.zeros(n, dtype=bool)
@@ -126,6 +166,7 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.nd
         fwd_counts[key] = fwd_counts.get(key, 0) + 1
     unpaired = in_fwd & (pair < 0)
     unpaired_regions = max(1, len(set(region[unpaired].tolist())))
+    batched, spare = _recompute_room(ops, region, region_kind, matmul_like, pair, unpaired_regions)
     used: dict[tuple[int, str], int] = {}
     for i in np.flatnonzero(in_bwd):
         budget = fwd_counts.get((int(pair[i]), sig[i]), 0)
@@ -133,10 +174,40 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.nd
             budget = -(-budget // unpaired_regions)
         key = (int(region[i]), sig[i])
         k = used.get(key, 0)
-        if k < budget:
+        r = int(region[i])
+        if k < budget and (not batched[i] or spare.get(r, 0) > 0):
             out[i] = True
             used[key] = k + 1
+            if batched[i]:
+                spare[r] -= 1
     return out
+
+
+# Batched GEMMs of two activations (attention written as matmuls): each operand has a gradient, and a gradient
+# can have the forward's shapes and strides. A Linear's GEMM reads its weight transposed in the forward and not
+# in its gradients, so its signature tells them apart; a frozen weight (LoRA) has no weight gradient at all.
+_BATCHED_GEMMS = ("aten::bmm", "aten::baddbmm")
+
+
+def _recompute_room(ops: pl.DataFrame, region: np.ndarray, region_kind: np.ndarray, matmul_like: np.ndarray,
+                    pair: np.ndarray, unpaired_regions: int) -> tuple[np.ndarray, dict[int, int]]:
+    """Which GEMMs are batched, and per compiled backward region how many batched GEMMs can be recompute.
+
+    A batched forward GEMM of two activations has two gradient GEMMs (dA = dY·Bᵀ,
+    dB = Aᵀ·dY), batched too; a backward region that ran more batched GEMMs than
+    twice its forward's recomputed the rest. Its gradients can repeat a forward
+    signature exactly (dQ = dS·K is P·V's, dP = dO·Vᵀ is Q·Kᵀ's), so without
+    checkpointing signatures alone would book them as recompute.
+    """
+    batched = ops["name"].is_in(_BATCHED_GEMMS).to_numpy() & matmul_like
+    fwd = batched & (region_kind == 1)
+    bwd = batched & (region_kind == 2)
+    grads = pl.DataFrame({"pair": pair[fwd]}).group_by("pair").len()
+    per_pair = {int(p): 2 * int(n) for p, n in grads.iter_rows()}
+    if -1 in per_pair:
+        per_pair[-1] = -(-per_pair[-1] // unpaired_regions)
+    ran = pl.DataFrame({"region": region[bwd], "pair": pair[bwd]}).group_by("region", "pair").len()
+    return batched, {int(r): max(0, int(n) - per_pair.get(int(p), 0)) for r, p, n in ran.iter_rows()}
 
 
 def _operand_numels(dims: str | None) -> set[int]:
@@ -234,12 +305,13 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
     is_node = (nodes != "").to_numpy()
     node_row = nearest(parent, is_node)
     in_bwd = (node_row >= 0) | (nearest(parent, ops["name"].str.contains(_BACKWARD_CALLBACK_RE.pattern).to_numpy()) >= 0)
+    in_bwd |= nearest(parent, ops["name"].str.contains(_COMPILED_AUTOGRAD_RE.pattern).to_numpy()) >= 0
     # String work stays in polars: numpy object arrays of names were most of this stage's time.
     node_name = pl.select(pl.when(pl.Series(in_bwd)).then(nodes.gather(np.maximum(node_row, 0))).otherwise(pl.lit(""))).to_series().alias("node")
 
     opt = in_optimizer(ops, parent)
     reentrant = reentrant_recompute((node_name == CHECKPOINT_NODE).to_numpy(), is_node)
-    nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, parent)
+    nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, parent, matmul_like)
     # Recompute is inherited by everything nested under a recomputed op.
     recompute_root = reentrant | nonreentrant
     recompute = nearest(parent, recompute_root) >= 0

@@ -250,6 +250,7 @@ def by_execution(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.S
     step are moved, and only when their runs divide evenly among the steps;
     the others stay where their start put them (outside every step: reported).
     """
+    step = by_run(ops, step, host)
     xla = ops["cat"] == "xla_op"
     if host.height == 0 or not ((step == OUTSIDE) & xla).any():
         return step
@@ -270,3 +271,47 @@ def by_execution(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.S
     return frame.join(moved, on="_i", how="left", suffix="_new").sort("_i").select(
         pl.coalesce("step_new", "step").alias(step.name)
     ).to_series()
+
+
+def by_run(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.Series:
+    """XLA ops that carry their execution's run id (`ext_id`, XLA:CPU's `run_id`) in the step that dispatched it.
+
+    With asynchronous dispatch an execution runs after its step's host span, mostly
+    inside the next one when that step reads the previous loss: its ops' start
+    names the wrong step. A program's run ids increase in dispatch order and the
+    steps dispatch in step order, so per program (its runs told apart by the set of
+    op names they run) the k-th of its n runs belongs to step k // (n / steps).
+    Only where its runs divide evenly among the steps and none starts before the
+    span of the step it is given (no execution runs before its dispatch); the ops
+    of any other program keep their step.
+    """
+    if host.height == 0 or "ext_id" not in ops.columns:
+        return step
+    runs_of = (ops["cat"] == "xla_op") & ops["ext_id"].is_not_null()
+    if not runs_of.any():
+        return step
+    spans = host.sort("ts")
+    m = spans.height
+    order = pl.DataFrame({"_k": pl.int_range(m, eager=True), "_to": spans["step"].cast(pl.Int64),
+                          "_start": spans["ts"].cast(pl.Float64)})
+    frame = pl.DataFrame({"_i": pl.int_range(ops.height, eager=True), "_run": ops["ext_id"], "name": ops["name"],
+                          "ts": ops["ts"], "_x": runs_of}).filter("_x")
+    runs = (
+        frame.group_by("_run")
+        .agg(_sig=pl.col("name").unique().sort().str.join("\n").hash(), _t0=pl.col("ts").min())
+        .with_columns(_n=pl.len().over("_sig"), _r=pl.col("_run").rank("ordinal").over("_sig") - 1)
+        .filter(pl.col("_n") % m == 0)
+        .with_columns(_k=(pl.col("_r") // (pl.col("_n") // m)).cast(pl.Int64))
+        .join(order, on="_k", how="left")
+        .filter((pl.col("_t0") >= pl.col("_start")).all().over("_sig"))
+        .select("_run", "_to")
+    )
+    if runs.height == 0:
+        return step
+    moved = frame.join(runs, on="_run", how="inner").select("_i", "_to")
+    return (
+        pl.DataFrame({"_i": pl.int_range(ops.height, eager=True), "step": step})
+        .join(moved, on="_i", how="left").sort("_i")
+        .select(pl.coalesce("_to", "step").alias(step.name))
+        .to_series()
+    )

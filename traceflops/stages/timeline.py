@@ -32,6 +32,7 @@ from traceflops.core.errors import ConservationError
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import (
     BUSY_CLASSES,
+    DEVICE_SIDE_LAUNCH,
     HOST_COMM_WAIT_RE,
     HOST_COMM_WORK_RE,
     NO_DEVICE_ACTIVITY,
@@ -45,8 +46,8 @@ from traceflops.stages.steps import DEVICE_WORK_LAUNCH
 
 # Count columns of the sweep (see `_kernel_arrays`): the four busy classes of
 # the partition in priority order, then the overlay columns.
-_RECOMPUTE, _MM_KNOWN, _MM_UNKNOWN = 4, 5, 6
-_NCOLS = 7
+_RECOMPUTE, _MM_KNOWN, _MM_UNKNOWN, _COLLECTIVE = 4, 5, 6, 7
+_NCOLS = 8
 
 # Gaps shorter than half a nanosecond are below Kineto's resolution (1 ns):
 # rounding of absolute timestamps (a double near 1e12 µs keeps ~5e-4 µs), not
@@ -91,6 +92,9 @@ class _Sweep:
     count: np.ndarray  # active kernels per count column during the segment, (n, _NCOLS)
     devices: np.ndarray  # device id per device code
     windows: _Windows
+    pair: np.ndarray  # the kernel row (of the usable kernels) of each (kernel, window) pair
+    first: np.ndarray  # each pair's first segment: the position of its start event
+    stop: np.ndarray  # each pair's end event: its segments are first .. stop-1
 
 
 # ---------------------------------------------------------------- primitives
@@ -156,6 +160,7 @@ def _kernel_arrays(kernels: pl.DataFrame, origin: float) -> tuple[np.ndarray, np
         compute & (phase == "recompute").fill_null(False),
         (cls == "matmul") & known,
         (cls == "matmul") & ~known,
+        (cls == "communication") & ~pl.col("name").str.contains(HOST_COMM_WAIT_RE).fill_null(False),  # not a wait
     ]
     weight = kernels.select([c.alias(str(i)) for i, c in enumerate(cols)]).to_numpy(order="fortran")
     start = kernels["ts"].cast(pl.Float64).to_numpy() - origin
@@ -202,7 +207,9 @@ def _sweep(kernels: pl.DataFrame, steps: pl.DataFrame) -> _Sweep:
         count[:, c] = np.cumsum(delta)
     same = np.r_[group[1:] == group[:-1], False]
     length = np.where(same, np.r_[time[1:], 0.0] - time, 0.0)
-    return _Sweep(group, time, length, count, devices, w)
+    at = np.empty(len(order), np.int64)
+    at[order] = np.arange(len(order))
+    return _Sweep(group, time, length, count, devices, w, ki, at[:len(ki)], at[len(ki):n_ev])
 
 
 def _group_sums(s: _Sweep, values: np.ndarray) -> np.ndarray:
@@ -278,6 +285,59 @@ def partition(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
+def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Each communication activity's share of the step time it exposed and of the time compute hid, µs.
+
+    The partition's `communication_exposed` and `communication_overlapped` are
+    cut among the communication activities active in each segment, evenly (two
+    concurrent collectives each get half), so the shares of a step's
+    collectives add up to its partition totals. Returns one row per
+    communication row of `kernels` (its position among them as `row`) and its
+    shares of `communication_total`, `_exposed` and `_overlapped`: `total`,
+    `exposed` and `overlapped` (the rest of `total` ran under a memcpy).
+    """
+    k = kernels.with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64))
+    k = _usable(k)
+    comm = (k["cls"] == "communication").to_numpy() if k.height else np.zeros(0, bool)
+    empty = pl.DataFrame(schema={"row": pl.Int64, "total": pl.Float64, "exposed": pl.Float64, "overlapped": pl.Float64})
+    if not comm.any():
+        return empty
+    s = _sweep(k, steps)
+    c = s.count > 0
+    # a collective active shares the segment with the others active; a wait (the thread blocked on one) only
+    # keeps what no collective in flight takes
+    waits = ~c[:, _COLLECTIVE]
+    n = np.where(waits, np.maximum(s.count[:, 3], 1), np.maximum(s.count[:, _COLLECTIVE], 1))
+    label = _labels(s.count)
+    measures = [c[:, 3], label == 3, c[:, 3] & (c[:, 0] | c[:, 1])]
+    is_wait = ~np.asarray(_kernel_arrays(k, s.windows.origin)[2][:, _COLLECTIVE])[s.pair]
+    mine = comm[s.pair]
+    out = {}
+    for name, m in zip(("total", "exposed", "overlapped"), measures):  # a loop over three measures, not events
+        share = np.where(m, s.length, 0.0) / n
+        for_all = np.r_[0.0, np.cumsum(share)]
+        for_waits = np.r_[0.0, np.cumsum(np.where(waits, share, 0.0))]
+        before = np.where(is_wait[:, None], for_waits[np.c_[s.first, s.stop]], for_all[np.c_[s.first, s.stop]])
+        out[name] = (before[:, 1] - before[:, 0])[mine]
+    rows = k["row"].to_numpy()[s.pair[mine]]
+    return (pl.DataFrame({"row": rows, **out}).group_by("row").agg(pl.col("total", "exposed", "overlapped").sum())
+            .sort("row"))
+
+
+def with_comm_exposure(frame: pl.DataFrame, activities: pl.DataFrame, steps: pl.DataFrame, by_op: bool) -> pl.DataFrame:
+    """`frame` (the kernels, or on a CPU trace the ops) with each communication row's `comm_exposed` and
+    `comm_overlapped` µs (`comm_exposure`); activities are the frame's rows themselves, or ops by `op_row`."""
+    e = comm_exposure(activities, steps)
+    if by_op:
+        e = (e.join(activities.select("op_row").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)), on="row")
+             .group_by("op_row").agg(pl.col("exposed", "overlapped").sum()).rename({"op_row": "row"}))
+    exposed = np.full(frame.height, np.nan)
+    overlapped = np.full(frame.height, np.nan)
+    at = e["row"].to_numpy()
+    exposed[at], overlapped[at] = e["exposed"].to_numpy(), e["overlapped"].to_numpy()
+    return frame.with_columns(comm_exposed=pl.Series(exposed).fill_nan(None), comm_overlapped=pl.Series(overlapped).fill_nan(None))
+
+
 def check_partition(frame: pl.DataFrame, rel: float = 1e-6) -> None:
     """Raise if any row's partition does not add up to its window.
 
@@ -323,6 +383,22 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     new = np.r_[True, s[1:] > reach[:-1]]
     last = np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]
     return s[new], reach[last]
+
+
+def union_measure(starts: np.ndarray, ends: np.ndarray):
+    """F(x): the length of the union of [starts, ends) up to x, as a vectorized function (sorted-array interval algebra);
+    how much of [s, e) the union covers is F(e) - F(s)."""
+    ms, me = merged(starts, ends)
+    before = np.r_[0.0, np.cumsum(me - ms)][:-1] if len(ms) else np.zeros(0)
+
+    def F(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(ms, x, side="right") - 1
+        ok = k >= 0
+        out = np.zeros(len(x))
+        out[ok] = before[k[ok]] + np.clip(x[ok] - ms[k[ok]], 0, me[k[ok]] - ms[k[ok]])
+        return out
+
+    return F
 
 
 def _overlaps_any(gs: np.ndarray, ge: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -373,6 +449,8 @@ def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray,
     if k.height == 0 or len(ge) == 0:
         return launch_ts, pl.Series([None], dtype=pl.Utf8).new_from_index(0, len(ge))
     lt = k["launch_ts"].cast(pl.Float64) if "launch_ts" in k.columns else pl.Series(np.full(k.height, np.nan))
+    if "launch_name" in k.columns:  # a device op's own anchor (TPU), not a host launch: when it was launched is unknown
+        lt = k.select(pl.when(pl.col("launch_name") != DEVICE_SIDE_LAUNCH).then(lt))[:, 0]
     nxt = _next_kernels(
         k["device"].cast(pl.Int64).fill_null(_NO_DEVICE).to_numpy(),
         k["ts"].cast(pl.Float64).to_numpy() - origin,
@@ -534,10 +612,11 @@ def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
         device=pl.col("device").cast(pl.Int64) if "device" in ops.columns else pl.lit(None, pl.Int64),
         stream=pl.col("tid"),
         flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
+        op_row=pl.col("_row").cast(pl.Int64),
     )
     host_comm = ops.select(pl.col("name").str.contains(HOST_COMM_WORK_RE).fill_null(False)).to_series().to_numpy()
     acts = without_blocked(acts, ops, nearest(parent, top), wait | host_comm)
-    return acts.select("name", "device", "stream", "ts", "dur", "cls", "phase", "step", "flops")
+    return acts.select("name", "device", "stream", "ts", "dur", "cls", "phase", "step", "flops", "op_row")
 
 
 def without_blocked(acts: pl.DataFrame, ops: pl.DataFrame, top_of: np.ndarray, blocking: np.ndarray) -> pl.DataFrame:

@@ -7,7 +7,8 @@ Rules, in this order:
    checkpoint/rematted_computation/…``; such names also begin with
    ``transpose(jvp(…))``, so this rule wins), and XLA's own rematerialization
    copies (HLO op names with a ``.remat`` suffix).
-2. ``transpose(…)`` in the name stack (the transposed JVP of ``jax.grad``) is backward.
+2. ``transpose(…)`` in the name stack (the transposed JVP of ``jax.grad``) is backward, also inside other
+   wrappers: ``vmap(transpose(jvp()))`` (per-example gradients, ``jax.vmap(jax.grad(f))``).
 3. Else forward; except that in a program (the name stack's root, ``jit(f)``)
    that has backward ops, ops outside every ``jvp``/``transpose`` (the parameter
    update after ``jax.grad``) are optimizer.
@@ -30,6 +31,8 @@ group instead: CSE may merge some copies of same-named, same-shaped ops and not 
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from traceflops.core.vocab import JAX_BACKWARD_SCOPE_RE, JAX_REMAT_SCOPE_RE
@@ -38,19 +41,35 @@ REMAT = "rematted_computation"
 _JAX_REMAT = JAX_REMAT_SCOPE_RE
 _XLA_REMAT = r"\.remat\d*(\.|$)"
 _BACKWARD = JAX_BACKWARD_SCOPE_RE
-_AUTODIFF = r"(^|/)(jvp|transpose|vjp|linearize)\("
-_DROP = frozenset({REMAT, "checkpoint", "remat"})
+# An autodiff wrapper opening a component, or inside other wrappers (`vmap(jvp())`: per-example gradients).
+_AUTODIFF = r"(^|/)([A-Za-z_][\w.\-]*\()*(jvp|transpose|vjp|linearize)\("
+_AUTODIFF_WRAPPERS = ("jvp", "transpose", "vjp", "linearize")
+_WRAPPED = re.compile(r"^([A-Za-z_][\w.\-]*)\((.*)\)$")
+# Components that wrap a computation without naming it: the checkpoint markers, and the `closed_call` that
+# `jax.checkpoint` leaves around its forward (`jvp()/closed_call/while/body/…` for a checkpoint around a
+# `lax.scan`), which the recomputed copy's name lacks (`…/rematted_computation/while/body/…`).
+_DROP = frozenset({REMAT, "checkpoint", "remat", "closed_call", "core_call"})
 
 
-def _unwrap(part: str) -> str:
-    """A name-stack component without its autodiff wrappers: 'transpose(jvp(x))' → 'x', 'jvp()' → ''."""
-    while True:
-        for w in ("jvp(", "transpose(", "vjp(", "linearize("):
-            if part.startswith(w) and part.endswith(")"):
-                part = part[len(w) : -1]
-                break
-        else:
+def _unwrap(part: str, every: bool = True) -> str:
+    """A name-stack component without its wrappers: 'transpose(jvp(x))' → 'x', 'jvp()' → '',
+    'vmap(transpose(jvp(vmap(jvp()))))' → '' (a checkpoint under `vmap(grad)`: its copy and forward differ in
+    how often `vmap` wraps them). `every=False`: the autodiff wrappers only ('jit(f)' stays, the program's name).
+    """
+    for _ in range(16):
+        m = _WRAPPED.match(part)
+        if m is None or not (every or m.group(1) in _AUTODIFF_WRAPPERS):
             return part
+        part = m.group(2)
+    return part
+
+
+def _is_transpose(part: str) -> bool:
+    """A component that is the transposed JVP, possibly inside other wrappers ('vmap(transpose(jvp(b)))')."""
+    m = _WRAPPED.match(part)
+    while m is not None and m.group(1) != "transpose":
+        m = _WRAPPED.match(m.group(2))
+    return m is not None
 
 
 def logical_name(scope: str) -> str:
@@ -59,7 +78,8 @@ def logical_name(scope: str) -> str:
     'jit(f)/transpose(jvp(b))/jvp(b)/checkpoint/rematted_computation/mlp/dot_general'
     → 'jit(f)/b/mlp/dot_general', as 'jit(f)/jvp(b)/mlp/dot_general' (its forward twin).
     jax versions differ in how they wrap (`jvp()` components, einsum names inside `jvp(...)`),
-    so every component is unwrapped. Backward ops map to the same names: callers compare
+    and transforms add wrappers of their own (`vmap(…)`, `closed_call`), so every component but the
+    program's is unwrapped. Backward ops map to the same names: callers compare
     candidates with forward ops only.
     """
     parts = scope.split("/")
@@ -69,11 +89,12 @@ def logical_name(scope: str) -> str:
         # forward's own jvp(...) repeats it ('transpose(jvp(b))/jvp(b)/checkpoint/…'); inside a scan body
         # there is no inner jvp ('transpose(jvp(M))/while/body/…'): then it names the module, as jvp(M) does.
         for j in range(cut - 1, -1, -1):
-            if parts[j].startswith("transpose("):
+            if _is_transpose(parts[j]):
                 if j + 1 < cut and _unwrap(parts[j + 1]) == _unwrap(parts[j]):
                     del parts[j]
                 break
-    return "/".join(u for u in (_unwrap(p) for p in parts if p not in _DROP) if u)
+    keep = [p for p in parts if p not in _DROP]
+    return "/".join(u for u in [_unwrap(keep[0], every=False)] + [_unwrap(p) for p in keep[1:]] if u)
 
 
 def rule_phases(ops: pl.DataFrame) -> pl.DataFrame:
@@ -104,16 +125,18 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
     """Phase of each op that has a `scope` (null elsewhere), aligned with `ops` rows.
 
     Steps: the `step` column of `ops` if present, else `steps` (host spans, as in
-    `Trace.steps`) by each op's ts, else the whole trace as one step.
+    `Trace.steps`) by each op's ts (an XLA:CPU op by its execution's run id: `steps.by_run`),
+    else the whole trace as one step.
     """
     if ops.height == 0:
         return pl.Series("phase", [], dtype=pl.Utf8)
     if "step" in ops.columns:
         step = ops["step"]
     elif steps is not None and steps.height:
-        from traceflops.stages.steps import assign
+        from traceflops.stages.steps import assign, by_run
 
-        step = assign(ops, "ts", steps.select("step", "name", "ts", "dur"))
+        host = steps.select("step", "name", "ts", "dur")
+        step = by_run(ops, assign(ops, "ts", host), host)  # an execution's ops in the step that dispatched it
     else:
         step = pl.Series("step", [0] * ops.height, dtype=pl.Int64)
 

@@ -14,10 +14,17 @@ import polars as pl
 from traceflops.core.results import Analysis
 from traceflops.core.trace import Trace, Warnings, empty
 from traceflops.storage.bundle import write_bundle
-from traceflops.storage.trace_cache import TABLES, key, read_entry, writable_entry
+from traceflops.storage.trace_cache import (
+    TABLES,
+    is_transient,
+    key,
+    read_entry,
+    tidy,
+    writable_entry,
+)
 
-REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape")
-REPORT_SHAPE = 3  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
+REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape", "communication")
+REPORT_SHAPE = 4  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
 REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats", "path_summary")
 
 
@@ -34,11 +41,14 @@ def store_report(path: str, options, a, cache_dir: Path) -> None:
     tables = {"steps": steps.drop("loss_budget", strict=False)}
     tables |= {t: getattr(a, t) for t in REPORT_TABLES[1:] if getattr(a, t) is not None}
     meta = {f: getattr(a, f) for f in REPORT_FIELDS}
+    meta["warnings"] = [w for w in a.warnings if not is_transient(w)]  # this run's cache trouble, not the trace's
     meta |= {"_meta": {k: v for k, v in a.meta.items() if k in ("format", "rank", "world_size", "schema_version", "truncated")},
              "_loss_budgets": budgets}
     k = report_key(path, options)
     if k is not None:
-        write_bundle(writable_entry(cache_dir / f"{k}.tfreport"), tables, meta)
+        entry = writable_entry(cache_dir / f"{k}.tfreport")
+        write_bundle(entry, tables, meta)
+        tidy(cache_dir, keep=entry)
 
 
 def load_report(path: str, options, cache_dir: Path):
@@ -56,6 +66,8 @@ def load_report(path: str, options, cache_dir: Path):
     trace_meta = dict(meta.get("_meta") or {}, path=str(path))
     trace = Trace(*(empty({}) for _ in TABLES), meta=trace_meta, warnings=Warnings())
     fields = {f: meta[f] for f in REPORT_FIELDS}
+    if isinstance(fields["warnings"], list):  # kept by a build that stored this run's cache trouble too
+        fields["warnings"] = [w for w in fields["warnings"] if not (isinstance(w, str) and is_transient(w))]
     return Analysis(trace=trace, ops=empty({}), kernels=empty({}), steps=steps,
                     top_kernels=tables.get("top_kernels"), by_module=tables.get("by_module"), by_gemm_shape=tables.get("by_gemm_shape"),
-                    **fields)
+                    communication=tables.get("communication"), **fields)

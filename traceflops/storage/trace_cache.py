@@ -6,13 +6,24 @@ back is a miss, not old numbers. Hashing reads the file once per run (about
 0.4 s for 285 MB here, a twentieth of a parse). Entries are read only when
 they are regular files inside the cache folder (never through a link) and
 within a size bound.
+
+The folder heals itself: what one run could not do is never kept as a fact
+(`NOT_WRITTEN`, the warning of an entry that could not be written, is never
+stored in a kept report, so a later run tries again), a writer killed mid-write
+(SIGKILL, a power cut) leaves a `.<entry>.<random>.tmp` that the next store
+removes once it is `STALE_TMP_S` old, and the folder is bounded: after each
+store the least recently used entries (a hit touches its entry's mtime) are
+removed until the entries fit `max_bytes()` (`TRACEFLOPS_CACHE_MAX_BYTES`,
+default 2 GiB).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -32,6 +43,28 @@ from traceflops.storage.bundle import MAX_BUNDLE_BYTES, read_bundle, write_bundl
 
 TABLES = ("ops", "kernels", "launches", "markers", "steps")
 SCHEMAS = {"ops": OPS_SCHEMA, "kernels": KERNELS_SCHEMA, "launches": LAUNCHES_SCHEMA, "markers": MARKERS_SCHEMA}
+
+
+NOT_WRITTEN = "cache not written"  # the warning of a store that failed: true of one run only, never kept
+ENTRY_SUFFIXES = (".tfcache", ".tfreport")
+DEFAULT_MAX_BYTES = 2 << 30
+STALE_TMP_S = 15 * 60  # a temporary this long untouched has no writer: each write keeps its file's mtime fresh
+_TMP = re.compile(r"\..+\.(tfcache|tfreport)\.[0-9a-f]+\.tmp")  # core.files.write_atomic's temporaries of an entry
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", re.IGNORECASE)
+
+
+def is_transient(warning: str) -> bool:
+    """A warning about this run's cache, not about the trace: never stored with a kept report."""
+    return warning.startswith(NOT_WRITTEN)
+
+
+def max_bytes() -> int:
+    """The cache folder's bound: TRACEFLOPS_CACHE_MAX_BYTES (bytes, or with a K/M/G/T suffix, powers of 1024; 0: no
+    entry is kept), default 2 GiB; a value that is not a size is the default."""
+    got = _SIZE.fullmatch(os.environ.get("TRACEFLOPS_CACHE_MAX_BYTES", ""))
+    if got is None:
+        return DEFAULT_MAX_BYTES
+    return int(float(got.group(1)) * 1024 ** " kmgt".index(got.group(2).lower() or " "))
 
 
 def default_dir() -> Path:
@@ -69,7 +102,8 @@ def key(path: str) -> str | None:
 
 
 def read_entry(entry: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[dict, dict] | None:
-    """A cache entry's tables and metadata; None when absent, damaged, too large, or not a regular file (a link is never followed)."""
+    """A cache entry's tables and metadata; None when absent, damaged, too large, or not a regular file (a link is never followed).
+    A hit marks the entry used (its mtime), for the least-recently-used eviction."""
     try:
         f, st = open_if_regular(entry, follow_links=False)
     except OSError:
@@ -80,9 +114,56 @@ def read_entry(entry: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[dict, di
         if st.st_size > max_bytes:
             return None
         try:
-            return read_bundle(f, max_bytes=max_bytes, name=str(entry))
+            got = read_bundle(f, max_bytes=max_bytes, name=str(entry))
         except TraceflopsError:
             return None  # a damaged entry is a miss; it will be rewritten
+        try:
+            os.utime(f.fileno())
+        except OSError:
+            pass  # a read-only cache is still read
+        return got
+
+
+def tidy(cache_dir: Path, keep: Path | None = None, now: float | None = None) -> None:
+    """Remove dead writers' temporaries, then the least recently used entries until the entries fit `max_bytes()`.
+
+    `keep` (the entry just written) goes last, and only when it alone is over the bound. Links and folders are
+    never followed nor removed; a file another process removed first is skipped.
+    """
+    now = time.time() if now is None else now
+    bound = max_bytes()
+    entries = []
+    try:
+        with os.scandir(cache_dir) as it:
+            listing = list(it)
+    except OSError:
+        return
+    for e in listing:
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if _TMP.fullmatch(e.name):
+            if now - st.st_mtime > STALE_TMP_S:
+                _remove(e.path)
+        elif e.name.endswith(ENTRY_SUFFIXES):
+            entries.append((e.path == str(keep), st.st_mtime, st.st_size, e.path))
+    total = sum(size for _, _, size, _ in entries)
+    for _, _, size, path in sorted(entries):  # the oldest use first, the entry just written last
+        if total <= bound:
+            break
+        if _remove(path):
+            total -= size
+
+
+def _remove(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 def load(path: str, cache_dir: Path) -> Trace | None:
@@ -136,5 +217,7 @@ def store(path: str, trace: Trace, cache_dir: Path) -> None:
     if k is None:
         return
     meta = {m: v for m, v in trace.meta.items() if m != "path"}
-    meta["_warnings"] = dict(trace.warnings.counts)
-    write_bundle(writable_entry(cache_dir / f"{k}.tfcache"), {t: getattr(trace, t) for t in TABLES}, meta)
+    meta["_warnings"] = {w: n for w, n in trace.warnings.counts.items() if not is_transient(w)}
+    entry = writable_entry(cache_dir / f"{k}.tfcache")
+    write_bundle(entry, {t: getattr(trace, t) for t in TABLES}, meta)
+    tidy(cache_dir, keep=entry)

@@ -27,8 +27,12 @@ theirs), with the rules' items that explain part of it folded in (`TERM_OF`):
 non_matmul names the kernels (on a CPU trace the aten ops) that take it, the
 fusion candidates (runs of short kernels back to back), the memory-bound and
 unfused-attention items; idle splits by gap reason with the host-bound, sync
-and data-loader items; matmul_below_peak names GEMM shapes, dtypes, wave
-quantization and small tiles, with the fp32 item; communication and recompute
+and data-loader items; matmul_below_peak names GEMM shapes (convolutions as
+implicit GEMMs), dtypes, wave quantization and small tiles, with the fp32 item
+and, for an fp32 / TF32 run, its MFU against the tensor-core peak; where
+convolutions are at least CONV_DOMINATES (half) of the matmul time, its
+remedies and the fusion remedies speak of convolutions (autocast,
+channels_last, cudnn.benchmark, channel counts, BatchNorm/ReLU fusion); communication and recompute
 are their rules' items headed by the budget's number. Rules' items of smaller
 terms stand alone from MIN_SHARE. Remedies and what to record are worded for
 PyTorch (Kineto) or JAX (XLA profiles).
@@ -49,10 +53,12 @@ at least MIN_SHARE (1%) of the step time:
                   not matmuls (scale, mask, softmax, dropout, softmax
                   backward): what a fused kernel folds in. A lower bound.
   fp32_matmul     matmul-class ops with fp32 inputs on fp32 (non-TF32) kernels,
-                  on a device with a faster TF32 (else bf16) tensor peak, when
+                  on a device with a faster TF32 (else the faster of bf16 and
+                  fp16: fp16 on Volta / Turing) tensor peak, when
                   the analysis precision is not TF32 already; recoverable =
                   their time × (1 - fp32 peak / TF32 peak): the same fraction
-                  of a faster peak.
+                  of a faster peak. Mixed precision (autocast) is its first
+                  remedy, TF32 the second.
   communication   the partition's communication_exposed.
   recompute       headed by the budget's recompute term (the recomputed
                   FLOPs at peak); the recompute overlay (time with a recompute
@@ -85,9 +91,10 @@ from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
 from traceflops.stages.count import LAYOUT_KERNEL_RE
 from traceflops.stages.link import nearest
-from traceflops.views.rollup import GEMM_TIME_MATTERS
+from traceflops.views.rollup import CONV_OPS, GEMM_TIME_MATTERS, first_tensor_dtype
 
 MIN_SHARE = 0.01
+CONV_DOMINATES = 0.5  # from this share of matmul time in convolutions, the matmul and fusion remedies speak of convolutions
 BUDGET_MIN_SHARE = 0.05  # a loss-budget term from this share of peak × step time gets an entry of its own
 UNIT = "of step time at peak"  # the unit of every headline: a share of peak × step time, as the loss budget's terms
 SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch and ramp-up
@@ -115,6 +122,7 @@ class _Ctx:
     time: dict[str, float]  # partition and overlays, µs
     mfu: float | None
     budget: dict[str, float | None] | None = None  # the loss budget of these steps (as the report's totals)
+    conv: float | None = None  # share of matmul time in convolutions (`_conv_share`), once computed
 
     def share(self, us: float) -> float:
         return float(us) / self.window if self.window else 0.0
@@ -142,7 +150,7 @@ def _context(a: Analysis, exclude_steps) -> _Ctx | None:
     if peak and steps["model_flops"].null_count() == 0:
         mfu = float(steps["model_flops"].sum()) / (window * 1e-6 * peak)
     # the loss budget of these steps by the totals' own sum, so every term is the report's number
-    return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu, bd.steps_budget(steps.iter_rows(named=True), peak))
+    return _Ctx(a, steps, ids, window, device, k, gaps, time, mfu, bd.steps_budget(steps, peak))
 
 
 # What to try in a JAX program (an XLA profile), where the PyTorch remedies name the wrong tools.
@@ -308,8 +316,9 @@ def _memory_bound(ctx: _Ctx) -> dict | None:
         ev.append(f"{fmt.short(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median {fmt.duration(r['med'])}{bw}, "
                   f"{fmt.duration(r['r'])} above the floor")
     remedies = [
-        ("Fuse chains of elementwise and normalization ops (torch.compile, or fused kernels such as fused "
-        "LayerNorm/RMSNorm and fused activations): the intermediates never go through HBM"),
+        (CONV_FUSE if _conv_dominates(ctx) else
+         ("Fuse chains of elementwise and normalization ops (torch.compile, or fused kernels such as fused "
+          "LayerNorm/RMSNorm and fused activations): the intermediates never go through HBM")),
         "A larger batch (or sequence) per kernel: small kernels cannot reach memory bandwidth",
     ]
     opt = float(mb.filter(pl.col("phase") == "optimizer")["recoverable_us"].sum())
@@ -488,12 +497,19 @@ def _fp32_matmul(ctx: _Ctx) -> dict | None:
     h = hw.lookup(h_info.get("name") or "")
     if h is None:
         return None
-    fp32, tf32, bf16 = h.peak("fp32"), h.peak("tf32"), h.peak("bf16")
-    target, target_name = (tf32, "TF32") if tf32 and fp32 and tf32 > fp32 else (bf16, "bf16")
+    fp32, tf32 = h.peak("fp32"), h.peak("tf32")
+    half_name = max(("bf16", "fp16"), key=lambda p: h.peak(p) or 0.0)  # fp16 on Volta / Turing: no bf16 tensor cores
+    half = h.peak(half_name)
+    target, target_name = (tf32, "TF32") if tf32 and fp32 and tf32 > fp32 else (half, half_name)
     if not fp32 or not target or target <= fp32:
         return None
-    op_dtype = ctx.a.ops.select(pl.col("row").alias("matmul_row"), pl.col("dtype").alias("_dtype"), pl.col("name").alias("_op"))
+    op_dtype = ctx.a.ops.select(pl.col("row").alias("matmul_row"), pl.col("dtype").alias("_dtype"), pl.col("name").alias("_op"),
+                                (pl.col("types") if "types" in ctx.a.ops.columns else pl.lit(None, pl.Utf8)).alias("_types"))
     mm = ctx.kernels.filter(pl.col("cls") == "matmul").join(op_dtype, on="matmul_row", how="left")
+    types = mm.filter(pl.col("_dtype").is_null() & pl.col("_types").is_not_null())["_types"].unique().to_list()
+    if types:  # a backward convolution's first input is a size list: its dtype is its first tensor's
+        first = pl.DataFrame({"_types": types, "_t": [first_tensor_dtype(t) for t in types]}, schema={"_types": pl.Utf8, "_t": pl.Utf8})
+        mm = mm.join(first, on="_types", how="left").with_columns(_dtype=pl.coalesce("_dtype", "_t"))
     f32 = mm.filter((pl.col("_dtype") == "fp32") & ~pl.col("name").str.contains(TF32_RE.pattern))
     if f32.height == 0:
         return None
@@ -507,23 +523,28 @@ def _fp32_matmul(ctx: _Ctx) -> dict | None:
     ev = [
         f"{calls} matmul-class calls with fp32 inputs ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time) on fp32 "
         f"(non-tensor-core) kernels" + (f" at {achieved / 1e12:.1f} TFLOP/s" if achieved else ""),
-        (f"{h.name}: fp32 peak {fmt.tflops(fp32)}, TF32 {fmt.tflops(tf32)}, bf16 {fmt.tflops(bf16)}; at the same fraction of the {target_name} "
-        f"peak they would take {fmt.pct(fp32 / target, keep_small=False)} of that time"),
+        (f"{h.name}: fp32 peak {fmt.tflops(fp32)}, TF32 {fmt.tflops(tf32)}, {half_name} {fmt.tflops(half)}; at the same fraction of the "
+        f"{target_name} peak they would take {fmt.pct(fp32 / target, keep_small=False)} of that time"),
     ]
+    if achieved and half and half > fp32:
+        ev.append(f"against the {half_name} tensor-core peak they ran at {fmt.pct(achieved / half, keep_small=False)} "
+                  f"(against their own fp32 peak {fmt.pct(achieved / fp32, keep_small=False)})")
     for r in op_names.head(3).iter_rows(named=True):
         ev.append(f"{r['_op']}: {r['n']} calls, {fmt.duration(r['t'])}")
     remedies = []
+    if half and half > fp32:  # autocast first: it reaches the faster peak
+        dt = "torch.bfloat16" if half_name == "bf16" else "torch.float16 (with torch.amp.GradScaler)"
+        remedies.append(
+            f"Mixed precision first: torch.autocast(device_type=\"cuda\", dtype={dt}) around the forward and loss "
+            f"({half_name} tensor-core peak {fmt.tflops(half)}, {half / fp32:.0f}× fp32's)")
     if tf32 and tf32 > fp32:
         conv = any("conv" in (n or "") for n in op_names["_op"].to_list())
         remedies.append(
             "torch.set_float32_matmul_precision(\"high\") (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 "
             "matmuls run on TF32 tensor cores, no model change"
             + ("; convolutions follow torch.backends.cudnn.allow_tf32" if conv else ""))
-    if bf16 and bf16 > fp32:
-        remedies.append(
-            "Mixed precision: torch.autocast(device_type=\"cuda\", dtype=torch.bfloat16) around the forward and loss "
-            f"(bf16 peak {fmt.tflops(bf16)})")
-    data = {"calls": calls, "time_us": t, "flops": flops, "target": target_name, "peak_fp32": fp32, "peak_target": target}
+    data = {"calls": calls, "time_us": t, "flops": flops, "target": target_name, "peak_fp32": fp32, "peak_target": target,
+            "peak_tensor": half, "tensor": half_name}
     return _item(ctx, "fp32_matmul", f"fp32 matmuls where {target_name} would do", rec, ev, remedies, data)
 
 
@@ -562,23 +583,69 @@ def _communication(ctx: _Ctx) -> dict | None:
             size = _coll_bytes(r["elems"], r["dtype"])
             extra = (f", {fmt.nbytes(size)} per call" if size else "") + (f", group of {r['g']}" if r["g"] else "")
             ev.append(f"{fmt.short(r['_c'], 70, '?')} ({r['phase']}): {r['n']}×, {fmt.duration(r['t'])}{extra}")
+    dims = _by_dimension(ctx)
+    title = "Communication is exposed: overlap it with compute"
+    if dims is not None:
+        top = dims.row(0, named=True)
+        title = (f"Communication is exposed: {_dimension(top['role'])} {top['kind']} in {top['phase']} "
+                 f"{fmt.pct(top['exposed_share'], keep_small=False)} of step time")
+        kinds |= set(dims["kind"].to_list())
+        ev[0:0] = [f"{_dimension(r['role'])} {r['kind']} in {r['phase']}: {fmt.pct(r['exposed_share'], keep_small=False)} of step "
+                   f"time exposed, {fmt.pct(r['overlapped_share'], keep_small=False)} hidden ({r['calls']} calls)"
+                   for r in dims.head(TOP).iter_rows(named=True)]
     joined = " ".join(kinds)
-    remedies = []
+    dp = []
     if "allreduce" in joined or "all_reduce" in joined:
-        remedies.append(
+        dp.append(
             "Bucketing (DDP): tune bucket_cap_mb so the first buckets' all-reduce starts early in backward and runs "
             "under the remaining backward compute; with gradient accumulation, skip the all-reduce on all but the "
             "last micro-batch (no_sync())")
     if any(x in joined for x in ("allgather", "all_gather", "reducescatter", "reduce_scatter", "_allgather_base")):
-        remedies.append(
+        dp.append(
             "Prefetch (FSDP): forward_prefetch=True and backward_prefetch=BACKWARD_PRE (FSDP2: "
             "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch), so the next all-gather runs "
             "under the current layer's compute")
+    if dims is None:
+        remedies = dp
+    else:  # each dimension's remedies, the most exposed dimension first
+        order = list(dict.fromkeys(dims["role"].to_list()))
+        remedies = [x for r in order for x in (dp if r in ("dp", "world") else [DIMENSION_REMEDIES.get(r)]) if x]
+        remedies += [x for x in dp if x not in remedies]
     remedies.append(
         "Overlap: issue collectives asynchronously (async_op=True, or on a side stream) and wait only where the result "
         "is needed; nothing should synchronize right after a collective")
     data = {"exposed_us": exposed, "overlapped_us": overlapped, "total_us": total}
-    return _item(ctx, "communication", "Communication is exposed: overlap it with compute", exposed, ev, remedies, data)
+    if dims is not None:
+        data["by_dimension"] = dims.select("role", "phase", "kind", "exposed_share", "overlapped_share").to_dicts()
+    return _item(ctx, "communication", title, exposed, ev, remedies, data)
+
+
+DIMENSION_REMEDIES = {
+    "tp": ("TP: keep the tensor-parallel group inside one node (NVLink), and overlap its all-gather and reduce-scatter with "
+           "the GEMMs that use them (sequence parallelism with async TP: torch._inductor.config._micro_pipeline_tp, or "
+           "Transformer Engine's comm-GEMM overlap); a smaller TP degree trades it for DP or PP"),
+    "pp": ("PP: receives with nothing to run are the pipeline bubble; more micro-batches per step or an interleaved "
+           "schedule (virtual stages) shrink it, see the job's pipeline section"),
+    "ep": ("EP: overlap the token all-to-all with the shared expert's or the next micro-batch's compute, and balance the "
+           "tokens per expert (an imbalanced all-to-all waits for the busiest rank)"),
+    "cp": "CP: overlap the ring's key/value exchange with the attention of the block already received",
+}
+
+
+def _dimension(role: str) -> str:
+    return role.upper() if role in ("dp", "tp", "pp", "ep", "cp") else role
+
+
+def _by_dimension(ctx: _Ctx) -> pl.DataFrame | None:
+    """The trace's communication by dimension with exposed time, when its groups tell dimensions apart."""
+    d = getattr(ctx.a, "communication", None)
+    if d is None or d.height == 0:
+        return None
+    roles = set(d["role"].to_list())
+    if len(roles - {"?"}) < 2 and not roles & {"dp", "tp", "pp", "ep", "cp"}:
+        return None
+    d = d.filter(pl.col("exposed_us") > 0)
+    return d if d.height else None
 
 
 def _recompute(ctx: _Ctx) -> dict | None:
@@ -928,8 +995,9 @@ def _non_matmul(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
     remedies += _say(ctx, [
         ("torch.compile the model (or its hot blocks): Inductor fuses chains of elementwise and normalization ops into one kernel, "
         "so the intermediates never go through memory"),
+        CONV_FUSE if _conv_dominates(ctx) else
         ("Fused kernels for the common chains: fused LayerNorm/RMSNorm, fused activations (e.g. Liger, Apex, Transformer Engine), "
-        "SDPA for attention"),
+         "SDPA for attention"),
     ], [
         ("Keep the whole step in one jax.jit so XLA fuses the elementwise chains; host callbacks and jit boundaries split "
         "fusions: check the optimized HLO (XLA_FLAGS=--xla_dump_to=DIR) for unfused ops"),
@@ -997,11 +1065,22 @@ def _gemm_lines(ctx: _Ctx) -> tuple[list[str], dict[str, Any]]:
     if g is None or g.height == 0 or float(g["time_us"].sum()) <= 0:
         return [], {}
     ev = []
+    conv = pl.col("conv").is_not_null() if "conv" in g.columns else pl.lit(False)
+    conv_share = float(g.filter(conv)["share"].fill_null(0.0).sum())
+    if conv_share >= GEMM_TIME_MATTERS:
+        passes = g.filter(conv).group_by("conv").agg(pl.col("share").sum()).sort(["share", "conv"], descending=[True, False])
+        ev.append(f"convolutions take {fmt.pct(conv_share, keep_small=False)} of matmul time ("
+                  + ", ".join(f"{PASS_WORDS.get(c, c)} {fmt.pct(v, keep_small=False)}" for c, v in passes.iter_rows())
+                  + "); each is shown as its implicit GEMM: M = batch × output height × width, N = output channels, "
+                  "K = input channels × kernel height × width")
     for r in g.filter(pl.col("time_us") > 0).head(3).iter_rows(named=True):
         dims = f"{r['M']}×{r['N']}×{r['K']}" + (f" ×{r['batch']}" if r["batch"] > 1 else "")
         rate = (f", {r['tflops']:.1f} TFLOP/s" + (f" ({fmt.pct(r['tflops'] * 1e12 / peak1, keep_small=False)} of peak)" if peak1 else "")
                 if r["tflops"] is not None else "")
-        ev.append(f"GEMM M×N×K {dims} ({r['dtype'] or '?'}): {r['count']} calls, {fmt.duration(r['time_us'])} "
+        what = f"convolution {PASS_WORDS.get(r['conv'], r['conv'])}, implicit GEMM" if r.get("conv") else "GEMM"
+        if r.get("conv") and peak1 and r["tflops"] is not None and r["tflops"] * 1e12 > peak1:
+            rate += ": above peak, as counted: a Winograd or FFT algorithm does fewer multiplications than the direct convolution"
+        ev.append(f"{what} M×N×K {dims} ({r['dtype'] or '?'}): {r['count']} calls, {fmt.duration(r['time_us'])} "
                   f"({fmt.pct(r['share'], keep_small=False)} of matmul time){rate}")
     by_dtype = g.group_by("dtype").agg(pl.col("time_us").sum()).sort("time_us", descending=True)
     tot = float(by_dtype["time_us"].sum())
@@ -1017,7 +1096,64 @@ def _gemm_lines(ctx: _Ctx) -> tuple[list[str], dict[str, Any]]:
         ev.append(f"{small.height} shapes ({fmt.pct(small['share'].sum(), keep_small=False)} of matmul time) have fewer output "
                   "tiles than the device has SMs: too small to fill it")
     return ev, {"wave_hint_shapes": waves.height, "small_shapes": small.height,
-                "dtypes": {str(d): float(t) for d, t in by_dtype.iter_rows()}}
+                "dtypes": {str(d): float(t) for d, t in by_dtype.iter_rows()}, "conv_share": conv_share}
+
+
+PASS_WORDS = {"fwd": "forward", "dgrad": "input gradient", "wgrad": "weight gradient",
+              "dgrad+wgrad": "input and weight gradients", "bwd": "backward"}
+# Fusing what surrounds the convolutions (a CNN's non-matmul time is BatchNorm, ReLU and residual adds).
+CONV_FUSE = ("Fuse BatchNorm + ReLU (+ the residual add) around the convolutions: torch.compile the model (Inductor fuses them, "
+             "with channels_last); for inference fold BatchNorm into the convolution weights (torch.ao.quantization.fuse_modules)")
+CONV_REMEDIES = [
+    ("Mixed precision first: torch.autocast(device_type=\"cuda\", dtype=torch.float16 or torch.bfloat16) runs the convolutions "
+     "on tensor cores; TF32 for what stays fp32 (torch.backends.cudnn.allow_tf32, Ampere and later)"),
+    ("channels_last: model.to(memory_format=torch.channels_last) and the same for its inputs: cuDNN's tensor-core convolution "
+     "kernels are NHWC, so NCHW pays layout transposes"),
+    "torch.backends.cudnn.benchmark = True with fixed input sizes: cuDNN times its algorithms once and keeps the fastest",
+    ("Channel counts in multiples of 8 (fp16/bf16; 4 for TF32) so the convolutions run on tensor cores, 64 or more to fill "
+     "their tiles: pad the stem's 3 input channels to 4 or 8"),
+    CONV_FUSE,
+]
+CONV_REMEDIES_JAX = [
+    "Compute in bfloat16: flax nn.Conv(..., dtype=jnp.bfloat16) (param_dtype float32), or cast the activations",
+    ("NHWC convolutions (flax's default; dimension_numbers=('NHWC', 'HWIO', 'NHWC') in lax.conv_general_dilated) with "
+     "feature counts in multiples of 128 on TPUs (8 on GPUs)"),
+    "A larger batch per device: the late layers' small spatial sizes cannot fill the matrix units",
+]
+
+
+XLA_CONV_RE = r"(?i)^(convolution|cudnn-conv|conv[-_.])|conv_general"
+
+
+def _conv_share(ctx: _Ctx) -> float:
+    """The share of matmul time spent in convolutions: their kernels (device), or their ops (a CPU trace)."""
+    if ctx.conv is not None:
+        return ctx.conv
+    share = 0.0
+    if ctx.kernels.height and "matmul_row" in ctx.kernels.columns and ctx.a.ops.height:
+        mm = ctx.kernels.filter(pl.col("cls") == "matmul").select("matmul_row", "dur")
+        names = ctx.a.ops.select(pl.col("row").cast(pl.Int64).alias("matmul_row"), pl.col("name").alias("_op"))
+        mm = mm.with_columns(pl.col("matmul_row").cast(pl.Int64)).join(names, on="matmul_row", how="left")
+        tot = float(mm["dur"].sum())
+        conv = pl.col("_op").is_in(list(CONV_OPS))
+        if _jax(ctx):  # HLO instructions: convolution.N, cudnn-conv.N (XLA's cuDNN / MIOpen call)
+            conv = conv | pl.col("_op").str.contains(XLA_CONV_RE)
+        share = float(mm.filter(conv)["dur"].sum()) / tot if tot else 0.0
+    elif ctx.kernels.height:
+        mm = ctx.kernels.filter(pl.col("cls") == "matmul")
+        tot = float(mm["dur"].sum())
+        share = float(mm.filter(pl.col("name").str.contains("(?i)conv"))["dur"].sum()) / tot if tot else 0.0
+    else:
+        mm = _activities(ctx).filter(pl.col("cls") == "matmul") if ctx.a.ops.height else ctx.kernels
+        tot = float(mm["dur"].sum()) if mm.height else 0.0
+        conv = pl.col("name").is_in(list(CONV_OPS)) | pl.col("name").str.contains(XLA_CONV_RE)
+        share = float(mm.filter(conv)["dur"].sum()) / tot if tot else 0.0
+    ctx.conv = share
+    return share
+
+
+def _conv_dominates(ctx: _Ctx) -> bool:
+    return _conv_share(ctx) >= CONV_DOMINATES
 
 
 def _matmul_ops(ctx: _Ctx) -> list[str]:
@@ -1047,6 +1183,12 @@ def _matmul_below_peak(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
     ev = [f"matmuls with known FLOPs ran {fmt.pct(known, keep_small=False)} of step time; at peak they would take "
           f"{fmt.pct(at_peak, keep_small=False)}: {fmt.pct(value, keep_small=False)} {UNIT} is lost to matmuls below peak"
           + (f" (they ran at {fmt.pct(at_peak / known, keep_small=False)} of peak on average)" if known > 0 else "")]
+    by = ctx.a.totals.get("mfu_by_precision") or {}
+    own = next(iter(by), None)
+    if own in ("fp32", "tf32") and len(by) > 1:
+        best, v = list(by.items())[-1]
+        ev.append(f"an {own} run: its MFU is graded against the {own} peak; against the {best} tensor-core peak the same work is "
+                  f"{fmt.pct(v, keep_small=False)} of peak: mixed precision is the first lever")
     ev += _folded(findings, ctx)
     lines, data = _gemm_lines(ctx)
     shown = lines or _matmul_ops(ctx)
@@ -1072,6 +1214,14 @@ def _matmul_below_peak(ctx: _Ctx, value: float, findings: list[dict]) -> tuple:
     elif not lines and not _jax(ctx):
         ev.append("no GEMM shape is recorded: which shapes run slowly cannot be told")
         record = _record(ctx, "shapes")
+    if _conv_dominates(ctx):
+        own = _remedies_of(findings)
+        conv_remedies = CONV_REMEDIES[1:] if any(f["kind"] == "fp32_matmul" for f in findings) else CONV_REMEDIES  # said once
+        said = _say(ctx, conv_remedies, CONV_REMEDIES_JAX)
+        if (ctx.a.hardware or {}).get("precision") in ("bf16", "fp16", "fp8") and said and said[0] in (CONV_REMEDIES[0], CONV_REMEDIES_JAX[0]):
+            said = said[1:] + said[:1]  # already in 16 bits: precision is not the first lever
+        remedies = own + said
+        return "Convolutions run below peak: layout, precision and channel counts", ev, remedies, data, record, bool(lines or shown)
     remedies = _remedies_of(findings) + _say(ctx, [
         "Shapes the tensor cores like: hidden, FFN, vocab and batch × sequence sizes in multiples of 64 (128 better)",
         ("bf16 or fp16 for the matmuls (torch.autocast), and TF32 for what stays fp32 "

@@ -14,11 +14,17 @@ import numpy as np
 import orjson
 import polars as pl
 
+from traceflops.core.contract import COMMUNICATION_SCHEMA
 from traceflops.core.dtypes import collective_itemsize
 from traceflops.core.results import Analysis
 from traceflops.core.trace import COLLECTIVE_COLUMNS
-from traceflops.core.vocab import HOST_COMM_CALL_KIND, HOST_COMM_WORK_RE
+from traceflops.core.vocab import (
+    HOST_COMM_CALL_KIND,
+    HOST_COMM_WAIT_RE,
+    HOST_COMM_WORK_RE,
+)
 from traceflops.stages.link import nearest
+from traceflops.views import p2p
 
 P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)|^gloo:(send|recv)$"
 
@@ -33,19 +39,35 @@ KIND_RE = [
 ]
 
 # The columns of a trace's collectives (and of a rank summary's).
-COLUMNS = ("pg", "seq", "kind", "name", "ts", "end", "dur", "bytes", "group_size", "step", "pg_desc", "role", "group_ranks")
+COLUMNS = ("pg", "seq", "kind", "name", "ts", "end", "dur", "bytes", "group_size", "step", "pg_desc", "role", "group_ranks",
+           "phase", "exposed", "overlapped")
+
+
+# What a group is for, by the words of its description: PyTorch DeviceMesh dimensions (`mesh_<name>`, torchtitan's
+# dp_replicate, dp_shard, dp_shard_cp, cp, tp, pp, ep, ...) and Megatron-Core's `group_desc` names
+# (TENSOR_MODEL_PARALLEL_GROUP, DATA_PARALLEL_GROUP_WITH_CP, EXPERT_MODEL_PARALLEL_GROUP, ...).
+_MESH_ROLES = {"dp": "dp", "fsdp": "dp", "hsdp": "dp", "ddp": "dp", "replicate": "dp", "shard": "dp", "tp": "tp", "sp": "tp",
+               "pp": "pp", "ep": "ep", "etp": "tp", "edp": "dp", "efsdp": "dp", "cp": "cp"}
+_MEGATRON_ROLES = {"TENSOR_MODEL_PARALLEL_GROUP": "tp", "PIPELINE_MODEL_PARALLEL_GROUP": "pp", "DATA_PARALLEL_GROUP": "dp",
+                   "CONTEXT_PARALLEL_GROUP": "cp", "EXPERT_MODEL_PARALLEL_GROUP": "ep", "EXPERT_TENSOR_PARALLEL_GROUP": "tp",
+                   "EXPERT_DATA_PARALLEL_GROUP": "dp", "INTRA_PARTIAL_DATA_PARALLEL_GROUP": "dp",
+                   "INTER_PARTIAL_DATA_PARALLEL_GROUP": "dp", "INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP": "dp"}
 
 
 def group_role(desc) -> str | None:
-    """What a group is for, from its description: `mesh_<dim>` (a DeviceMesh dimension) → that dimension (dp, tp,
-    pp, ep, cp, ...), `default_pg` → world; None for other descriptions."""
+    """What a group is for, from its description: a DeviceMesh dimension `mesh_<dim>` → dp, tp, pp, ep or cp by its
+    first word (torchtitan's `dp_shard_cp` is FSDP's: dp), else the dimension's own name; a Megatron-Core group
+    (`TENSOR_MODEL_PARALLEL_GROUP`, `DATA_PARALLEL_GROUP_WITH_CP_GLOO`, ...) → its role; `default_pg` → world;
+    None for other descriptions (a combined group such as Megatron's MODEL_PARALLEL_GROUP has no one role)."""
     if not isinstance(desc, str):
         return None
     if desc == "default_pg":
         return "world"
     if desc.startswith("mesh_") and len(desc) > 5:
-        return desc[5:]
-    return None
+        name = desc[5:]
+        return _MESH_ROLES.get(name.split("_")[0].lower(), name)
+    base = desc.upper().removesuffix("_GLOO").removesuffix("_WITH_CP")
+    return _MEGATRON_ROLES.get(base)
 
 
 def member_groups(a: Analysis) -> list[dict]:
@@ -197,6 +219,7 @@ def host_work(a: Analysis) -> pl.DataFrame:
         pg_ranks=pl.Series([orjson.dumps(g["ranks"]).decode() if g and g["ranks"] else None for g in group], dtype=pl.Utf8),
         coll_seq=pl.lit(None, pl.Int64),
         call_kind=pl.Series([HOST_COMM_CALL_KIND.get(c) if c else None for c in calls], dtype=pl.Utf8),
+        **p2p.call_args(a, w),
     )
 
 
@@ -218,13 +241,14 @@ def _from_config(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     )
 
 
-def collectives(a: Analysis) -> pl.DataFrame:
+def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
     """Communication kernels (or a CPU trace's collectives) with their group, kind, payload and order within the group.
 
     Parameters come from the kernel's own args, else from the nearest enclosing
     op that records them (`record_param_comms`, `nccl:*`), else from pg_config.
     The order within a group is the recorded `Seq` where every collective of
-    the group has a distinct one, else the order they started in.
+    the group has a distinct one, else the order they started in. `with_issuer`
+    adds a CPU collective's issuing call (an op row) as `issuer`.
     """
     device = a.kernels.height > 0
     k = a.kernels.filter(pl.col("cls") == "communication") if device else host_work(a)
@@ -238,7 +262,7 @@ def collectives(a: Analysis) -> pl.DataFrame:
             [pl.when(pl.Series(src >= 0)).then(pl.col(c)).alias(c) for c in cols]
         )
         k = k.with_columns([pl.coalesce(k[c], from_op[c]).alias(c) for c in cols])
-    k = _from_config(k, a)
+    k = p2p.keyed(_from_config(k, a), a)
     kind = pl.lit(None, pl.Utf8)
     for name, pat in reversed(KIND_RE):
         kind = pl.when(pl.coalesce("collective", "name").str.contains(pat)).then(pl.lit(name)).otherwise(kind)
@@ -251,7 +275,7 @@ def collectives(a: Analysis) -> pl.DataFrame:
         end=pl.col("ts") + pl.col("dur"),
         elem_bytes=pl.col("coll_dtype").replace_strict(dtypes, [collective_itemsize(d) for d in dtypes], default=None,
                                                        return_dtype=pl.Int64),
-        role=pl.col("pg_desc").replace_strict(*_roles(k), default=None, return_dtype=pl.Utf8),
+        role=_role(k, dict(a.meta.get("group_roles") or {})),
     ).with_columns(
         bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("elem_bytes"),
     ).sort("ts")
@@ -259,8 +283,14 @@ def collectives(a: Analysis) -> pl.DataFrame:
     recorded = pl.col("coll_seq").is_not_null().all().over("pg") & (pl.col("coll_seq").n_unique().over("pg") == pl.len().over("pg"))
     k = k.with_columns(seq=pl.when(recorded).then(pl.col("coll_seq")).otherwise(order))
     listed = k["pg_ranks"].drop_nulls().unique().to_list() if k.height else []
-    return k.select(*COLUMNS[:-1], group_ranks=pl.col("pg_ranks").replace_strict(
-        listed, [ranks_text(v) for v in listed], default=None, return_dtype=pl.Utf8))
+    # the share of the step time each exposed and compute hid (stages.timeline.comm_exposure), µs
+    shares = [pl.col(c).cast(pl.Float64).alias(n) if c in k.columns else pl.lit(None, pl.Float64).alias(n)
+              for c, n in (("comm_exposed", "exposed"), ("comm_overlapped", "overlapped"))]
+    issuer = [pl.col("comm_issuer").cast(pl.Int64).alias("issuer") if "comm_issuer" in k.columns and not device
+              else pl.lit(None, pl.Int64).alias("issuer")] if with_issuer else []
+    ranks = pl.col("pg_ranks").replace_strict(listed, [ranks_text(v) for v in listed], default=None, return_dtype=pl.Utf8)
+    phase = pl.col("phase") if "phase" in k.columns else pl.lit(None, pl.Utf8)
+    return k.select(*COLUMNS[:12], ranks.alias("group_ranks"), phase.alias("phase"), *shares, *p2p.P2P_COLUMNS, *issuer)
 
 
 def ranks_text(v: str) -> str | None:
@@ -273,6 +303,99 @@ def ranks_text(v: str) -> str | None:
     return orjson.dumps(ranks).decode() if ok else None
 
 
-def _roles(k: pl.DataFrame) -> tuple[list, list]:
+def _role(k: pl.DataFrame, by_hand: dict[str, str]) -> pl.Expr:
+    """A collective's role: given by hand for its group's description or name (`--group-role`), else its description's."""
     descs = k["pg_desc"].drop_nulls().unique().to_list() if k.height else []
-    return descs, [group_role(d) for d in descs]
+    described = pl.col("pg_desc").replace_strict(descs, [by_hand.get(d) or group_role(d) for d in descs], default=None,
+                                                 return_dtype=pl.Utf8)
+    if not by_hand:
+        return described
+    named = pl.col("pg_name").replace_strict(list(by_hand), list(by_hand.values()), default=None, return_dtype=pl.Utf8)
+    return pl.coalesce(pl.col("pg_desc").replace_strict(list(by_hand), list(by_hand.values()), default=None,
+                                                        return_dtype=pl.Utf8), named, described)
+
+
+# --- communication by dimension -------------------------------------------
+
+DIMENSION_COLUMNS = tuple(COMMUNICATION_SCHEMA)
+
+
+def by_dimension(coll: pl.DataFrame, waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame | None:
+    """Communication per dimension (its group's role), phase and kind over the given steps: calls, time, and the
+    step time it exposed and compute hid (µs, and as shares of the steps' summed windows).
+
+    The exposed and overlapped times are each collective's share of the
+    partition's (`stages.timeline.comm_exposure`), so the rows add up to the
+    steps' `communication_exposed` and `communication_overlapped`. A thread's
+    wait for a collective when none is in flight on this rank (`waits`) goes
+    to the collective its thread issued last, else to role `?`, kind `wait`. A dimension is the group's role
+    (dp, tp, pp, ep, cp, world), else its description, else `?` (no group
+    recorded). None when there is no communication in the steps.
+    """
+    ids = steps["step"].to_list()
+    window = float(steps["window"].sum()) if steps.height else 0.0
+    c = coll.filter(pl.col("step").is_in(ids)).select(
+        role=pl.coalesce("role", "pg_desc", pl.lit("?")), phase=pl.col("phase").fill_null("other"), kind=pl.col("kind").fill_null("?"),
+        dur=pl.col("dur").cast(pl.Float64), exposed=pl.col("exposed").fill_null(0.0), overlapped=pl.col("overlapped").fill_null(0.0))
+    w = waits.filter(pl.col("step").is_in(ids) & (pl.col("exposed") > 0)).select(
+        role=pl.coalesce("role", "pg_desc", pl.lit("?")), phase=pl.col("phase").fill_null("other"),
+        kind=pl.col("kind").fill_null("wait"), dur=pl.col("exposed"),
+        exposed=pl.col("exposed"), overlapped=pl.col("overlapped").fill_null(0.0), calls=pl.lit(0))
+    rows = pl.concat([c.with_columns(calls=pl.lit(1)), w])
+    if rows.height == 0 or window <= 0:
+        return None
+    return (rows.group_by("role", "phase", "kind").agg(calls=pl.col("calls").sum(), time_us=pl.col("dur").sum(),
+                                                       exposed_us=pl.col("exposed").sum(), overlapped_us=pl.col("overlapped").sum())
+            .with_columns(calls=pl.col("calls").cast(pl.Int64), window_us=pl.lit(window),
+                          exposed_share=pl.col("exposed_us") / window, overlapped_share=pl.col("overlapped_us") / window)
+            .sort(["exposed_us", "time_us", "role", "phase", "kind"], descending=[True, True, False, False, False])
+            .select(DIMENSION_COLUMNS))
+
+
+def host_waits(a: Analysis) -> pl.DataFrame:
+    """A CPU trace's waits on collectives (`_c10d_functional::wait_tensor`) with the exposed time no collective
+    took, each tied to the collective its thread issued last before it (its group's role, its kind)."""
+    schema = {"step": pl.Int64, "phase": pl.Utf8, "exposed": pl.Float64, "overlapped": pl.Float64, "role": pl.Utf8,
+              "pg_desc": pl.Utf8, "kind": pl.Utf8}
+    if "comm_exposed" not in a.ops.columns or a.kernels.height:
+        return pl.DataFrame(schema=schema)
+    ops = a.ops.with_columns(_row=pl.int_range(pl.len(), dtype=pl.Int64))
+    waits = ops.filter(pl.col("name").str.contains(HOST_COMM_WAIT_RE) & pl.col("comm_exposed").is_not_null())
+    if waits.height == 0:
+        return pl.DataFrame(schema=schema)
+    coll = collectives(a, with_issuer=True).filter(pl.col("issuer").is_not_null())
+    calls = (ops.join(coll, left_on="_row", right_on="issuer").select("tid", "ts", "role", "pg_desc", "kind")
+             .with_columns(pl.col("ts").cast(pl.Float64)).sort("ts"))
+    w = waits.select("tid", pl.col("ts").cast(pl.Float64), pl.col("step").cast(pl.Int64), "phase",
+                     exposed=pl.col("comm_exposed"), overlapped=pl.col("comm_overlapped")).sort("ts")
+    return w.join_asof(calls, on="ts", by="tid", strategy="backward", check_sortedness=False).select(list(schema))
+
+
+def counted_steps(a: Analysis, exclude_steps) -> pl.DataFrame:
+    """The steps a report's totals count: not left out, with a positive window."""
+    return a.steps.filter(~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0))
+
+
+def communication(a: Analysis, exclude_steps=()) -> pl.DataFrame | None:
+    """This trace's communication by dimension, phase and kind over the counted steps (`by_dimension`)."""
+    return by_dimension(a.collectives, host_waits(a), counted_steps(a, exclude_steps))
+
+
+def across_ranks(tables: dict[int | None, pl.DataFrame | None]) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """Ranks' communication tables (`by_dimension`, keyed by rank) as the job's: per dimension, phase and kind, summed
+    over the ranks, its shares of all ranks' summed step windows, how many ranks have the row and which has the
+    largest exposed share; and the ranks' rows with their rank. (None, None) when no rank has one."""
+    frames = [t.with_columns(rank=pl.lit(r, pl.Int64)) for r, t in tables.items() if t is not None and t.height]
+    if not frames:
+        return None, None
+    per = pl.concat(frames, how="vertical_relaxed")
+    window = float(per.group_by("rank").agg(pl.col("window_us").first())["window_us"].sum())
+    job = (per.sort("exposed_share", "rank", descending=[True, False])
+           .group_by("role", "phase", "kind")
+           .agg(pl.col("calls").sum(), pl.col("time_us", "exposed_us", "overlapped_us").sum(), ranks=pl.col("rank").n_unique(),
+                max_exposed_share=pl.col("exposed_share").first(), max_rank=pl.col("rank").first())
+           .with_columns(window_us=pl.lit(window), exposed_share=pl.col("exposed_us") / window,
+                         overlapped_share=pl.col("overlapped_us") / window)
+           .sort(["exposed_us", "time_us", "role", "phase", "kind"], descending=[True, True, False, False, False])
+           .select(*DIMENSION_COLUMNS, "ranks", "max_exposed_share", "max_rank"))
+    return job, per.sort("rank", "exposed_us", descending=[False, True]).select("rank", *DIMENSION_COLUMNS)

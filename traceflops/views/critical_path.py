@@ -41,15 +41,11 @@ def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> dict[str, Any
     seg = seg.filter(~pl.col("step").is_in(list(exclude_steps)))
     per = breakdown(seg)
     tops = top_segments(seg, top)
-    steps = []
-    for row in per.iter_rows(named=True):
-        t = tops.filter(pl.col("step") == row["step"])
-        steps.append({
-            "step": row["step"],
-            "length_us": row["length"],
-            "us": {k: row[k] for k in KINDS},
-            "top": [{"kind": k, "name": n, "us": d, "segments": c} for k, n, d, c in t.select("kind", "name", "dur", "segments").iter_rows()],
-        })
+    top_of: dict = {}  # the rows are the report's: one pass over them, not a filter per step
+    for s, k, n, d, c in tops.select("step", "kind", "name", "dur", "segments").iter_rows():
+        top_of.setdefault(s, []).append({"kind": k, "name": n, "us": d, "segments": c})
+    steps = [{"step": row["step"], "length_us": row["length"], "us": {k: row[k] for k in KINDS}, "top": top_of.get(row["step"], [])}
+             for row in per.iter_rows(named=True)]
     total = {k: float(per[k].sum()) for k in KINDS}
     length = sum(total.values())
     overall = top_segments(seg.with_columns(step=pl.lit(0, pl.Int64)), top)

@@ -11,7 +11,8 @@ differences (after − before) and per-step means:
   global tokens are divided by its world size), else null;
 * `largest_change`: the phase whose matmul FLOPs moved most, per token when
   `flops_per_token` is known (runs with different batch or micro-batch counts
-  compare), else per step; `basis` says which; null when nothing moved;
+  compare), else per step; `basis` says which; null when nothing moved or a
+  side's FLOPs are unknown, and `largest_change_why` says which;
 * `loss_budget`: each term's fractions and delta, sorted by |delta| (unknown
   deltas last);
 * `time_us`: the time partition per step (mean);
@@ -30,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PARTITION, PHASES
 
@@ -65,7 +67,7 @@ def _per_step(v, n: int):
 def _side(a: Analysis) -> dict[str, Any]:
     hw = a.hardware or {}
     return {
-        "path": a.meta.get("path"),
+        "path": path_text(a.meta.get("path")),  # a name that is not UTF-8 as escapes: JSON and HTML take it
         "format": a.meta.get("format"),
         "rank": a.meta.get("rank"),
         "hardware": hw.get("name"),
@@ -146,6 +148,12 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
         if tok_a != tok_b:
             warnings.append("tokens per step known for only one trace: FLOPs compared per step, not per token")
     largest = _largest_change(per_token or flops, basis)
+    if largest is not None:
+        largest_why = None
+    elif fa["executed"] is None or fb["executed"] is None:
+        largest_why = "one side's matmul FLOPs are unknown (no recorded shapes; the warnings say which)"
+    else:
+        largest_why = "no phase's matmul FLOPs moved"
     la, lb = ta.get("loss_budget") or {}, tb.get("loss_budget") or {}
     terms = [{"term": k, **_pair(la.get(k), lb.get(k))} for k in dict.fromkeys([*la, *lb])]
     terms.sort(key=lambda r: (r["delta"] is None, -abs(r["delta"] or 0.0)))
@@ -167,6 +175,7 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
         "flops_per_step": flops,
         "flops_per_token": per_token,
         "largest_change": largest,
+        "largest_change_why": largest_why,  # why there is none (null when there is one)
         "loss_budget": terms,
         "time_us_per_step": time_us,
         "kernels": kernels,

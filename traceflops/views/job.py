@@ -26,8 +26,10 @@ from traceflops.core.results import Analysis, Job, RankSummary
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
 from traceflops.stages.critical_path import KINDS
-from traceflops.stages.timeline import merged
-from traceflops.views.collectives import collectives
+from traceflops.stages.timeline import union_measure
+from traceflops.views import p2p
+from traceflops.views.collectives import across_ranks, collectives
+from traceflops.views.experts import experts, imbalance_advice
 
 # Bus-bandwidth factors (NCCL tests' convention): bytes each rank moves over its links per byte of payload.
 _BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -83,6 +85,7 @@ def summarize(a: Analysis) -> RankSummary:
         a.critical_path.filter(pl.col("kind") == "communication").select("step", "start", "end"),
         advice=[{"kind": x.get("kind"), "title": x.get("title"), "share": x["share"],
                  "recoverable": x.get("recoverable"), "term": x.get("term")} for x in a.advice[:ADVICE_PER_RANK]],
+        communication=a.communication,
     )
 
 
@@ -90,21 +93,6 @@ ADVICE_PER_RANK = 3  # headlines a rank summary keeps for the job's "what to try
 
 
 # --- the critical path across ranks -----------------------------------------
-
-
-def _union_measure(starts: np.ndarray, ends: np.ndarray):
-    """F(x): the length of the union of [starts, ends) up to x, as a vectorized function (sorted-array interval algebra)."""
-    ms, me = merged(starts, ends)
-    before = np.r_[0.0, np.cumsum(me - ms)][:-1] if len(ms) else np.zeros(0)
-
-    def F(x: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(ms, x, side="right") - 1
-        ok = k >= 0
-        out = np.zeros(len(x))
-        out[ok] = before[k[ok]] + np.clip(x[ok] - ms[k[ok]], 0, me[k[ok]] - ms[k[ok]])
-        return out
-
-    return F
 
 
 def comm_split(summaries: list[RankSummary], m: pl.DataFrame, offsets: dict[int, float]) -> list[RankSummary]:
@@ -128,7 +116,7 @@ def comm_split(summaries: list[RankSummary], m: pl.DataFrame, offsets: dict[int,
         mine = a.filter(pl.col("rank") == s.rank)
         ws = mine["ts"].to_numpy()
         we = np.clip(mine["last_astart"].to_numpy() - offsets.get(s.rank, 0.0), ws, mine["end"].to_numpy())
-        F = _union_measure(ws, we)
+        F = union_measure(ws, we)
         seg = s.path_comm
         wait = F(seg["end"].to_numpy()) - F(seg["start"].to_numpy())
         per = (seg.with_columns(_wait=pl.Series(wait), _dur=pl.col("end") - pl.col("start")).group_by("step")
@@ -383,20 +371,9 @@ def stragglers(coll: pl.DataFrame, summaries: list[RankSummary]) -> pl.DataFrame
 
 
 def pipeline_bubbles(summaries: list[RankSummary], stages: int | None, microbatches: int | None) -> pl.DataFrame | None:
-    """Time in P2P send/recv per rank and step, against the ideal (p−1)/(m+p−1) bubble."""
-    rows = []
-    for s in summaries:
-        c = s.collectives.filter(pl.col("kind") == "sendrecv")
-        if c.height == 0:
-            continue
-        per = c.group_by("step").agg(pl.col("dur").sum().alias("p2p_us"))
-        per = per.join(s.steps.select("step", "window"), on="step", how="inner").with_columns(rank=pl.lit(s.rank, pl.Int64))
-        rows.append(per)
-    if not rows:
-        return None
-    out = pl.concat(rows).with_columns(bubble=pl.col("p2p_us") / pl.col("window"))
-    ideal = (stages - 1) / (microbatches + stages - 1) if stages and microbatches else None
-    return out.with_columns(ideal_bubble=pl.lit(ideal, pl.Float64)).sort("rank", "step")
+    """Per stage (rank) and step: P2P matched across ranks and the bubble it waited, against the ideal
+    (p−1)/(m+p−1); p and m inferred from the P2P pattern unless given (`views.p2p.pipeline`)."""
+    return p2p.pipeline(summaries, stages, microbatches)
 
 
 def nvlink_per_direction(summaries: list[RankSummary]) -> float | None:
@@ -470,8 +447,12 @@ def job_view(
     for s in summaries:
         warnings += [f"rank {s.rank}: {w}" for w in s.warnings]
     late = stragglers(coll, summaries)
-    return Job(per_rank_table(summaries), steps, coll, late, pipeline_bubbles(summaries, pipeline_stages, microbatches), clock, totals,
-               warnings, summaries, advice=job_advice(summaries, late, coll, exclude_steps), warning_groups=groups)
+    pipe = pipeline_bubbles(summaries, pipeline_stages, microbatches)
+    comm, comm_by_rank = across_ranks({s.rank: s.communication for s in summaries})
+    ep = experts(summaries)
+    return Job(per_rank_table(summaries), steps, coll, late, pipe, clock, totals,
+               warnings, summaries, advice=job_advice(summaries, late, coll, exclude_steps, pipe, ep),
+               warning_groups=groups, communication=comm, communication_by_rank=comm_by_rank, experts=ep)
 
 
 def group_warnings(summaries: list[RankSummary], m: pl.DataFrame, ranks: list[int]) -> list[str]:
@@ -509,10 +490,13 @@ def warning_groups(own: list[str], summaries: list[RankSummary]) -> list[tuple[s
 UNIT = "of step time, over all ranks"
 
 
-def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFrame, exclude_steps=()) -> list[dict[str, Any]]:
+def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFrame, exclude_steps=(),
+               pipe: pl.DataFrame | None = None, experts: pl.DataFrame | None = None) -> list[dict[str, Any]]:
     """What to try for the job: time the ranks' critical paths spent waiting for a late rank, then the ranks' own top items.
 
     Shares are of the step time summed over ranks (each rank's windows), the unit of a rank's own budget.
+    Where pipeline stages' blocked receives make most of the exposed communication, the bubble replaces the
+    ranks' own "overlap communication" (overlap cannot shorten a wait for a neighbour's micro-batch).
     """
     items: list[dict[str, Any]] = []
     frames = [s.steps.filter(~pl.col("step").is_in(list(exclude_steps))) for s in summaries]
@@ -552,6 +536,13 @@ def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFr
                       "recoverable": top, "unit": "of step time at peak, on the rank where it is largest",
                       "evidence": [ev], "remedies": [],
                       "data": {"ranks": sorted(r for r in share if r is not None), "shares": {str(r): v for r, v in share.items()}}})
+    bubble = p2p.bubble_advice(pipe, summaries, exclude_steps, UNIT)
+    if bubble is not None:  # the bubble, not overlap, is what the stages' exposed communication is
+        items.append(bubble)
+        per_rank = [x for x in per_rank if x["kind"] != "communication"]
+    uneven = imbalance_advice(experts)
+    if uneven is not None:
+        items.append(uneven)
     return items + sorted(per_rank, key=lambda x: -(x["share"] or 0.0))
 
 

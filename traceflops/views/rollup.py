@@ -164,6 +164,8 @@ import math
 
 import orjson
 
+from traceflops.flops.aten import OP_FLOPS_MAX
+
 GEMM_TILE = 128  # output tile edge assumed by the wave-quantization hint (128×128)
 GEMM_TIME_MATTERS = 0.01  # share of all matmul kernel time from which a GEMM's hint is raised
 _GEMM_OPS = frozenset(f"aten::{n}" for n in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear"))
@@ -177,6 +179,19 @@ def _shape(d) -> tuple[int, ...] | None:
 
 def gemm_dims(name: str, dims) -> tuple[int, int, int, int] | None:
     """(M, N, K, batch) of a matmul-family op from its `Input Dims`; None when they do not fit.
+
+    A shape of more than `OP_FLOPS_MAX` FLOPs is no real op's (the FLOP count leaves it out and says so): it is
+    no shape either, so tiles and waves never leave int64.
+    """
+    got = _gemm_dims(name, dims)
+    if got is None:
+        return None
+    m, n, k, batch = got
+    return got if 2 * m * n * k * batch <= OP_FLOPS_MAX and max(got) <= OP_FLOPS_MAX else None
+
+
+def _gemm_dims(name: str, dims) -> tuple[int, int, int, int] | None:
+    """(M, N, K, batch) as recorded, unbounded.
 
     mm(a[M,K], b[K,N]); addmm(bias, a, b); bmm(a[B,M,K], b[B,K,N]); baddbmm(bias, a, b);
     linear(x[..., K], w[N, K]) folds the leading dims of x into M; matmul follows
@@ -227,6 +242,99 @@ def gemm_dims(name: str, dims) -> tuple[int, int, int, int] | None:
     return None
 
 
+# Convolutions as implicit GEMMs. Every pass is shown by its forward convolution's GEMM: M = N·Hout·Wout (output
+# positions), N = Cout, K = Cin/groups·kh·kw, so that 2·M·N·K is the pass's FLOPs and the three passes of one layer
+# share M×N×K; `conv` names the pass. Per op name: (pass, dims index of the input x, of grad_output, of the weight);
+# transposed convolutions are left out (their GEMM is another).
+_CONV_FWD_NAMES = (
+    "convolution", "_convolution", "convolution_overrideable", "conv1d", "conv2d", "conv3d", "_convolution_mode",
+    "cudnn_convolution", "cudnn_convolution_relu", "miopen_convolution_relu", "cudnn_convolution_add_relu",
+    "miopen_convolution_add_relu", "miopen_convolution", "miopen_depthwise_convolution", "mkldnn_convolution",
+    "_slow_conv2d_forward", "thnn_conv2d", "thnn_conv2d_forward", "slow_conv3d_forward", "slow_conv3d", "thnn_conv3d",
+    "slow_conv_dilated2d", "slow_conv_dilated3d", "_conv_depthwise2d", "conv_depthwise3d", "thnn_conv_depthwise2d",
+    "thnn_conv_depthwise2d_forward", "_nnpack_spatial_convolution",
+)
+_CONV_OPS: dict[str, tuple[str, int | None, int | None, int | None]] = {
+    **{f"aten::{n}": ("fwd", 0, None, 1) for n in _CONV_FWD_NAMES},
+    **{f"aten::{n}": ("bwd", None, 0, 2) for n in ("convolution_backward", "convolution_backward_overrideable",
+                                                   "_slow_conv2d_backward", "thnn_conv2d_backward", "slow_conv3d_backward")},
+    **{f"aten::{n}": ("bwd", None, 1, 2) for n in ("cudnn_convolution_backward", "miopen_convolution_backward",
+                                                   "miopen_depthwise_convolution_backward", "mkldnn_convolution_backward")},
+    **{f"aten::{n}": ("dgrad", None, 1, 2) for n in ("cudnn_convolution_backward_input", "miopen_convolution_backward_input",
+                                                     "miopen_depthwise_convolution_backward_input")},
+    **{f"aten::{n}": ("wgrad", None, 1, None) for n in ("cudnn_convolution_backward_weight", "miopen_convolution_backward_weight",
+                                                        "miopen_depthwise_convolution_backward_weight")},
+}
+CONV_OPS = frozenset(_CONV_OPS)
+
+
+def conv_dims(name: str, dims, flops) -> tuple[int, int, int, str, int, int] | None:
+    """A convolution op as an implicit GEMM: (M, N, K, pass, out_rows, out_cols), or None when it does not fit.
+
+    M, N, K are the forward convolution's GEMM (M = N·Hout·Wout, N = Cout, K = Cin/groups·kh·kw) whatever the pass;
+    what shapes cannot give (the output positions of a forward whose stride and padding are not recorded, the kernel
+    size of a weight gradient) comes from the op's FLOPs, which must then be 2·M·N·K (once per pass: a
+    convolution_backward that computed both gradients is 'dgrad+wgrad'). out_rows × out_cols is the GEMM output whose
+    tiles fill the device: M × Cout for the forward, M × Cin for the input gradient (the grad-output positions: a
+    strided convolution's input gradient has stride² more rows), Cout × K for the weight gradient.
+    """
+    spec = _CONV_OPS.get(name)
+    if spec is None or not isinstance(dims, list) or flops is None or flops <= 0:
+        return None
+    kind, ix, igo, iw = spec
+    flops = int(flops)
+
+    def shape(i):
+        return _shape(dims[i]) if i is not None and i < len(dims) else None
+
+    x, go, w = shape(ix), shape(igo), shape(iw)
+    if w is not None and (len(w) < 3 or min(w) < 1):
+        return None
+    if kind == "fwd":
+        if w is None or x is None or len(x) != len(w) or x[1] % w[1] or x[0] < 1:
+            return None
+        n, k = w[0], w[1] * math.prod(w[2:])
+        if flops % (2 * n * k):
+            return None
+        m = flops // (2 * n * k)
+        if m % x[0]:
+            return None
+        return m, n, k, "fwd", m, n
+    if go is None or len(go) < 3 or min(go) < 1:
+        return None
+    m, n = go[0] * math.prod(go[2:]), go[1]
+    if kind == "wgrad":
+        if w is not None or flops % (2 * m * n):
+            return None
+        k = flops // (2 * m * n)
+        return m, n, k, "wgrad", n, k
+    if w is None or len(w) != len(go) or w[0] != n:
+        return None
+    k = w[1] * math.prod(w[2:])
+    passes, rest = divmod(flops, 2 * m * n * k)
+    if rest or passes not in (1, 2) or (kind == "dgrad" and passes != 1):
+        return None
+    if kind == "dgrad":
+        return m, n, k, "dgrad", m, w[1]
+    return m, n, k, ("dgrad+wgrad" if passes == 2 else "bwd"), m, w[1]
+
+
+def first_tensor_dtype(types) -> str | None:
+    """The first tensor element type among an op's recorded input types (a backward convolution's first input is a
+    size list)."""
+    from traceflops.core.dtypes import dtype_of
+
+    try:
+        t = orjson.loads(types) if isinstance(types, str) else None
+    except orjson.JSONDecodeError:
+        return None
+    for x in t if isinstance(t, list) else []:
+        d = dtype_of(x) if isinstance(x, str) else None
+        if d:
+            return d
+    return None
+
+
 def _units(hardware) -> int | None:
     """SMs / CUs of a Hardware row, an `Analysis.hardware` dict, or a name."""
     from traceflops.core import hardware as hw
@@ -260,11 +368,15 @@ def wave_quantization(m: int, n: int, batch: int, units: int | None, tile: int =
 
 
 def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware) -> pl.DataFrame:
-    """Per GEMM shape (M, N, K, batch, dtype) of the executed leaf matmul ops.
+    """Per GEMM shape (M, N, K, batch, dtype, conv) of the executed leaf matmul ops.
 
     Ops: aten::mm, addmm, bmm, baddbmm, matmul, linear that are leaf matmuls
     (`matmul`) and ran (`ran`), with dims read from `Input Dims` (see
-    `gemm_dims`). Columns: M, N, K, batch, dtype, ops (the op names), count
+    `gemm_dims`), and the convolutions (forward and backward, not transposed)
+    as implicit GEMMs (`conv_dims`: M = N·Hout·Wout, N = Cout, K =
+    Cin/groups·kh·kw, `conv` the pass: fwd, dgrad, wgrad, dgrad+wgrad, bwd;
+    null for a GEMM; tiles count the pass's own output). A backward
+    convolution's dtype is its first tensor input's. Columns: M, N, K, batch, dtype, ops (the op names), count
     (op calls), kernels (their matmul-class kernels), time_us (those kernels'
     summed duration), share (of the time of all matmul-class kernels), flops
     (the ops' FLOPs), tflops (flops over time_us of the calls whose FLOPs are
@@ -272,38 +384,56 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware) -> pl.Data
     128×128 output tile and the device's SMs (`hardware`: a Hardware row, the
     `Analysis.hardware` dict, a name, or None), and `wave_hint`: the last wave
     is under half full and the shape takes at least 1% of matmul time, with
-    `hint` saying why. Sorted by time, longest first.
+    `hint` saying why, and `conv`. Sorted by time, longest first.
     """
     schema = {
         "M": pl.Int64, "N": pl.Int64, "K": pl.Int64, "batch": pl.Int64, "dtype": pl.Utf8,
         "ops": pl.List(pl.Utf8), "count": pl.Int64, "kernels": pl.Int64, "time_us": pl.Float64,
         "share": pl.Float64, "flops": pl.Float64, "tflops": pl.Float64, "tiles": pl.Int64,
         "waves": pl.Float64, "wave_efficiency": pl.Float64, "last_wave_fill": pl.Float64,
-        "wave_hint": pl.Boolean, "hint": pl.Utf8,
+        "wave_hint": pl.Boolean, "hint": pl.Utf8, "conv": pl.Utf8,
     }
     need = {"row", "name", "dims", "matmul", "ran"}
     if ops.height == 0 or not need <= set(ops.columns):
         return pl.DataFrame(schema=schema)
-    leaf = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("name").is_in(list(_GEMM_OPS)) & pl.col("dims").is_not_null())
+    names = list(_GEMM_OPS | CONV_OPS)
+    leaf = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("name").is_in(names) & pl.col("dims").is_not_null())
     leaf = leaf.select(
         pl.col("row").cast(pl.Int64), "name", "dims",
         (pl.col("dtype") if "dtype" in ops.columns else pl.lit(None, pl.Utf8)).alias("dtype"),
         (pl.col("flops").cast(pl.Float64) if "flops" in ops.columns else pl.lit(None, pl.Float64)).alias("flops"),
+        (pl.col("types") if "types" in ops.columns else pl.lit(None, pl.Utf8)).alias("_types"),
     )
-    parsed = {"name": [], "dims": [], "M": [], "N": [], "K": [], "batch": []}
-    for name, dims in leaf.select("name", "dims").unique().iter_rows():
+    # a convolution's shape needs its FLOPs too (see conv_dims): parsed once per distinct (name, dims, FLOPs)
+    conv = pl.col("name").is_in(list(CONV_OPS))
+    leaf = leaf.with_columns(_key=pl.when(conv).then(pl.col("flops")))
+    parsed = {"name": [], "dims": [], "_key": [], "M": [], "N": [], "K": [], "batch": [], "conv": [], "_om": [], "_on": []}
+    for name, dims, key in leaf.select("name", "dims", "_key").unique().iter_rows():
         try:
-            got = gemm_dims(name, orjson.loads(dims))
-        except (orjson.JSONDecodeError, TypeError, ValueError):
+            d = orjson.loads(dims)
+            if name in CONV_OPS:
+                c = conv_dims(name, d, key)
+                got = None if c is None else (c[0], c[1], c[2], 1, c[3], c[4], c[5])
+            else:
+                g = gemm_dims(name, d)
+                got = None if g is None else (*g, None, g[0], g[1])
+        except (orjson.JSONDecodeError, TypeError, ValueError, OverflowError):
             got = None
-        if got is None:
+        if got is None or 2 * got[0] * got[1] * got[2] * got[3] > OP_FLOPS_MAX:
             continue
-        for k, v in zip(("name", "dims", "M", "N", "K", "batch"), (name, dims, *got)):
+        for k, v in zip(("name", "dims", "_key", "M", "N", "K", "batch", "conv", "_om", "_on"), (name, dims, key, *got)):
             parsed[k].append(v)
-    shapes = pl.DataFrame(parsed, schema={"name": pl.Utf8, "dims": pl.Utf8, "M": pl.Int64, "N": pl.Int64, "K": pl.Int64, "batch": pl.Int64})
-    leaf = leaf.join(shapes, on=["name", "dims"], how="inner")
+    shapes = pl.DataFrame(parsed, schema={"name": pl.Utf8, "dims": pl.Utf8, "_key": pl.Float64, "M": pl.Int64, "N": pl.Int64,
+                                          "K": pl.Int64, "batch": pl.Int64, "conv": pl.Utf8, "_om": pl.Int64, "_on": pl.Int64})
+    leaf = leaf.join(shapes, on=["name", "dims", "_key"], how="inner", nulls_equal=True)
     if leaf.height == 0:
         return pl.DataFrame(schema=schema)
+    # a backward convolution's first input is a size list, so the op's dtype (its first input's) is unknown
+    types = leaf.filter(pl.col("dtype").is_null() & pl.col("_types").is_not_null())["_types"].unique().to_list()
+    if types:
+        first = pl.DataFrame({"_types": types, "_t_dtype": [first_tensor_dtype(t) for t in types]},
+                             schema={"_types": pl.Utf8, "_t_dtype": pl.Utf8})
+        leaf = leaf.join(first, on="_types", how="left").with_columns(dtype=pl.coalesce("dtype", "_t_dtype"))
     mm = kernels.filter(pl.col("cls") == "matmul") if kernels.height and "cls" in kernels.columns else None
     if mm is not None and mm.height:
         per_op = mm.group_by(pl.col("matmul_row").cast(pl.Int64).alias("row")).agg(
@@ -315,8 +445,9 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware) -> pl.Data
     leaf = leaf.join(per_op, on="row", how="left").with_columns(pl.col("_k").fill_null(0), pl.col("_t").fill_null(0.0))
     known = pl.col("flops").is_not_null()
     out = (
-        leaf.group_by("M", "N", "K", "batch", "dtype")
+        leaf.group_by("M", "N", "K", "batch", "dtype", "conv")
         .agg(
+            pl.col("_om").first(), pl.col("_on").first(),
             pl.col("name").unique().sort().alias("ops"),
             pl.len().cast(pl.Int64).alias("count"),
             pl.col("_k").sum().cast(pl.Int64).alias("kernels"),
@@ -330,14 +461,16 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware) -> pl.Data
         )
     )
     units = _units(hardware)
-    waves = [wave_quantization(m, n, b, units) for m, n, b in out.select("M", "N", "batch").iter_rows()]
+    waves = [wave_quantization(m, n, b, units) for m, n, b in out.select("_om", "_on", "batch").iter_rows()]
     out = out.with_columns(
         tiles=pl.Series([w["tiles"] for w in waves], dtype=pl.Int64),
         waves=pl.Series([w["waves"] for w in waves], dtype=pl.Float64),
         wave_efficiency=pl.Series([w["wave_efficiency"] for w in waves], dtype=pl.Float64),
         last_wave_fill=pl.Series([w["last_wave_fill"] for w in waves], dtype=pl.Float64),
     )
-    flag = (pl.col("last_wave_fill") < 0.5) & (pl.col("share") >= GEMM_TIME_MATTERS)
+    # a weight gradient reduces over N·Hout·Wout, which cuDNN / MIOpen split across the SMs: its few output tiles are
+    # no wave-quantization loss
+    flag = (pl.col("last_wave_fill") < 0.5) & (pl.col("share") >= GEMM_TIME_MATTERS) & (pl.col("conv").fill_null("") != "wgrad")
     out = out.with_columns(wave_hint=flag.fill_null(False))
     hints = []
     for r in out.iter_rows(named=True):
@@ -355,4 +488,5 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware) -> pl.Data
                 f"count is a multiple of {units} (or just under it) removes the tail"
             )
     out = out.with_columns(hint=pl.Series(hints, dtype=pl.Utf8))
-    return out.select(list(schema)).sort(["time_us", "M", "N", "K", "batch"], descending=[True, False, False, False, False], nulls_last=True)
+    return out.select(list(schema)).sort(["time_us", "M", "N", "K", "batch", "conv"], descending=[True, False, False, False, False, False],
+                                         nulls_last=True)
