@@ -319,9 +319,29 @@ def s_ranks_out_of_range(r, doc) -> None:
     doc["distributedInfo"] = {"rank": r.choice((-1, 0, 1 << 40)), "world_size": r.choice((-8, 0, 1 << 40, 2))}
 
 
+PLANTED_SECRET = "Zq8plantedSecretValue"  # no output may copy it, wherever it was planted
+_PLANTS = (
+    lambda e: e.__setitem__("name", f"load https://user:{PLANTED_SECRET}@host/x"),
+    lambda e: e.__setitem__("name", f"{e.get('name', '')} password={PLANTED_SECRET}"),
+    lambda e: e.__setitem__("cat", f"token={PLANTED_SECRET}"),
+    lambda e: e.setdefault("args", {}).__setitem__("api_key", PLANTED_SECRET),
+    lambda e: e.setdefault("args", {}).__setitem__("Concrete Inputs", ["", f"Bearer {PLANTED_SECRET}"]),
+    lambda e: e.setdefault("args", {}).__setitem__("note", f"AWS_SECRET_ACCESS_KEY={PLANTED_SECRET}"),
+)
+
+
+def s_planted_secret(r, doc) -> None:
+    """A secret planted in 1-3 events' names, categories or args, and in the trace's metadata."""
+    evs = [e for e in doc["traceEvents"] if isinstance(e, dict)]
+    for e in r.sample(evs, min(len(evs), r.randint(1, 3))):
+        r.choice(_PLANTS)(e)
+    doc["secret"] = PLANTED_SECRET
+
+
 STRUCTURED_NUMBERS = {
     "huge_gemm_dims": s_huge_gemm_dims,
     "untied_kernels": s_untied_kernels,
     "correlation_collision": s_correlation_collision,
     "ranks_out_of_range": s_ranks_out_of_range,
+    "planted_secret": s_planted_secret,
 }

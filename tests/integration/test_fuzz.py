@@ -48,6 +48,7 @@ from tests.fuzz_corpus import (
     GZ_OUTPUT,
     JSON_BYTES,
     PB_BYTES,
+    PLANTED_SECRET,
     SHARED,
     STRUCTURED_NUMBERS,
     shared_available,
@@ -373,6 +374,21 @@ def negative_numbers(a) -> list[str]:
     return bad
 
 
+def copied_strings(a) -> str:
+    """What the JSON and terminal reports and the event tables copy from the trace, as one text."""
+    import io
+
+    from rich.console import Console
+
+    from traceflops.report.jsonreport import render
+    from traceflops.report.terminal import render as terminal
+
+    buf = io.StringIO()
+    terminal(a, Console(file=buf, width=200))
+    tables = " ".join(str(t.to_dicts()) for t in (a.ops, a.kernels, a.trace.launches) if t is not None)
+    return render(a) + buf.getvalue() + tables + " ".join(a.warnings) + str(a.meta)
+
+
 def flops_by_step(a) -> dict:
     steps = {r["step"]: tuple(r[f"flops_{p}"] for p in PHASES) for r in a.steps.iter_rows(named=True)}
     return {"steps": steps, "totals": a.totals["flops"]}
@@ -421,6 +437,8 @@ def run_case(base: str, mutation: str, seed: int, tmp: Path) -> Outcome:
         negative = negative_numbers(a)
         if negative:
             o.kind, o.detail = "wrong", f"a successful run with negative numbers: {negative[:5]}"
+        elif mutation == "planted_secret" and PLANTED_SECRET in copied_strings(a):
+            o.kind, o.detail = "wrong", "a planted secret reached the report"
     except CaseTimeout as e:
         o.kind, o.detail = "hang", f"stopped after {CASE_LIMIT_S:g} s at {_where(e)}"
     except TraceflopsError as e:
