@@ -107,3 +107,20 @@ RANGE_PROFILER_CAPTURE = "this is a CUPTI range-profiler capture"
 CUT_FILE = "the file is cut"  # a trace whose JSON ends before it closes: what came after the cut is not in the report
 HEADLINE_WARNINGS = (NO_DEVICE_ACTIVITY, RANGE_PROFILER_CAPTURE, CUT_FILE)
 PROFILE_THE_DEVICE = "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+
+
+# The parallelism dimensions a process group's role can name (views.collectives.group_role), as reports write them.
+DIMENSIONS = ("dp", "tp", "pp", "ep", "cp")
+
+
+def dimension_name(role: str) -> str:
+    """A role as reports show it: a dimension in capitals (TP), any other role (world, a description) as it is."""
+    return role.upper() if role in DIMENSIONS else role
+
+
+def tells_dimensions_apart(roles) -> bool:
+    """Whether a trace's groups say which dimension its communication is: a role among DIMENSIONS, or two roles of
+    any kind (`?`, no group recorded, is none); one world group says no more than the time breakdown does."""
+    roles = set(roles)
+    return bool(roles & set(DIMENSIONS)) or len(roles - {"?"}) >= 2
+

@@ -24,7 +24,13 @@ from rich.text import Text
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
-from traceflops.core.vocab import HEADLINE_WARNINGS, OUTLIER_RULES, PHASES
+from traceflops.core.vocab import (
+    HEADLINE_WARNINGS,
+    OUTLIER_RULES,
+    PHASES,
+    dimension_name,
+    tells_dimensions_apart,
+)
 
 PIPE_WIDTH = 200  # columns when the output is not a terminal
 BAR = 40  # cells of a full (100%) bar
@@ -268,16 +274,12 @@ def kernels_table(c: Console, a: Analysis) -> None:
     c.print(kt)
 
 
-DIMENSIONS = ("dp", "tp", "pp", "ep", "cp")
-
-
 def communication_table(c: Console, rows, title: str = "Communication by dimension and phase (share of step time)") -> None:
     """Exposed and hidden communication per dimension, phase and kind, when the groups tell dimensions apart (a job
     on one group says no more than the time breakdown does)."""
     if rows is None or not rows.height:
         return
-    roles = set(rows["role"].to_list())
-    if len(roles - {"?"}) < 2 and not roles & set(DIMENSIONS):
+    if not tells_dimensions_apart(rows["role"].to_list()):
         return
     ct = Table(title=title)
     for col in ("dimension", "phase", "kind"):
@@ -285,7 +287,7 @@ def communication_table(c: Console, rows, title: str = "Communication by dimensi
     for col in ("calls", "time (ms)", "exposed", "hidden"):
         ct.add_column(col, justify="right", no_wrap=True)
     for r in rows.head(12).iter_rows(named=True):
-        ct.add_row(text(r["role"]).upper() if r["role"] in DIMENSIONS else text(r["role"]), text(r["phase"]), text(r["kind"]),
+        ct.add_row(text(dimension_name(r["role"])), text(r["phase"]), text(r["kind"]),
                    str(r["calls"]), f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["exposed_share"]), fmt.pct(r["overlapped_share"]))
     c.print(ct)
 

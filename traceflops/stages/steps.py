@@ -199,6 +199,11 @@ def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> 
     return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | dropped))), notes
 
 
+def counted_steps(steps: pl.DataFrame, exclude_steps) -> pl.DataFrame:
+    """The steps a report's totals and advice count: not left out, with a positive window."""
+    return steps.filter(~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0))
+
+
 def leave_out_unbounded_last(steps: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:
     """The last step's window ends at its last device activity: it lacks the time up to a next step that every other
     window holds (the idle and host work before the next step's first kernel), so its MFU reads high. With other

@@ -92,6 +92,7 @@ class _Sweep:
     count: np.ndarray  # active kernels per count column during the segment, (n, _NCOLS)
     devices: np.ndarray  # device id per device code
     windows: _Windows
+    columns: np.ndarray  # which count columns each usable kernel adds to, (kernels, _NCOLS) bool
     pair: np.ndarray  # the kernel row (of the usable kernels) of each (kernel, window) pair
     first: np.ndarray  # each pair's first segment: the position of its start event
     stop: np.ndarray  # each pair's end event: its segments are first .. stop-1
@@ -209,7 +210,7 @@ def _sweep(kernels: pl.DataFrame, steps: pl.DataFrame) -> _Sweep:
     length = np.where(same, np.r_[time[1:], 0.0] - time, 0.0)
     at = np.empty(len(order), np.int64)
     at[order] = np.arange(len(order))
-    return _Sweep(group, time, length, count, devices, w, ki, at[:len(ki)], at[len(ki):n_ev])
+    return _Sweep(group, time, length, count, devices, w, weight, ki, at[:len(ki)], at[len(ki):n_ev])
 
 
 def _group_sums(s: _Sweep, values: np.ndarray) -> np.ndarray:
@@ -310,7 +311,7 @@ def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     n = np.where(waits, np.maximum(s.count[:, 3], 1), np.maximum(s.count[:, _COLLECTIVE], 1))
     label = _labels(s.count)
     measures = [c[:, 3], label == 3, c[:, 3] & (c[:, 0] | c[:, 1])]
-    is_wait = ~np.asarray(_kernel_arrays(k, s.windows.origin)[2][:, _COLLECTIVE])[s.pair]
+    is_wait = ~s.columns[s.pair, _COLLECTIVE]
     mine = comm[s.pair]
     out = {}
     for name, m in zip(("total", "exposed", "overlapped"), measures):  # a loop over three measures, not events

@@ -85,12 +85,19 @@ from traceflops.core import hardware as hw
 from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
 from traceflops.core.results import Analysis
 from traceflops.core.trace import name_matches
-from traceflops.core.vocab import GAP_REASONS, OVERLAYS, PARTITION
+from traceflops.core.vocab import (
+    GAP_REASONS,
+    OVERLAYS,
+    PARTITION,
+    dimension_name,
+    tells_dimensions_apart,
+)
 from traceflops.metrics import budget as bd
 from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
 from traceflops.stages.count import LAYOUT_KERNEL_RE
 from traceflops.stages.link import nearest
+from traceflops.stages.steps import counted_steps
 from traceflops.views.rollup import CONV_OPS, GEMM_TIME_MATTERS, first_tensor_dtype
 
 MIN_SHARE = 0.01
@@ -129,9 +136,7 @@ class _Ctx:
 
 
 def _context(a: Analysis, exclude_steps) -> _Ctx | None:
-    steps = a.steps.filter(
-        ~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0)
-    )
+    steps = counted_steps(a.steps, exclude_steps)
     window = float(steps["window"].sum()) if steps.height else 0.0
     if window <= 0:
         return None
@@ -583,14 +588,14 @@ def _communication(ctx: _Ctx) -> dict | None:
             size = _coll_bytes(r["elems"], r["dtype"])
             extra = (f", {fmt.nbytes(size)} per call" if size else "") + (f", group of {r['g']}" if r["g"] else "")
             ev.append(f"{fmt.short(r['_c'], 70, '?')} ({r['phase']}): {r['n']}×, {fmt.duration(r['t'])}{extra}")
-    dims = _by_dimension(ctx)
+    dims = _bydimension_name(ctx)
     title = "Communication is exposed: overlap it with compute"
     if dims is not None:
         top = dims.row(0, named=True)
-        title = (f"Communication is exposed: {_dimension(top['role'])} {top['kind']} in {top['phase']} "
+        title = (f"Communication is exposed: {dimension_name(top['role'])} {top['kind']} in {top['phase']} "
                  f"{fmt.pct(top['exposed_share'], keep_small=False)} of step time")
         kinds |= set(dims["kind"].to_list())
-        ev[0:0] = [f"{_dimension(r['role'])} {r['kind']} in {r['phase']}: {fmt.pct(r['exposed_share'], keep_small=False)} of step "
+        ev[0:0] = [f"{dimension_name(r['role'])} {r['kind']} in {r['phase']}: {fmt.pct(r['exposed_share'], keep_small=False)} of step "
                    f"time exposed, {fmt.pct(r['overlapped_share'], keep_small=False)} hidden ({r['calls']} calls)"
                    for r in dims.head(TOP).iter_rows(named=True)]
     joined = " ".join(kinds)
@@ -632,17 +637,12 @@ DIMENSION_REMEDIES = {
 }
 
 
-def _dimension(role: str) -> str:
-    return role.upper() if role in ("dp", "tp", "pp", "ep", "cp") else role
-
-
-def _by_dimension(ctx: _Ctx) -> pl.DataFrame | None:
+def _bydimension_name(ctx: _Ctx) -> pl.DataFrame | None:
     """The trace's communication by dimension with exposed time, when its groups tell dimensions apart."""
     d = getattr(ctx.a, "communication", None)
     if d is None or d.height == 0:
         return None
-    roles = set(d["role"].to_list())
-    if len(roles - {"?"}) < 2 and not roles & {"dp", "tp", "pp", "ep", "cp"}:
+    if not tells_dimensions_apart(d["role"].to_list()):
         return None
     d = d.filter(pl.col("exposed_us") > 0)
     return d if d.height else None

@@ -24,6 +24,7 @@ from traceflops.core.vocab import (
     HOST_COMM_WORK_RE,
 )
 from traceflops.stages.link import nearest
+from traceflops.stages.steps import counted_steps
 from traceflops.views import p2p
 
 P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)|^gloo:(send|recv)$"
@@ -352,33 +353,30 @@ def by_dimension(coll: pl.DataFrame, waits: pl.DataFrame, steps: pl.DataFrame) -
             .select(DIMENSION_COLUMNS))
 
 
-def host_waits(a: Analysis) -> pl.DataFrame:
+def host_waits(a: Analysis, coll: pl.DataFrame) -> pl.DataFrame:
     """A CPU trace's waits on collectives (`_c10d_functional::wait_tensor`) with the exposed time no collective
-    took, each tied to the collective its thread issued last before it (its group's role, its kind)."""
+    took, each tied to the collective its thread issued last before it (its group's role, its kind); `coll` is
+    `collectives(a, with_issuer=True)`."""
     schema = {"step": pl.Int64, "phase": pl.Utf8, "exposed": pl.Float64, "overlapped": pl.Float64, "role": pl.Utf8,
               "pg_desc": pl.Utf8, "kind": pl.Utf8}
     if "comm_exposed" not in a.ops.columns or a.kernels.height:
         return pl.DataFrame(schema=schema)
-    ops = a.ops.with_columns(_row=pl.int_range(pl.len(), dtype=pl.Int64))
-    waits = ops.filter(pl.col("name").str.contains(HOST_COMM_WAIT_RE) & pl.col("comm_exposed").is_not_null())
+    waits = a.ops.filter(pl.col("name").str.contains(HOST_COMM_WAIT_RE) & pl.col("comm_exposed").is_not_null())
     if waits.height == 0:
         return pl.DataFrame(schema=schema)
-    coll = collectives(a, with_issuer=True).filter(pl.col("issuer").is_not_null())
-    calls = (ops.join(coll, left_on="_row", right_on="issuer").select("tid", "ts", "role", "pg_desc", "kind")
-             .with_columns(pl.col("ts").cast(pl.Float64)).sort("ts"))
+    coll = coll.filter(pl.col("issuer").is_not_null())
+    issuers = a.ops.select("tid", "ts")[coll["issuer"].to_numpy()]  # the issuing call's thread and start
+    calls = (coll.select("role", "pg_desc", "kind").with_columns(tid=issuers["tid"], ts=issuers["ts"].cast(pl.Float64))
+             .sort("ts"))
     w = waits.select("tid", pl.col("ts").cast(pl.Float64), pl.col("step").cast(pl.Int64), "phase",
                      exposed=pl.col("comm_exposed"), overlapped=pl.col("comm_overlapped")).sort("ts")
     return w.join_asof(calls, on="ts", by="tid", strategy="backward", check_sortedness=False).select(list(schema))
 
 
-def counted_steps(a: Analysis, exclude_steps) -> pl.DataFrame:
-    """The steps a report's totals count: not left out, with a positive window."""
-    return a.steps.filter(~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0))
-
-
 def communication(a: Analysis, exclude_steps=()) -> pl.DataFrame | None:
     """This trace's communication by dimension, phase and kind over the counted steps (`by_dimension`)."""
-    return by_dimension(a.collectives, host_waits(a), counted_steps(a, exclude_steps))
+    coll = collectives(a, with_issuer=True)
+    return by_dimension(coll, host_waits(a, coll), counted_steps(a.steps, exclude_steps))
 
 
 def across_ranks(tables: dict[int | None, pl.DataFrame | None]) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:

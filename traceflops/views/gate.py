@@ -40,6 +40,7 @@ from traceflops.core.errors import EXIT_CANNOT_JUDGE, EXIT_GATE_FAILED, OptionsE
 from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis
 from traceflops.metrics.budget import TERMS
+from traceflops.stages.steps import counted_steps
 
 CHECK_SCHEMA = "traceflops.check/1"
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
@@ -141,12 +142,11 @@ def parse_diff_rule(text: str) -> Rule:
 # ------------------------------------------------------------------ measures
 
 
-def counted_steps(a: Analysis, exclude_steps=()) -> tuple[pl.DataFrame, list[int]]:
+def measured_steps(a: Analysis, exclude_steps=()) -> tuple[pl.DataFrame, list[int]]:
     """The step rows the gate measures (the totals' counted steps less `exclude_steps`), and the ids left out."""
-    left_out = set((a.totals.get("step_count") or {}).get("excluded") or ()) | set(exclude_steps)
-    left_out |= set(a.steps.filter(pl.col("window").is_null())["step"].to_list()) if "window" in a.steps.columns else set()
-    rows = a.steps.filter(~pl.col("step").is_in(sorted(left_out)))
-    return rows, sorted(s for s in left_out if s in set(a.steps["step"].to_list()))
+    rows = counted_steps(a.steps, {*((a.totals.get("step_count") or {}).get("excluded") or ()), *exclude_steps})
+    kept = set(rows["step"].to_list())
+    return rows, [s for s in a.steps["step"].to_list() if s not in kept]
 
 
 def _values(rows: pl.DataFrame, metric: str) -> list[float | None]:
@@ -171,7 +171,7 @@ def _unknown_why(a: Analysis, metric: str) -> str:
 
 def measure(a: Analysis, metric: str, exclude_steps=()) -> dict[str, Any]:
     """The median of `metric` over the counted steps where it is known, with the steps it covers."""
-    rows, left_out = counted_steps(a, exclude_steps)
+    rows, left_out = measured_steps(a, exclude_steps)
     ids = rows["step"].to_list()
     known = [(s, float(v)) for s, v in zip(ids, _values(rows, metric)) if v is not None and math.isfinite(float(v))]
     out = {"value": statistics.median(v for _, v in known) if known else None, "steps": [s for s, _ in known],
@@ -257,7 +257,7 @@ def check(analyses: list[Analysis], rules: list[Rule], tolerance: float = DEFAUL
     traces, judged = [], []
     for a in analyses:
         path = path_text(a.meta.get("path"))
-        rows, left_out = counted_steps(a, exclude_steps)
+        rows, left_out = measured_steps(a, exclude_steps)
         traces.append({"path": path, "steps_in_trace": a.steps.height, "steps_counted": rows["step"].to_list(), "steps_left_out": left_out,
                        "warmup": [w["step"] for w in ((a.step_stats or {}).get("warmup") or [])]})
         judged += [{"trace": path, **judge_one(a, r, tolerance, min_steps, exclude_steps)} for r in rules]
