@@ -1,8 +1,9 @@
-"""Save every included and shared fixture's JSON report, or compare two saved sets.
+"""Save every included and shared fixture's JSON, terminal and HTML reports (and some diffs), or compare two saved sets.
 
 A change meant to move code without changing a number is checked by saving the
-reports before it and comparing after: keys must match exactly, numbers to a
-relative 1e-12 (polars' parallel sums may differ in the last bit).
+reports before it and comparing after: JSON keys must match exactly, numbers to a
+relative 1e-12 (polars' parallel sums may differ in the last bit); the terminal
+(at a fixed width) and HTML reports must match character for character.
 
     python tools/report_snapshot.py save DIR
     python tools/report_snapshot.py compare BEFORE_DIR AFTER_DIR
@@ -24,6 +25,7 @@ MODEL = ["--params", "1.2e6", "--layers", "2", "--heads", "4", "--head-dim", "12
          "--tokens-per-step", "160"]
 VARIANTS = {"plain": [], "peak": ["--peak-tflops", "1"], "model": MODEL, "model_peak": [*MODEL, "--peak-tflops", "1"]}
 REL = 1e-12
+TERMINAL = {"COLUMNS": "160", "NO_COLOR": "1", "TERM": "dumb"}
 
 
 def traces() -> list[Path]:
@@ -46,6 +48,26 @@ def save(out: Path) -> None:
                 r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "analyze",
                                     t.relative_to(here).as_posix(), "--format", "json", "--no-cache", "--cache-dir", cache, *flags],
                                    capture_output=True, text=True, cwd=here)
+                (out / name).write_text(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:]}))
+                print(r.returncode, name, flush=True)
+                if variant in ("plain", "model"):  # the terminal report at a fixed width, and the HTML page
+                    page = Path(cache) / "page.html"
+                    page.unlink(missing_ok=True)
+                    r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "analyze",
+                                        t.relative_to(here).as_posix(), "--quiet", "--no-cache", "--cache-dir", cache,
+                                        "--html", str(page), *flags],
+                                       capture_output=True, text=True, cwd=here, env={**os.environ, **TERMINAL})
+                    text = {"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
+                            "html": page.read_text() if page.exists() else None}
+                    (out / name.replace(".json", ".text")).write_text(json.dumps(text))
+        for i, (before, after) in enumerate(zip(traces(), traces()[1:])):  # diffs of neighbours, in every format
+            if i % 4 or before.suffix == after.suffix == "" or not (before.is_file() and after.is_file()):
+                continue
+            for form in ("json", "terminal", "html"):
+                r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "diff",
+                                    str(before), str(after), "--format", form, "--no-cache", "--cache-dir", cache],
+                                   capture_output=True, text=True, cwd=ROOT.parent, env={**os.environ, **TERMINAL})
+                name = f"diff{i:03d}.{form}.text"
                 (out / name).write_text(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:]}))
                 print(r.returncode, name, flush=True)
 
@@ -91,7 +113,15 @@ def compare(before: Path, after: Path) -> int:
         if out:
             bad += 1
             print(name, *out[:10], sep="\n  ")
-    print(f"{len(names)} reports compared, {bad} differ")
+    texts = sorted(p.name for p in before.glob("*.text"))
+    for name in texts:  # terminal and HTML: character for character
+        x = json.loads((before / name).read_text())
+        y = json.loads((after / name).read_text()) if (after / name).exists() else {}
+        differ = [k for k in x if x[k] != y.get(k)]
+        if differ:
+            bad += 1
+            print(name, "differs in", ", ".join(differ))
+    print(f"{len(names) + len(texts)} reports compared, {bad} differ")
     return 1 if bad else 0
 
 

@@ -9,6 +9,7 @@ In a notebook:
     a.to_pandas().kernels                                           # every table, by name (Frames)
 """
 
+from traceflops.core import hooks as _hooks
 from traceflops.core.version import VERSION as __version__  # noqa: F401 - the package's public version
 
 # The notebook API (`traceflops.api`), loaded on first use so `traceflops --help` stays fast.
@@ -27,3 +28,21 @@ def __getattr__(name):
 def __dir__():
     """What a notebook's completion offers: the API's names beside the module's own."""
     return sorted({*globals(), *__all__})
+
+
+def _notebook(name: str):
+    """A function of the notebook API or the notebook card, imported when first called (core calls it by name)."""
+
+    def call(value):
+        if name == "html_card":
+            from traceflops.report.notebook import card
+
+            return card(value)
+        from traceflops import api
+
+        return getattr(api, name)(value)
+
+    return call
+
+
+_hooks.NOTEBOOK.update({n: _notebook(n) for n in ("to_html", "to_dict", "to_pandas", "html_card")})

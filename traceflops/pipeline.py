@@ -19,7 +19,7 @@ from traceflops.core.memory import return_freed_memory
 from traceflops.core.results import Analysis, ModelOptions
 from traceflops.core.trace import Trace
 from traceflops.metrics import budget, steptime
-from traceflops.metrics import model as msec
+from traceflops.metrics import model_section as msec
 from traceflops.metrics import peak as mpeak
 from traceflops.metrics import utilization as util
 from traceflops.metrics.checks import BUG, check_analysis
@@ -58,7 +58,7 @@ from traceflops.stages.steps import (
 )
 from traceflops.views import advice, rollup
 from traceflops.views import collectives as coll_view
-from traceflops.views import critical_path as path_view
+from traceflops.views import path_summary as path_view
 
 
 def analyze_trace(trace: Trace, opt: ModelOptions, on_stage=None, captures: Sequence[Trace] = ()) -> Analysis:
@@ -172,8 +172,10 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         by_gemm_shape=rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
         step_stats=step_stats(steps), critical_path=path,
     )
+    coll = coll_view.collectives(a, with_issuer=True)
+    a = replace(a, collectives=coll.drop("issuer", strict=False))
     if not_captured:  # no device time to follow or to advise on
         return replace(a, path_summary={"available": False, "why": path_view.NOT_CAPTURED})
     a = replace(a, path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps),  # advice reads them
-                communication=coll_view.communication(a, opt.exclude_steps))
+                communication=coll_view.communication(a, coll, opt.exclude_steps))
     return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))

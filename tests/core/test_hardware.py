@@ -434,7 +434,7 @@ def test_tpu_v6e_xplane_agrees_with_table():
 @pytest.mark.skipif(not (XPLANE / "gfx950_jax_te_fused_attn_train.xplane.pb").is_file(),
                     reason=f"{XPLANE / 'gfx950_jax_te_fused_attn_train.xplane.pb'} is absent")
 def test_gfx950_xplane_is_an_mi355x_by_its_clock():
-    from traceflops.parsers.xplane import parse_xplane
+    from traceflops.parsers.xla import parse_xplane
     from traceflops.run.load import analyze
 
     path = XPLANE / "gfx950_jax_te_fused_attn_train.xplane.pb"

@@ -13,7 +13,6 @@ import random
 
 import pytest
 
-from traceflops.flops import aten
 from traceflops.flops.aten import (
     MATMUL_OPS,
     WRAPPER_OPS,
@@ -21,6 +20,7 @@ from traceflops.flops.aten import (
     op_flops,
     vllm_batch_stats,
 )
+from traceflops.flops.aten import registry as aten
 
 BF16 = "c10::BFloat16"
 BF16_NUM = "15"  # c10::ScalarType::BFloat16, as Concrete Inputs records a dtype argument

@@ -129,7 +129,7 @@ def test_fixture_facts():
     """What fixtures/jax/README.md says of the profiles themselves (parser level, not the analysis)."""
     import polars as pl
 
-    from traceflops.parsers.xplane import parse_xplane
+    from traceflops.parsers.xla import parse_xplane
 
     truth = _truth()
 
@@ -175,7 +175,7 @@ def _names(case):
     """The distinct name stacks (`scope`) of the case's matmul ops."""
     import polars as pl
 
-    from traceflops.parsers.xplane import parse_xplane
+    from traceflops.parsers.xla import parse_xplane
 
     ops = parse_xplane(str(_path(case))).ops.filter(pl.col("matmul_hint"))
     return sorted(set(ops["scope"].drop_nulls().to_list()))
@@ -210,7 +210,7 @@ def test_each_async_execution_runs_in_the_next_step_span():
     every XLA op carries its execution's run id (`ext_id`): one run per step, in step order."""
     import polars as pl
 
-    from traceflops.parsers.xplane import parse_xplane
+    from traceflops.parsers.xla import parse_xplane
 
     t = parse_xplane(str(_path("async_loss_read")))
     spans = t.steps.sort("ts")

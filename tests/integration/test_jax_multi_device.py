@@ -16,7 +16,7 @@ import pytest
 
 from tests.builders import FIXTURES, union_us
 from traceflops.core.results import ModelOptions
-from traceflops.parsers.xplane import parse_xplane
+from traceflops.parsers.xla import parse_xplane
 from traceflops.run.load import analyze
 from traceflops.stages.timeline import cpu_activities
 

@@ -9,7 +9,7 @@ import pytest
 from tests.builders import CPU
 from traceflops.core.results import ModelOptions
 from traceflops.flops import model as mf
-from traceflops.metrics.model import shortfall_warnings
+from traceflops.metrics.model_section import shortfall_warnings
 from traceflops.run.load import analyze
 
 TRUTH = json.loads((CPU / "truth.json").read_text())

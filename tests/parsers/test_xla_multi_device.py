@@ -10,7 +10,7 @@ import pytest
 
 from tests.builders import pb_field, pb_varint
 from traceflops.core.results import ModelOptions
-from traceflops.parsers.xplane import parse_xplane
+from traceflops.parsers.xla import parse_xplane
 from traceflops.run.load import analyze
 from traceflops.stages.timeline import cpu_activities
 

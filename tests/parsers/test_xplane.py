@@ -16,10 +16,11 @@ import pytest
 from tests.builders import pb_field, pb_varint
 from traceflops.core.errors import FormatError
 from traceflops.core.hardware import detect_xla
-from traceflops.parsers import detect_format, xplane_pb
-from traceflops.parsers.xplane import parse_xplane
-from traceflops.parsers.xplane_proto import decode_hlo_proto, decode_xspace_python
-from traceflops.parsers.xspace import decode_xspace
+from traceflops.parsers import detect_format
+from traceflops.parsers.xla import xspace_pb as xplane_pb
+from traceflops.parsers.xla import parse_xplane
+from traceflops.parsers.xla import decode_hlo_proto, decode_xspace_python
+from traceflops.parsers.xla import decode_xspace
 from traceflops.run.load import load
 from traceflops.stages.link import link
 from traceflops.stages.steps import assign

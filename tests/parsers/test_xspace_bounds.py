@@ -8,9 +8,9 @@ from click.testing import CliRunner
 from tests.builders import CPU, pb_field
 from traceflops.cli.main import main
 from traceflops.core.errors import FormatError
-from traceflops.parsers import xplane_pb
-from traceflops.parsers.xplane_proto import MAX_MESSAGES_ENV
-from traceflops.parsers.xspace import decode_xspace
+from traceflops.parsers.xla import xspace_pb as xplane_pb
+from traceflops.parsers.xla import MAX_MESSAGES_ENV
+from traceflops.parsers.xla import decode_xspace
 
 BACKENDS = ["python", pytest.param("protobuf", marks=pytest.mark.skipif(not xplane_pb.available(), reason="no upb runtime"))]
 N = 200_000  # twice the floor of the bound (100 k), 400 KB of empty messages

@@ -17,7 +17,7 @@ from tests.builders import BF16, CPU, Builder, shared_fixtures, write_doc
 from traceflops.core.errors import FormatError
 from traceflops.core.redact import REDACTED
 from traceflops.core.results import ModelOptions
-from traceflops.report.annotate import annotate, numbering
+from traceflops.export.perfetto import annotate, numbering
 from traceflops.run.load import analyze
 from traceflops.run.options import model_options
 
@@ -166,7 +166,7 @@ def test_the_critical_path_is_a_track_of_back_to_back_slices(gpu):
 
 
 def test_achieved_rate_sums_concurrent_kernels():
-    from traceflops.report.annotate import _achieved_counter
+    from traceflops.export.perfetto.tracks import _achieved_counter
 
     # (ts, dur, TFLOP/s): two overlap on [5, 10), a third starts exactly when the first ends
     got = _achieved_counter([(0.0, 10.0, 2.0), (5.0, 10.0, 3.0), (10.0, 2.0, 1.0)])
@@ -339,7 +339,7 @@ def test_every_shared_xplane_annotates_to_a_valid_trace(shared, name, tmp_path):
 @pytest.mark.parametrize("name", ["h100_qwen_inference.json.gz", "v100_transformer_rank1.json.gz"])
 def test_real_traces_streamed_in_small_arrays_write_the_same_trace(shared, tmp_path, monkeypatch, name):
     """Ids, args and redaction counts carry across arrays: 64 KiB at a time writes what one array per 2 MiB does."""
-    from traceflops.report import annotate as module
+    from traceflops.export.perfetto import stream as module
 
     src = str(shared / "kineto" / name)
     a = analyze(src)

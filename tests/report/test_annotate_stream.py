@@ -16,12 +16,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-import traceflops.report.annotate as annotate_module
+import traceflops.export.perfetto.stream as annotate_module
 from tests.builders import BF16, Builder, write_doc
 from tests.report.test_annotate import K, M, N, gpu_doc
 from tests.report.test_redaction import leaks, planted_trace
 from traceflops.core.errors import FormatError
-from traceflops.report.annotate import annotate
+from traceflops.export.perfetto import annotate
 from traceflops.run.load import analyze
 
 DEVICE_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
@@ -228,7 +228,7 @@ def test_annotating_holds_one_array_not_the_trace(tmp_path):
     # In a fresh process: this one's lifetime peak may already be above anything annotate reaches.
     code = ("import resource, sys\n"
             "from traceflops.run.load import analyze\n"
-            "from traceflops.report.annotate import annotate\n"
+            "from traceflops.export.perfetto import annotate\n"
             "a = analyze(sys.argv[1])\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "s = annotate(sys.argv[1], a, sys.argv[2])\n"
@@ -257,7 +257,7 @@ def test_the_analysis_kept_for_annotating_writes_the_same_trace(tmp_path, which,
     """`for_annotation` lets go of what annotating never reads: the output must not change (a column it dropped and
     annotate reads would fail or write nulls here)."""
     from tests.builders import ROOT
-    from traceflops.report.annotate import for_annotation
+    from traceflops.export.perfetto import for_annotation
     from traceflops.views.rollup import launching_rows, module_of
 
     src = {"gpu": lambda: write_doc(gpu_doc(), tmp_path / "in.json.gz"),

@@ -23,7 +23,7 @@ from traceflops.cli.main import main
 from traceflops.core.results import ModelOptions
 from traceflops.report import html as H
 from traceflops.run.load import analyze
-from traceflops.views.critical_path import path_summary
+from traceflops.views.path_summary import path_summary
 from traceflops.views.diff import diff
 from traceflops.views.job import job_view, summarize
 
@@ -221,7 +221,7 @@ def test_every_budget_term_is_explained_in_visible_text():
 
 def test_critical_path_bars_are_each_steps_window(gemm_report):
     a, js = gemm_report
-    ps = js["critical_path"]  # the JSON report's (views.critical_path.path_summary of the same analysis)
+    ps = js["critical_path"]  # the JSON report's (views.path_summary.path_summary of the same analysis)
     assert ps["available"] and ps == json.loads(json.dumps(path_summary(a)))
     page = read(H.render_html(a))  # the analysis' own summary, as the JSON report has it
     windows = {s["step"]: s["dur_us"] for s in js["steps"]}

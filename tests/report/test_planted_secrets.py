@@ -195,7 +195,7 @@ def test_real_traces_are_not_redacted(shared, name):
     """Real kernel names, labels, recorded inputs and XLA op text hold no secret: the parsed trace is unchanged."""
     from traceflops.core.redact import redact_trace
     from traceflops.parsers.kineto import parse_kineto
-    from traceflops.parsers.xplane import parse_xplane
+    from traceflops.parsers.xla import parse_xplane
 
     path = shared / name
     if not path.exists():

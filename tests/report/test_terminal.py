@@ -108,7 +108,7 @@ def test_band_meanings_cover_every_band_with_its_range():
 def test_cpu_trace_critical_path_says_why_there_is_none():
     from traceflops.report.terminal import render
     from traceflops.run.load import analyze
-    from traceflops.views.critical_path import path_summary
+    from traceflops.views.path_summary import path_summary
 
     a = analyze(str(NS_CKPT), _opts())
     out = piped(render, a, critical_path=path_summary(a))
@@ -211,7 +211,7 @@ def _opts_gpu():
 def test_gpu_trace_critical_path_shares_add_to_100_percent(shared):
     from traceflops.report.terminal import render
     from traceflops.run.load import analyze
-    from traceflops.views.critical_path import path_summary
+    from traceflops.views.path_summary import path_summary
 
     a = analyze(str(shared / GPU), _opts_gpu())
     ps = path_summary(a)

@@ -5,7 +5,7 @@ starts before it did not start before its launch (no clock warning)."""
 
 
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH
-from traceflops.parsers.xplane import parse_xplane
+from traceflops.parsers.xla import parse_xplane
 
 
 def _tpu(shared):

@@ -119,7 +119,7 @@ def annotate_cmd(trace, output, **kw):
         from traceflops.core.memory import prefer_release_at_once, return_freed_memory
 
         prefer_release_at_once()
-        from traceflops.report.annotate import annotate, for_annotation
+        from traceflops.export.perfetto import annotate, for_annotation
         from traceflops.run.load import analyze
         from traceflops.views.rollup import launching_rows, module_of
 

@@ -5,13 +5,13 @@ Plain values: built once, by keyword, and not changed afterwards.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from traceflops.core import fmt
+from traceflops.core.hooks import notebook
 from traceflops.core.trace import Trace
 
 
@@ -57,50 +57,36 @@ class Analysis:
     advice: list[dict[str, Any]] = field(default_factory=list)  # ranked by the share of step time it would recover
     step_stats: dict[str, Any] | None = None  # variance, outlier and warm-up steps
     critical_path: pl.DataFrame | None = None  # per step: the contiguous segments of what bounded it (stages.critical_path)
-    path_summary: dict[str, Any] | None = None  # the critical path as reports show it (views.critical_path.path_summary)
+    path_summary: dict[str, Any] | None = None  # the critical path as reports show it (views.path_summary.path_summary)
     communication: pl.DataFrame | None = None  # per dimension (group role), phase and kind: exposed and hidden time (views.collectives)
+    collectives: pl.DataFrame | None = None  # communication kernels with their group, kind, payload and order in the group
 
     @property
     def meta(self) -> dict[str, Any]:
         return self.trace.meta
-
-    @property
-    def collectives(self) -> pl.DataFrame:
-        """Communication kernels with their group, kind, payload and order within the group."""
-        from traceflops.views.collectives import collectives
-
-        return collectives(self)
 
     def __repr__(self) -> str:
         """One line: the file, steps, MFU and HFU, the largest loss-budget terms (the whole analysis is `to_dict()`)."""
         sc = self.totals.get("step_count") or {}
         steps = f"{sc.get('counted', self.steps.height)} of {sc.get('in_trace', self.steps.height)} steps counted"
         return (f"<traceflops.Analysis {fmt.printable(self.meta.get('path'))}: {self.meta.get('format') or 'trace'}, {steps}, "
-                f"{_utilization(self.totals)}; {_budget_words(self.totals.get('loss_budget'))}; {len(self.warnings)} warnings>")
+                f"{utilization_words(self.totals)}; {_budget_words(self.totals.get('loss_budget'))}; {len(self.warnings)} warnings>")
 
     def _repr_html_(self) -> str:
         """A notebook's view: the headline, the loss budget and the top of "what to try" (the full report: `to_html()`)."""
-        sc = self.totals.get("step_count") or {}
-        head = (f"{sc.get('counted', self.steps.height)} of {sc.get('in_trace', self.steps.height)} steps counted, "
-                f"wall {fmt.duration(self.totals.get('wall_us'))}, on {(self.hardware or {}).get('name') or 'unknown hardware'}")
-        return _html_card("traceflops.Analysis", self.meta.get("path"), head, self.totals, self.totals.get("loss_budget"),
-                          "loss budget (share of step time at peak)", self.advice, self.warnings)
+        return notebook("html_card")(self)
 
     def to_html(self) -> str:
-        from traceflops.api import to_html
-
-        return to_html(self)
+        """The self-contained HTML report (`traceflops.to_html`)."""
+        return notebook("to_html")(self)
 
     def to_pandas(self) -> dict:
         """Every table as a pandas frame, by name: a `traceflops.api.Frames` (a dict; `.kernels` as `["kernels"]`)."""
-        from traceflops.api import to_pandas
-
-        return to_pandas(self)
+        return notebook("to_pandas")(self)
 
     def to_dict(self) -> dict[str, Any]:
-        from traceflops.api import to_dict
-
-        return to_dict(self)
+        """The JSON report as a dict (`traceflops.to_dict`)."""
+        return notebook("to_dict")(self)
 
 
 @dataclass(frozen=True)
@@ -144,14 +130,12 @@ class Job:
 
     def __repr__(self) -> str:
         """One line: ranks, steps, job MFU and HFU, the ranks' largest loss-budget terms (mean over ranks)."""
-        return (f"<traceflops.Job {len(self.summaries)} ranks, {self.steps.height} steps, {_utilization(self.totals)}; "
+        return (f"<traceflops.Job {len(self.summaries)} ranks, {self.steps.height} steps, {utilization_words(self.totals)}; "
                 f"{_budget_words(self.mean_budget())} (mean over ranks); {len(self.warnings)} warnings>")
 
     def _repr_html_(self) -> str:
         """A notebook's view: the headline, the ranks' mean loss budget and the top of the job's "what to try"."""
-        head = f"{len(self.summaries)} ranks, {self.steps.height} steps, wall {fmt.duration(self.totals.get('wall_us'))}"
-        return _html_card("traceflops.Job", None, head, self.totals, self.mean_budget(), "loss budget, mean over ranks",
-                          self.advice, self.warnings)
+        return notebook("html_card")(self)
 
     def mean_budget(self) -> dict[str, float | None] | None:
         """Each loss-budget term's mean over the ranks that know it (None without any rank's budget)."""
@@ -165,32 +149,16 @@ class Job:
         return out
 
 
-def _utilization(totals: dict[str, Any]) -> str:
+def utilization_words(totals: dict[str, Any]) -> str:
     return f"MFU {fmt.pct(totals.get('mfu'))}, HFU {fmt.pct(totals.get('hfu'))}"
 
 
-def _top_terms(budget: dict[str, Any] | None, n: int = 3) -> list[tuple[str, float]]:
+def top_terms(budget: dict[str, Any] | None, n: int = 3) -> list[tuple[str, float]]:
     """The largest loss terms (every term but `mfu`, the part that is not lost), largest first."""
     terms = [(k, v) for k, v in (budget or {}).items() if k != "mfu" and v is not None]
     return sorted(terms, key=lambda kv: -kv[1])[:n]
 
 
 def _budget_words(budget: dict[str, Any] | None) -> str:
-    top = _top_terms(budget)
+    top = top_terms(budget)
     return "loss budget unknown" if not top else "lost to " + ", ".join(f"{k} {fmt.pct(v)}" for k, v in top)
-
-
-def _html_card(kind: str, path, head: str, totals: dict[str, Any], budget: dict[str, Any] | None, budget_title: str,
-               advice: list[dict[str, Any]], warnings: list[str]) -> str:
-    """A small self-contained block (escaped; no script): headline, budget terms, the top three things to try."""
-    e = lambda v: html.escape(fmt.printable(v), quote=True)
-    rows = "".join(f"<tr><td>{e(k)}</td><td style='text-align:right'>{e(fmt.pct(v))}</td></tr>"
-                   for k, v in _top_terms(budget, 10))
-    tips = "".join(f"<li>{e(t.get('title'))} <span style='color:#718096'>({e(fmt.pct(t.get('share')))} "
-                   f"{e(t.get('unit') or '')})</span></li>" for t in advice[:3])
-    where = f" <code>{e(path)}</code>" if path else ""
-    return (f"<div class='traceflops'><b>{e(kind)}</b>{where}<br>"
-            f"<b>{e(_utilization(totals))}</b>; {e(head)}; {len(warnings)} warnings"
-            f"<br><b>{e(budget_title)}</b><table>{rows or '<tr><td>unknown</td></tr>'}</table>"
-            f"<b>what to try</b><ol>{tips or '<li>nothing above the threshold</li>'}</ol>"
-            f"<span style='color:#718096'>the full report: .to_html(); the numbers: .to_dict(), .to_pandas()</span></div>")

@@ -39,7 +39,7 @@ def parse(path: str, progress=None) -> Trace:
         return redact_trace(parse_kineto(str(path), progress=progress))
     if fmt == "xplane":
         from traceflops.core.redact import redact_trace
-        from traceflops.parsers.xplane import parse_xplane
+        from traceflops.parsers.xla import parse_xplane
 
         return redact_trace(parse_xplane(str(path)))
     raise FormatError(str(path), f"unsupported trace format '{fmt}'", "pass a PyTorch profiler or XLA profile file")

@@ -104,7 +104,7 @@ def flops_cell(v, ops: int, unknown: int, known: bool = True) -> str:
 def render(a: Analysis, console: Console | None = None, critical_path: dict[str, Any] | None = None) -> None:
     """The single-trace report.
 
-    `critical_path` is `views.critical_path.path_summary(a)` (a renderer imports no view): given by the caller, else the
+    `critical_path` is `views.path_summary.path_summary(a)` (a renderer imports no view): given by the caller, else the
     Analysis' own `path_summary`; with neither, the section is left out.
     """
     c = console or printable_console()

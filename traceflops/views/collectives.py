@@ -373,9 +373,9 @@ def host_waits(a: Analysis, coll: pl.DataFrame) -> pl.DataFrame:
     return w.join_asof(calls, on="ts", by="tid", strategy="backward", check_sortedness=False).select(list(schema))
 
 
-def communication(a: Analysis, exclude_steps=()) -> pl.DataFrame | None:
-    """This trace's communication by dimension, phase and kind over the counted steps (`by_dimension`)."""
-    coll = collectives(a, with_issuer=True)
+def communication(a: Analysis, coll: pl.DataFrame, exclude_steps=()) -> pl.DataFrame | None:
+    """This trace's communication by dimension, phase and kind over the counted steps (`by_dimension`), from its
+    `collectives(a, with_issuer=True)`."""
     return by_dimension(coll, host_waits(a, coll), counted_steps(a.steps, exclude_steps))
 
 

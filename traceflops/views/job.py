@@ -28,7 +28,7 @@ from traceflops.metrics import utilization as metrics
 from traceflops.stages.critical_path import KINDS
 from traceflops.stages.timeline import union_measure
 from traceflops.views import p2p
-from traceflops.views.collectives import across_ranks, collectives
+from traceflops.views.collectives import across_ranks
 from traceflops.views.experts import experts, imbalance_advice
 
 # Bus-bandwidth factors (NCCL tests' convention): bytes each rank moves over its links per byte of payload.
@@ -77,7 +77,7 @@ def summarize(a: Analysis) -> RankSummary:
         hardware=a.hardware,
         model=a.model,
         steps=steps,
-        collectives=collectives(a),
+        collectives=a.collectives,
         idle=idle,
         totals=a.totals,
         warnings=list(a.warnings),

@@ -3,7 +3,7 @@
 The message classes are built here from descriptors written in code (no
 generated `_pb2` file, no TensorFlow): field numbers as in tsl's
 `xplane.proto`. The result is converted to the same dataclasses the
-pure-Python reader (`xplane_proto`) returns, so callers cannot tell the two
+pure-Python reader (`xspace_python`) returns, so callers cannot tell the two
 apart; `tests/parsers/test_xplane.py` checks that they agree on every shared profile.
 On the 3 MB `v100_tf_multiworker` profile the upb parse plus conversion is
 about twice as fast as the pure-Python reader.
@@ -17,15 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 from traceflops.core.errors import FormatError
-from traceflops.parsers.xplane_proto import (
-    Budget,
-    TooManyMessages,
+from traceflops.parsers.xla.wire import Budget, TooManyMessages, too_many
+from traceflops.parsers.xla.xspace_model import (
     XEvent,
     XEventMetadata,
     XLine,
     XPlane,
     XSpace,
-    too_many,
 )
 
 _CLASS: Any = None

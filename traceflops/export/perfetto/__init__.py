@@ -1,0 +1,18 @@
+"""The user's own trace written back for Perfetto / chrome://tracing, with phases, FLOPs and counters; one job per module.
+
+`annotate(trace_path, analysis, out_path)` keeps every input event, adds
+`traceflops.*` args to device activities and ops, and adds a "traceflops"
+process of tracks and counters; secrets are redacted in all it writes.
+
+* `stream`: the Kineto trace streamed through and assembled (`annotate`, `for_annotation`);
+* `entries`: its entries decoded and numbered as the parser numbers them, checked against the analysis;
+* `tracks`: the added "traceflops" process (phase tracks, steps, critical path, counters);
+* `xla`: the trace written for an XLA profile, which has no JSON of its own;
+* `redact`: the secrets rules over what is written, and the `traceflops` record;
+* `output`: the one writer (atomic, gzipped or plain, or standard output).
+"""
+
+from traceflops.export.perfetto.entries import numbering
+from traceflops.export.perfetto.stream import annotate, for_annotation
+
+__all__ = ["annotate", "for_annotation", "numbering"]

@@ -1,0 +1,281 @@
+"""`annotate`: the user's own Kineto trace streamed through and written back with traceflops' args, in bounded memory.
+
+Every input event is kept, in order (those left out are counted in the
+record's `warnings`), unchanged except that device activities (and ops) gain args:
+
+* device activity (kernel, memcpy, memset): `traceflops.phase`,
+  `traceflops.class` (matmul | other_compute | communication | memcpy |
+  memset), `traceflops.flops` (null when unknown or not a matmul),
+  `traceflops.achieved_tflops` (its FLOPs over its duration), `traceflops.step`,
+  and, where known, `traceflops.module`, `traceflops.bound`,
+  `traceflops.intensity` (FLOP/byte), `traceflops.recoverable_us`;
+* op (cpu_op, user_annotation): `traceflops.phase`; matmul-class ops also
+  `traceflops.flops` and `traceflops.ran`.
+
+The input is read as the parser reads it (`parsers.jsonstream.stream_events`):
+a few MiB of whole entries at a time are decoded, annotated and written to a
+nameless spool file beside the output, so memory holds one such array and the analysis,
+never the document. The output is then assembled in the input's key order: the
+top-level keys before traceEvents, the events (the spool, then the added ones),
+the keys after, the `traceflops` record. Layouts the parser reads are written
+as one plain document: a byte-order mark is dropped, two root-level traceEvents
+arrays become one (in file order), an entry longer than
+`jsonstream.MAX_ENTRY_BYTES` is left out, and an entry that does not decode
+(nested too deeply, not JSON) is written through as its bytes, unannotated
+(a metadata entry is left out instead, see `redact`); each is counted in the record's `warnings`. A file cut short is refused.
+An XLA profile is handed to `xla`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+import polars as pl
+
+from traceflops.core.errors import FormatError
+from traceflops.core.redact import Redactor, redact_bytes
+from traceflops.core.results import Analysis
+from traceflops.export.perfetto.entries import (
+    Numbered,
+    array_entries,
+    as_read,
+    claim,
+    numbering,
+    serialized,
+    unredactable,
+)
+from traceflops.export.perfetto.output import write_output
+from traceflops.export.perfetto.redact import (
+    head_parts,
+    redact_meta_events,
+    traceflops_record,
+)
+from traceflops.export.perfetto.tracks import (
+    added_events,
+    new_pid,
+    num,
+    tflops,
+    used_pids,
+)
+from traceflops.export.perfetto.xla import annotate_xla
+from traceflops.parsers.io import check_regular, max_bytes_default
+from traceflops.parsers.jsonstream import (
+    MAX_ENTRY_BYTES,
+    Claimed,
+    StreamResult,
+    stream_events,
+)
+
+CHUNK = 2 << 20  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
+
+
+# What annotating reads of an analysis (both formats); `for_annotation` keeps these and lets the rest go.
+# With what naming each kernel's module reads (`row`, `parent`, `seq`, `is_node`): it runs on the slimmed analysis.
+OP_COLUMNS = ("op_id", "row", "parent", "seq", "is_node", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul",
+              "ran", "flops", "step")
+KERNEL_COLUMNS = ("kernel_id", "name", "kind", "cls", "phase", "device", "stream", "ts", "dur", "flops", "step", "op_row")
+ROOFLINE_COLUMNS = ("kernel_id", "bound", "intensity", "recoverable_us")
+
+
+def for_annotation(a: Analysis) -> Analysis:
+    """The analysis with only what `annotate` reads: the trace's own tables, idle gaps and most per-op columns let go.
+
+    The annotated trace is written after the analysis, while it is held: on a
+    142 MB trace what annotating never reads was about 90 MB of the command's peak.
+    """
+    def keep(df: pl.DataFrame | None, cols: tuple[str, ...]) -> pl.DataFrame | None:
+        return None if df is None else df.select([c for c in cols if c in df.columns])
+
+    bare = dataclasses.replace(a.trace, **{t: getattr(a.trace, t).clear() for t in ("ops", "kernels", "launches", "markers", "steps")})
+    return dataclasses.replace(a, trace=bare, ops=keep(a.ops, OP_COLUMNS), kernels=keep(a.kernels, KERNEL_COLUMNS),
+                               roofline=keep(a.roofline, ROOFLINE_COLUMNS), partition=None, idle_gaps=None, launch_stats=None)
+
+
+def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.DataFrame | None = None) -> dict[str, Any]:
+    """Write the annotated trace to `out_path`; return what was done (counts).
+
+    `modules` (per op `row`: `module`, as `views.rollup.module_of` gives) names each kernel's module.
+    """
+    if analysis.meta.get("format") == "xplane":
+        return annotate_xla(trace_path, analysis, out_path)
+    if analysis.meta.get("format") not in (None, "kineto"):
+        raise FormatError(trace_path, f"annotating a {analysis.meta.get('format')} trace is not supported", "annotate a Kineto (PyTorch profiler) JSON trace")
+    check_regular(trace_path)  # an unreadable input is named as such before any output is started
+    kernels = Numbered(_kernel_args(analysis, modules), "kernel_id", "device activity", check_ts=False) if analysis.kernels.height else None
+    own = analysis.ops.filter(~pl.col("replayed")) if "replayed" in analysis.ops.columns else analysis.ops  # replayed ops are not in the file
+    ops = Numbered(own.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops"), "op_id", "op", check_ts=True)
+    note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
+
+    def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
+        # Nameless where the system allows (O_TMPFILE): nothing is left beside the output if the process is killed.
+        with tempfile.TemporaryFile(dir=tmp.parent, prefix=".traceflops-events-") as spool:
+            got = _stream_input(trace_path, spool, kernels, ops)
+            pid = new_pid(got.pids)
+            new = added_events(analysis, pid)
+            redacted = got.redacted + redact_meta_events(new)
+            before, after, n_head, dropped = head_parts(got.head)
+            if dropped:
+                got.warnings.append(f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
+                                    "a number no double holds, not JSON) left out")
+            out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
+            spool.seek(0)
+            shutil.copyfileobj(spool, out, 1 << 20)
+            n_new = len(new)
+            n_added = _write_added(out, new, got.written)
+            summary = {
+                "events_in": got.events_in,
+                "events_added": n_new,
+                "kernels_annotated": 0 if kernels is None else kernels.frame.height,
+                "ops_annotated": analysis.ops.height,
+                "pid": pid,
+                "redacted_values": redacted + n_head + n_added,
+                **({"warnings": got.warnings} if got.warnings else {}),
+            }
+            summary, record = traceflops_record(summary, trace_path, note)
+            out.write(b"]" + (b"," + after if after else b"") + b',"traceflops":' + record + b"}")
+            return summary
+
+    summary = write_output(out_path, fill)
+    return {**summary, "path": str(out_path)}
+
+
+def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
+    """Per kernel_id: the values added to its args."""
+    k = a.kernels.select("kernel_id", "name", "phase", "cls", "flops", "dur", "step", "op_row")
+    if modules is not None:
+        k = k.join(modules.select(pl.col("row").alias("op_row"), "module"), on="op_row", how="left")
+    else:
+        k = k.with_columns(module=pl.lit(None, pl.Utf8))
+    roof = a.roofline
+    if roof is not None and roof.height:
+        k = k.join(roof.select("kernel_id", "bound", "intensity", "recoverable_us"), on="kernel_id", how="left")
+    else:
+        k = k.with_columns(bound=pl.lit(None, pl.Utf8), intensity=pl.lit(None, pl.Float64), recoverable_us=pl.lit(None, pl.Float64))
+    return k
+
+
+def _write_added(out: BinaryIO, new: list, after_events: bool, batch: int = 8192) -> int:
+    """The added events written batch by batch, each batch's dicts dropped once written (never all serialized at once).
+
+    Returns how many values the shape rules redacted.
+    """
+    n = 0
+    for i in range(0, len(new), batch):
+        k = min(batch, len(new) - i)
+        data, m = redact_bytes(orjson.dumps(new[i : i + k], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])  # all decoded values
+        new[i : i + k] = [None] * k
+        n += m
+        out.write(b"," + data if i or after_events else data)
+    return n
+
+
+@dataclass
+class _Streamed:
+    """What streaming the input through found: the pieces of the document the written events do not hold."""
+
+    head: bytes = b""  # the top-level object with "traceEvents": []
+    events_in: int = 0  # entries written, in file order
+    written: bool = False  # anything written to the spool
+    redacted: int = 0  # values redacted in the events (names, categories, args) and by shape in their bytes
+    meta_left_out: int = 0  # metadata entries that do not decode (their args cannot be redacted by key)
+    pids: set = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Numbered) -> _Streamed:
+    """The input's events, array by array: numbered, checked against the analysis, annotated, redacted, written to `spool`.
+
+    Only one array's entries (about CHUNK bytes of the file) are held at a time.
+    """
+    got = _Streamed()
+    unread = 0
+    res = None
+    rules = Redactor()  # one for the whole file: each distinct name, key and value decided once
+    for texts, res in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=claim):
+        for text in texts:
+            items = text.value if text.__class__ is Claimed else array_entries(text)
+            for e in items:  # before numbering: the analysis holds the parser's names, redacted by the same rules
+                if isinstance(e, dict):
+                    rules.event(e)
+            kern_at, op_at = numbering(items)
+            if kernels is not None:
+                for e, r in kernels.take(items, kern_at, path):
+                    _add_kernel_args(e, r)
+            for e, r in ops.take(items, op_at, path):
+                _add_op_args(e, r)
+            got.pids |= used_pids(items)
+            got.events_in += len(items)
+            if any(map(as_read, items)):
+                kept = [x for x in items if not unredactable(x)]
+                got.meta_left_out += len(items) - len(kept)
+                items = kept
+                unread += sum(map(as_read, items))
+            data, n = redact_bytes(serialized(items))
+            got.redacted += n
+            if data:
+                spool.write(b"," + data if got.written else data)
+                got.written = True
+    got.redacted += rules.count
+    if res is None or res.truncated:
+        raise FormatError(path, "not a complete JSON document (it ends before its JSON closes)",
+                          "annotate needs a whole Kineto (PyTorch profiler) JSON trace (a cut file can be analysed, not annotated)")
+    if kernels is not None:
+        kernels.finish(path)
+    ops.finish(path)
+    got.head = res.head
+    got.warnings = _stream_warnings(res, unread, got.meta_left_out)
+    return got
+
+
+def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list[str]:
+    """What of the input is not in the output as decoded events, each counted (the parser counts the same in its warnings)."""
+    out = []
+    if res.arrays > 1:
+        out.append(f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, in file order")
+    if res.trailing:
+        out.append(f"{res.trailing} bytes after the end of the trace's JSON document left out (not read, as the parser does)")
+    if res.oversized:
+        out.append(f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as the parser does)")
+    if res.stray:
+        out.append(f"{res.stray} traceEvents entries after the last object that are not objects left out")
+    if unread:
+        out.append(f"{unread} traceEvents entries that do not decode (nested too deeply, a number no double holds, not JSON) "
+                   "written through unchanged, unannotated")
+    if meta_left_out:
+        out.append(f"{meta_left_out} metadata ('M') entries that do not decode left out (their labels could not be "
+                   "checked for secrets)")
+    return out
+
+
+def _args(e: dict) -> dict:
+    """The event's args object, created if absent (args that are not an object are left alone: nothing added)."""
+    args = e.get("args")
+    if args is None:
+        args = e["args"] = {}
+    return args if isinstance(args, dict) else {}
+
+
+def _add_kernel_args(e: dict, r: dict) -> None:
+    args = _args(e)
+    args["traceflops.phase"] = r["phase"]
+    args["traceflops.class"] = r["cls"]
+    args["traceflops.flops"] = num(r["flops"])
+    args["traceflops.achieved_tflops"] = tflops(r["flops"], r["dur"])
+    args["traceflops.step"] = r["step"]
+    for key in ("module", "bound", "intensity", "recoverable_us"):
+        if r[key] is not None:
+            args[f"traceflops.{key}"] = r[key]
+
+
+def _add_op_args(e: dict, r: dict) -> None:
+    args = _args(e)
+    args["traceflops.phase"] = r["phase"]
+    if r["matmul"]:
+        args["traceflops.flops"] = num(r["flops"])
+        args["traceflops.ran"] = bool(r["ran"])

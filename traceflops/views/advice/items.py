@@ -1,0 +1,82 @@
+"""One advice item's shape (`item`, and `TERM_OF`: the budget term a rule's item explains part of) and the evidence
+and remedy lines that rules and entries build alike (folded items, top names, by phase).
+
+Shared by the rules and the loss-budget entries, so every item has the same keys and every folded line reads the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from traceflops.core import fmt
+from traceflops.views.advice.context import TOP, UNIT, Ctx, is_jax
+from traceflops.views.advice.wording import JAX_REMEDIES
+
+TERM_OF = {  # the budget term a rule's item explains part of
+    "host_bound": "idle", "input_pipeline": "idle", "sync": "idle",
+    "memory_bound": "non_matmul", "attention": "non_matmul",
+    "fp32_matmul": "matmul_below_peak",
+    "communication": "communication_exposed", "recompute": "recompute",
+}
+
+
+def item(ctx: Ctx, kind: str, title: str, recoverable_us: float, evidence: list[str], remedies: list[str],
+          data: dict[str, Any] | None = None, share: float | None = None, unit: str = UNIT) -> dict[str, Any]:
+    """One item; `share` (default: recoverable_us over the window) is its headline, taken as given so that a
+    budget term's value is printed exactly."""
+    if is_jax(ctx) and kind in JAX_REMEDIES:
+        remedies = JAX_REMEDIES[kind]
+    rec = ctx.share(recoverable_us) if share is None else float(share)
+    after = ctx.mfu / (1.0 - rec) if ctx.mfu is not None and rec < 1.0 else None
+    return {
+        "kind": kind,
+        "title": title,
+        "recoverable": rec,
+        "share": rec,
+        "unit": unit,
+        "term": TERM_OF.get(kind, kind),
+        "recoverable_us": float(recoverable_us),
+        "mfu_after": after,
+        "evidence": evidence,
+        "remedies": remedies,
+        "data": data or {},
+    }
+
+
+def folded(findings: list[dict], ctx: Ctx) -> list[str]:
+    """One line per folded item: its headline share and its first piece of evidence."""
+    return [f"{it['title']}: {fmt.pct(it['recoverable'], keep_small=False)} {UNIT}"
+            + (f" ({it['evidence'][0]})" if it["evidence"] else "") for it in findings]
+
+
+def remedies_of(findings: list[dict]) -> list[str]:
+    out = []
+    for it in findings:
+        out += it["remedies"][:2]
+    return out
+
+
+def unique(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+def top_names(frame: pl.DataFrame, ctx: Ctx, n: int = TOP) -> list[str]:
+    """The names that took the most time, with their count, time and share of step time (as time)."""
+    if frame.height == 0:
+        return []
+    top = (frame.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"), pl.col("dur").median().alias("med"))
+           .sort(["t", "name"], descending=[True, False]).head(n))
+    return [f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} ({fmt.pct(ctx.share(r['t']), keep_small=False)} "
+            f"of step time, as time), median {fmt.duration(r['med'])}" for r in top.iter_rows(named=True)]
+
+
+def by_phase(frame: pl.DataFrame, ctx: Ctx) -> str | None:
+    if frame.height == 0 or "phase" not in frame.columns:
+        return None
+    by = frame.group_by("phase").agg(pl.col("dur").sum()).sort("dur", descending=True)
+    total = float(by["dur"].sum())
+    if not total:
+        return None
+    return "by phase (as time): " + ", ".join(f"{p} {fmt.pct(t / total, keep_small=False)}" for p, t in by.iter_rows())
