@@ -1,4 +1,4 @@
-"""An XSpace of many tiny messages stops with one line (exit 3) before it is built, in every reader; real profiles decode."""
+"""An XSpace of many tiny messages stops with one line (exit 3) before it is built; real profiles decode."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ from click.testing import CliRunner
 from tests.builders import CPU, pb_field
 from traceflops.cli.main import main
 from traceflops.core.errors import FormatError
-from traceflops.parsers.xla import xspace_pb as xplane_pb
-from traceflops.parsers.xla import MAX_MESSAGES_ENV
-from traceflops.parsers.xla import decode_xspace
+from traceflops.parsers.xla import MAX_MESSAGES_ENV, decode_xspace
 
-BACKENDS = ["python", pytest.param("protobuf", marks=pytest.mark.skipif(not xplane_pb.available(), reason="no upb runtime"))]
 N = 200_000  # twice the floor of the bound (100 k), 400 KB of empty messages
 
 
@@ -41,17 +38,15 @@ def empty_stats(n: int = 2 * N) -> bytes:
     return _space(_plane(pb_field(1, 1) + pb_field(2, "XLA Ops") + pb_field(4, pb_field(1, 1) + b"\x22\x00" * (2 * n))))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("build", [empty_events, empty_planes, empty_lines, empty_stats])
-def test_many_empty_messages_are_refused(build, backend, monkeypatch):
+def test_many_empty_messages_are_refused(build, monkeypatch):
     monkeypatch.delenv(MAX_MESSAGES_ENV, raising=False)
     with pytest.raises(FormatError) as e:
-        decode_xspace(build(), "p.xplane.pb", backend=backend)
+        decode_xspace(build(), "p.xplane.pb")
     assert "p.xplane.pb" in e.value.line() and MAX_MESSAGES_ENV in e.value.line()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_bound_can_be_raised_and_lowered_and_real_profiles_fit_it(backend, monkeypatch):
+def test_the_bound_can_be_raised_and_lowered_and_real_profiles_fit_it(monkeypatch):
     """The densest real profiles hold one message per ~23 bytes: the default bound (one per 12) leaves them whole."""
     import gzip
 
@@ -60,14 +55,14 @@ def test_the_bound_can_be_raised_and_lowered_and_real_profiles_fit_it(backend, m
     assert real
     for f in real:
         raw = f.read_bytes()
-        decode_xspace(gzip.decompress(raw) if f.name.endswith(".gz") else raw, str(f), backend=backend)
+        decode_xspace(gzip.decompress(raw) if f.name.endswith(".gz") else raw, str(f))
     small = empty_events(1000)
-    assert len(decode_xspace(small, "p", backend=backend).planes[0].lines[0].events) == 1000
+    assert len(decode_xspace(small, "p").planes[0].lines[0].events) == 1000
     monkeypatch.setenv(MAX_MESSAGES_ENV, "500")
     with pytest.raises(FormatError):
-        decode_xspace(small, "p", backend=backend)
+        decode_xspace(small, "p")
     monkeypatch.setenv(MAX_MESSAGES_ENV, "5000")
-    assert len(decode_xspace(small, "p", backend=backend).planes[0].lines[0].events) == 1000
+    assert len(decode_xspace(small, "p").planes[0].lines[0].events) == 1000
 
 
 def test_the_command_exits_3_with_one_line(tmp_path, monkeypatch):

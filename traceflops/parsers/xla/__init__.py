@@ -5,7 +5,7 @@ the Trace builders, as the separate decoder modules did before this package.
 
 Modules, lowest first:
   wire (protobuf primitives, message budget) → xspace_model (the decoded XSpace) →
-  xspace_python (hand reader) | xspace_pb (protobuf-runtime fast path) → xspace (picks one);
+  xspace_python (the XSpace reader, `decode_xspace`);
   hlo_proto (HloProto reader) → hlo_facts (HLO dataflow and program analysis);
   kinds, events → builder (rows) → tpu, gpu (event builders) → scan (routes events) → parse (`Trace`).
 """
@@ -20,15 +20,13 @@ if TYPE_CHECKING:
     from traceflops.parsers.xla.hlo_proto import decode_hlo_proto
     from traceflops.parsers.xla.parse import build_trace, parse_xplane
     from traceflops.parsers.xla.wire import MAX_MESSAGES_ENV
-    from traceflops.parsers.xla.xspace import decode_xspace
     from traceflops.parsers.xla.xspace_model import XSpace
-    from traceflops.parsers.xla.xspace_python import decode_xspace_python
+    from traceflops.parsers.xla.xspace_python import decode_xspace
 
 _EXPORTS = {
     "parse_xplane": "parse",
     "build_trace": "parse",
-    "decode_xspace": "xspace",
-    "decode_xspace_python": "xspace_python",
+    "decode_xspace": "xspace_python",
     "decode_hlo_proto": "hlo_proto",
     "MAX_MESSAGES_ENV": "wire",
     "XSpace": "xspace_model",
@@ -46,7 +44,6 @@ __all__ = [
     "build_trace",
     "decode_hlo_proto",
     "decode_xspace",
-    "decode_xspace_python",
     "parse_xplane",
 ]
 

@@ -67,8 +67,8 @@ from traceflops.parsers.xla.events import DEVICE, line_names
 from traceflops.parsers.xla.gpu import gpu_props, resolve_gpu
 from traceflops.parsers.xla.hlo_facts import Programs
 from traceflops.parsers.xla.scan import scan_device_plane, scan_host_line
-from traceflops.parsers.xla.xspace import decode_xspace
 from traceflops.parsers.xla.xspace_model import XPlane, XSpace
+from traceflops.parsers.xla.xspace_python import decode_xspace
 
 _EPOCH_NS = 10**17  # line timestamps above this are wall-clock ns since 1970
 

@@ -1,8 +1,7 @@
 """Protobuf wire-format primitives and the decoded-message budget: the bounded base both hand readers stand on.
 
-Why apart: the XSpace reader (`xspace_python`), the HloProto reader (`hlo_proto`) and the
-protobuf-runtime fast path (`xspace_pb`, for the budget) share these checks, so every
-reader bounds untrusted input the same way.
+Why apart: the XSpace reader (`xspace_python`) and the HloProto reader (`hlo_proto`)
+share these checks, so both bound untrusted input the same way.
 
 No TensorFlow, no `protobuf` runtime: the two schemas are read field by field
 from their numbers (tsl/profiler/protobuf/xplane.proto, xla/service/hlo.proto,
@@ -18,9 +17,8 @@ XEvents would take minutes and gigabytes. Real profiles hold one message
 (plane, line, event, metadata entry) per 28 bytes or more, and one event stat
 (a dict entry, not an object) per 10 or more; the bound is one message per
 `BYTES_PER_MESSAGE` bytes (at least `MIN_MESSAGES`) or
-TRACEFLOPS_XSPACE_MAX_MESSAGES, and four times as many event stats. Both
-readers count before they build: the protobuf runtime's message counts, the
-hand reader's fields of each container (its scalars too: a few more).
+TRACEFLOPS_XSPACE_MAX_MESSAGES, and four times as many event stats. The XSpace
+reader counts before it builds: the fields of each container (its scalars too: a few more).
 """
 
 from __future__ import annotations
@@ -190,10 +188,6 @@ def fields(buf: bytes, pos: int, end: int, budget: Budget | None = None, what: s
 
 def wire_str(buf: bytes, span: tuple[int, int]) -> str:
     return buf[span[0] : span[1]].decode("utf-8", "replace")
-
-
-def _double(bits: int) -> float:
-    return DOUBLE.unpack(bits.to_bytes(8, "little"))[0]
 
 
 def packed_ints(buf: bytes, wt: int, v, into: list, *, is_signed: bool = True) -> None:

@@ -1,8 +1,7 @@
-"""The decoded XSpace (planes, lines, events, metadata) as dataclasses: what both XSpace decoders return.
+"""The decoded XSpace (planes, lines, events, metadata) as dataclasses: what the XSpace reader returns.
 
-Why apart: the hand reader (`xspace_python`) and the protobuf-runtime fast path
-(`xspace_pb`) build the same objects, so callers cannot tell them apart and the
-parser (`parse`, `scan`, `gpu`, `tpu`) depends on neither.
+Why apart: the parser (`parse`, `scan`, `gpu`, `tpu`) and the HLO analysis (`hlo_facts`)
+depend on these objects only, not on how the wire format is read (`xspace_python`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""The pure-Python XSpace reader (`decode_xspace_python`): works without the protobuf runtime, bounded by `wire`.
+"""The XSpace reader (`decode_xspace`): a serialized XSpace → `xspace_model` dataclasses, bounded by `wire`.
 
-Why it exists: `protobuf` is an optional extra; this reader needs nothing but the
-standard library, and it is the reference the fast path (`xspace_pb`) is tested against.
+Why by hand: it needs nothing but the standard library (no `protobuf` runtime, no
+copy of the schema), and it counts each container's messages against the input's
+budget as it reads them, so hostile input is refused before it is built
+(the protobuf runtime would decode the whole buffer before anything could be counted).
 
 XPlane messages are read in two passes: the stat/event metadata first (it is
 serialized after the lines), so each event's stats come back as a name→value
@@ -288,8 +290,8 @@ def _plane(buf: bytes, pos: int, end: int, *, with_lines: bool = True, budget: B
     return plane
 
 
-def decode_xspace_python(buf: bytes, path: str | None = None) -> XSpace:
-    """The pure-Python reader."""
+def decode_xspace(buf: bytes, path: str | None = None) -> XSpace:
+    """Decode a serialized XSpace; raises FormatError on malformed input or more messages than `wire.Budget` allows."""
     try:
         space = XSpace()
         budget = Budget(len(buf))
