@@ -7,12 +7,16 @@ relative 1e-12 (polars' parallel sums may differ in the last bit); the terminal
 
     python tools/report_snapshot.py save DIR
     python tools/report_snapshot.py compare BEFORE_DIR AFTER_DIR
+
+`SNAPSHOT_ONLY=a,b` saves only the traces whose path holds one of the words (and no
+diffs); compare then reads only the reports the AFTER folder has.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -30,10 +34,12 @@ TERMINAL = {"COLUMNS": "160", "NO_COLOR": "1", "TERM": "dumb"}
 
 def traces() -> list[Path]:
     found = sorted((ROOT / "fixtures").rglob("*.json.gz")) + sorted((ROOT / "fixtures").rglob("*.xplane.pb"))
+    found += sorted(d for d in (ROOT / "fixtures" / "dist").iterdir() if d.is_dir())  # jobs: every rank at once
     if SHARED.is_dir():
         found += sorted(SHARED.rglob("*.json.gz")) + sorted(SHARED.rglob("*.xplane.pb"))
         found += [d for d in [SHARED / "kineto" / "dlrm_8rank"] if d.is_dir()]  # a job: every rank at once
-    return found
+    only = [w for w in os.environ.get("SNAPSHOT_ONLY", "").split(",") if w]
+    return [t for t in found if any(w in str(t) for w in only)] if only else found
 
 
 def save(out: Path) -> None:
@@ -60,7 +66,7 @@ def save(out: Path) -> None:
                     text = {"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
                             "html": page.read_text() if page.exists() else None}
                     (out / name.replace(".json", ".text")).write_text(json.dumps(text))
-        for i, (before, after) in enumerate(zip(traces(), traces()[1:])):  # diffs of neighbours, in every format
+        for i, (before, after) in enumerate(zip(traces(), traces()[1:]) if not os.environ.get("SNAPSHOT_ONLY") else ()):
             if i % 4 or before.suffix == after.suffix == "" or not (before.is_file() and after.is_file()):
                 continue
             for form in ("json", "terminal", "html"):
@@ -90,9 +96,15 @@ def _diff(a, b, where: str, out: list[str]) -> None:
         out.append(f"{where}: {repr(a)[:200]} vs {repr(b)[:200]}")
 
 
+def _masked(text):
+    """A report with the run's own temporary folder (where its page was written) masked."""
+    return re.sub(r"/tmp/[^/\s]+/", "/TMP/", text) if isinstance(text, str) else text
+
+
 def compare(before: Path, after: Path) -> int:
     bad = 0
-    names = sorted(p.name for p in before.glob("*.json"))
+    partial = bool(os.environ.get("SNAPSHOT_ONLY"))  # only what the AFTER folder has
+    names = sorted(p.name for p in before.glob("*.json") if not partial or (after / p.name).exists())
     for name in names:
         x = json.loads((before / name).read_text())
         y = json.loads((after / name).read_text()) if (after / name).exists() else None
@@ -113,11 +125,11 @@ def compare(before: Path, after: Path) -> int:
         if out:
             bad += 1
             print(name, *out[:10], sep="\n  ")
-    texts = sorted(p.name for p in before.glob("*.text"))
+    texts = sorted(p.name for p in before.glob("*.text") if not partial or (after / p.name).exists())
     for name in texts:  # terminal and HTML: character for character
         x = json.loads((before / name).read_text())
         y = json.loads((after / name).read_text()) if (after / name).exists() else {}
-        differ = [k for k in x if x[k] != y.get(k)]
+        differ = [k for k in x if _masked(x[k]) != _masked(y.get(k))]
         if differ:
             bad += 1
             print(name, "differs in", ", ".join(differ))

@@ -2,7 +2,7 @@
 
     import traceflops.api as tf
     a = tf.analyze("trace.json.gz", model_config="config.json", tokens_per_step=524288)
-    a.totals["mfu"], a.totals["loss_budget"]
+    a.totals.mfu, a.totals.loss_budget
     tf.to_html(a)              # the HTML report as a string (IPython: display(HTML(...)))
     tf.save_html(a, "r.html")
     frames = tf.to_pandas(a)   # Frames: frames.kernels, frames["steps"], ...; needs pandas

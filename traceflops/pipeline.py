@@ -14,9 +14,11 @@ from dataclasses import replace
 import polars as pl
 
 from traceflops.core import hardware as hw
+from traceflops.core import sections
 from traceflops.core.errors import ConservationError, FormatError, InternalError
 from traceflops.core.memory import return_freed_memory
 from traceflops.core.results import Analysis, ModelOptions
+from traceflops.core.sections import PathSummary, StepCount, Totals
 from traceflops.core.trace import Trace
 from traceflops.metrics import budget, steptime
 from traceflops.metrics import model_section as msec
@@ -132,32 +134,30 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     path = critical_path(kernels, linked.launches, ops, steps) if device_trace else None
     steps = with_path_columns(steps, path)
     steps = steptime.attach_launch_stats(steptime.attach_time(steps, part, peak_all, devices), stats)
-    known_hw = hw.lookup(hardware["name"]) if hardware and hardware.get("source") != "--peak-tflops" else None
+    known_hw = hw.lookup(hardware.name) if hardware and hardware.source != "--peak-tflops" else None
     roof = roofline.roofline(kernels, ops, known_hw, precision) if device_trace else None
 
     # totals
-    totals = util.totals_section(steps, ops, kernels, opt, peak_all)
-    totals["step_count"] = step_count(steps, opt)
-    totals["expert_flops"] = util.expert_flops(ops, opt)
+    base = util.totals_section(steps, ops, kernels, opt, peak_all)
     if roof is not None:
-        totals["overlay_us"]["memory_bound"] = steptime.memory_bound_us(kernels, roof, steps, opt, devices)
-    totals["idle_us_by_reason"] = steptime.idle_by_reason(gaps, opt, devices)
+        base["overlay_us"] = {**base["overlay_us"], "memory_bound": steptime.memory_bound_us(kernels, roof, steps, opt, devices)}
+    totals = Totals(**base, step_count=StepCount(**step_count(steps, opt)), expert_flops=util.expert_flops(ops, opt),
+                    idle_us_by_reason=steptime.idle_by_reason(gaps, opt, devices), loss_budget_unknown=None)
     if not_captured:
         steps, totals = steptime.without_device_time(steps, totals)
     if trace.meta.get("truncated"):
         steps, totals, cut = util.cut_without_flops(steps, totals)
         warnings += cut
-    warnings += util.suspect(totals.get("mfu"), totals.get("hfu"), msec.frozen_parts(model))
+    warnings += util.suspect(totals.mfu, totals.hfu, msec.frozen_parts(model))
     warnings += util.unknown_flops_warnings(ops, kernels, totals)
     warnings += util.hook_warnings(ops)
     warnings += util.unnamed_xla_warnings(ops)
     if hardware:
-        hardware["precision"] = precision
-        hardware["devices"] = len(devices)
-        totals["mfu_by_precision"] = mpeak.other_peaks(hardware, totals, precision, opt)
-    totals["loss_budget_unknown"] = budget.unknown_terms(totals.get("loss_budget"), hardware)
+        hardware = sections.replace(hardware, precision=precision, devices=len(devices))
+        totals = sections.replace(totals, mfu_by_precision=mpeak.other_peaks(hardware, totals, precision, opt))
+    totals = sections.replace(totals, loss_budget_unknown=budget.unknown_terms(totals.loss_budget, hardware))
     if model is not None:
-        model.update(msec.band_of(totals.get("mfu"), mode, model))
+        model = msec.with_band(model, totals.mfu)
     steps = steps.filter(~pl.col("step").is_in(trace.meta.get("cut_steps") or []))
 
     # views
@@ -175,7 +175,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     coll = coll_view.collectives(a, with_issuer=True)
     a = replace(a, collectives=coll.drop("issuer", strict=False))
     if not_captured:  # no device time to follow or to advise on
-        return replace(a, path_summary={"available": False, "why": path_view.NOT_CAPTURED})
+        return replace(a, path_summary=PathSummary(available=False, why=path_view.NOT_CAPTURED))
     a = replace(a, path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps),  # advice reads them
                 communication=coll_view.communication(a, coll, opt.exclude_steps))
     return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))

@@ -87,9 +87,8 @@ def test_te_fused_attention_gets_sdpa_flops(shared):
     assert a.totals["flops"]["executed"] == int(a.ops.filter(a.ops["matmul"] & a.ops["ran"])["flops"].sum())
 
     from traceflops.core.trace import Warnings
+    from traceflops.parsers.xla import decode_hlo_proto, decode_xspace
     from traceflops.parsers.xla import hlo_facts as X
-    from traceflops.parsers.xla import decode_hlo_proto
-    from traceflops.parsers.xla import decode_xspace
 
     p = shared / "xplane" / "gfx950_jax_te_fused_attn_train.xplane.pb"
     progs = X.Programs(decode_xspace(p.read_bytes()), Warnings(), str(p))

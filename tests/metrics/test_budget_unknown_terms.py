@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 
 from tests.builders import gemm_trace_file
+from traceflops.core.sections import Hardware
 from traceflops.metrics.budget import BudgetInputs, loss_budget, unknown_terms
 from traceflops.report.html import render_html
 from traceflops.report.terminal import render
 from traceflops.run.load import analyze
 
 CPU = Path(__file__).resolve().parents[2] / "fixtures" / "cpu" / "sq_eager_manual.json.gz"
+
+HW = Hardware(name="X", precision="bf16", sparse=False, peak_flops=1e15, devices=1, source="test")
 
 
 def test_no_peak_by_hand():
@@ -29,7 +32,7 @@ def test_no_model_flops_by_hand():
     # a peak of 1e12 FLOP/s, 1000 µs: 1e9 FLOP at peak; 4e8 executed, model unknown
     b = loss_budget(BudgetInputs(window_us=1000.0, peak_flops=1e12, model_flops=None, executed_flops=4e8,
                                  time_us={"matmul_known": 600.0, "idle": 400.0}))
-    u = unknown_terms(b, {"name": "X", "precision": "bf16"})
+    u = unknown_terms(b, HW)
     assert u["terms"] == ["mfu", "extra_executed"]
     assert u["share"] == pytest.approx(0.4)  # executed − recompute at peak
     assert "model FLOPs" in u["why"]
@@ -38,7 +41,7 @@ def test_no_model_flops_by_hand():
 def test_known_budget_has_no_unknown_terms():
     b = loss_budget(BudgetInputs(window_us=1000.0, peak_flops=1e12, model_flops=4e8, executed_flops=4e8,
                                  time_us={"matmul_known": 600.0, "idle": 400.0}))
-    assert unknown_terms(b, {"name": "X", "precision": "bf16"}) is None
+    assert unknown_terms(b, HW) is None
 
 
 @pytest.mark.skipif(not CPU.exists(), reason="project CPU fixture missing")

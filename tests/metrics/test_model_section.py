@@ -8,6 +8,7 @@ import pytest
 
 from tests.builders import CPU
 from traceflops.core.results import ModelOptions
+from traceflops.core.sections import ModelPart, ModelSection
 from traceflops.flops import model as mf
 from traceflops.metrics.model_section import shortfall_warnings
 from traceflops.run.load import analyze
@@ -29,11 +30,12 @@ def test_seq_len_from_the_attention_when_the_embedding_is_compiled_away(name):
 
 
 def _model(ratio_by_part, mode="training"):
-    parts = [{"part": p, "params": 1, "model_flops_per_step": 600.0, "trace_flops_per_step": 600.0 * r, "gemms_per_step": 1}
+    parts = [ModelPart(part=p, params=1, model_flops_per_step=600.0, trace_flops_per_step=600.0 * r, gemms_per_step=1)
              for p, r in ratio_by_part.items()]
-    executed = sum(p["trace_flops_per_step"] for p in parts)
-    return {"mode": mode, "by_part": parts, "flops_per_step_device": 1800.0, "seq_len": 8, "seq_len_source": "trace",
-            "tokens_per_step": 4, "tokens_source": "flag"}, executed
+    executed = sum(p.trace_flops_per_step for p in parts)
+    return ModelSection(source="flags", mode=mode, by_part=parts, flops_per_step=1800.0, flops_per_step_no_attention=None,
+                        flops_per_step_device=1800.0, seq_len=8, seq_len_source="trace", tokens_per_step=4,
+                        tokens_source="flag", band=None, band_caveat=""), executed
 
 
 def _steps(executed):

@@ -7,6 +7,7 @@ import statistics
 import polars as pl
 import pytest
 
+from traceflops.core.sections import WarmupStep
 from traceflops.metrics.stepstats import step_stats
 
 # window = matmul 60 + other 20 + memcpy 5 + communication 5 + idle, except where noted
@@ -58,7 +59,7 @@ def test_outliers_and_what_changed():
 
 def test_warmup_flagged_never_excluded():
     s = step_stats(frame())
-    assert s["warmup"] == [{"step": 10, "window_us": 300.0, "ratio": 3.0}]
+    assert s.warmup == [WarmupStep(step=10, window_us=300.0, ratio=3.0)]
     assert s["count"] == 10 and s["mean_us"] == pytest.approx(sum(WINDOWS) / 10)
     # two slow steps in a row are both warm-up; a slow step later is not
     s = step_stats(frame([400, 200, 100, 100, 100, 100, 100, 300]))

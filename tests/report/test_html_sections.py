@@ -21,11 +21,12 @@ from tests.builders import BF16, CPU, Builder
 from tests.report.test_html import XSS_IMG, XSS_SCRIPT, assert_safe
 from traceflops.cli.main import main
 from traceflops.core.results import ModelOptions
+from traceflops.core.sections import encode
 from traceflops.report import html as H
 from traceflops.run.load import analyze
-from traceflops.views.path_summary import path_summary
 from traceflops.views.diff import diff
 from traceflops.views.job import job_view, summarize
+from traceflops.views.path_summary import path_summary
 
 SHOTS = Path("/tmp/html_shots")
 GEMMS = "a100_torchrec_rank3.json.gz"  # GEMM shapes with wave-quantization hints, 4 advice items
@@ -222,7 +223,7 @@ def test_every_budget_term_is_explained_in_visible_text():
 def test_critical_path_bars_are_each_steps_window(gemm_report):
     a, js = gemm_report
     ps = js["critical_path"]  # the JSON report's (views.path_summary.path_summary of the same analysis)
-    assert ps["available"] and ps == json.loads(json.dumps(path_summary(a)))
+    assert ps["available"] and ps == json.loads(json.dumps(encode(path_summary(a))))
     page = read(H.render_html(a))  # the analysis' own summary, as the JSON report has it
     windows = {s["step"]: s["dur_us"] for s in js["steps"]}
     bars = {label: parts for (svg, label), parts in page.bars.items() if svg == "critical-path"}

@@ -39,6 +39,20 @@ def test_the_schema_is_a_valid_json_schema():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
 
 
+def test_the_committed_schema_is_the_one_the_report_types_generate():
+    """The report is its types encoded; the file is generated from them (`python -m traceflops.core.contract`)."""
+    from traceflops.core.contract import schema
+
+    assert SCHEMA == json.loads(json.dumps(schema())), "regenerate: python -m traceflops.core.contract > schema/report.schema.json"
+
+
+def test_a_single_report_is_not_a_job_report(single):
+    """Each report is checked against its own shape: a single report given a job's key must have the job's others."""
+    broken = copy.deepcopy(single)
+    broken["job_steps"] = []
+    assert any("collectives" in e.message for e in VALIDATOR.iter_errors(broken))
+
+
 @pytest.mark.parametrize("path", [CPU / "ns_ckpt_nonreentrant.json.gz", FIXTURES / "jax" / "mlp_pairs.xplane.pb.gz",
                                   FIXTURES / "hf" / "gpt2.json.gz"])
 def test_single_reports_validate(path):

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from tests.builders import CPU
 from traceflops.cli.main import main
+from traceflops.core.sections import StepOutlier, StepStats, WarmupStep
 
 NS_CKPT = CPU / "ns_ckpt_nonreentrant.json.gz"
 GPU = "kineto/v100_transformer_rank1.json.gz"  # no Input Dims: every matmul's FLOPs unknown
@@ -132,12 +133,15 @@ def test_a_step_both_warm_up_and_outlier_says_why():
 
     a = analyze(str(NS_CKPT), _opts())
     first, second = a.steps["step"].to_list()
-    ss = {"count": 3, "median_us": 10_000.0, "cv": 0.5,
-          "warmup": [{"step": first, "window_us": 30_000.0, "ratio": 3.0}],
-          "outliers": [{"step": first, "window_us": 30_000.0, "deviation_us": 20_000.0, "deviation_frac": 2.0, "rules": ["relative"],
-                        "term": "idle", "term_delta_us": 18_000.0, "warmup": True, "last": False},
-                       {"step": second, "window_us": 5_000.0, "deviation_us": -5_000.0, "deviation_frac": -0.5, "rules": ["mad", "relative"],
-                        "term": "matmul", "term_delta_us": -4_000.0, "warmup": False, "last": False}]}
+    # the fields these lines do not read are unknown (None) or empty
+    ss = StepStats(count=3, mean_us=None, median_us=10_000.0, std_us=None, cv=0.5, mad_us=None,
+                   warmup=[WarmupStep(step=first, window_us=30_000.0, ratio=3.0)],
+                   outliers=[StepOutlier(step=first, window_us=30_000.0, deviation_us=20_000.0, deviation_frac=2.0, rules=["relative"],
+                                         term="idle", term_delta_us=18_000.0, term_us=None, term_median_us=None, deltas_us={},
+                                         warmup=True, last=False),
+                             StepOutlier(step=second, window_us=5_000.0, deviation_us=-5_000.0, deviation_frac=-0.5,
+                                         rules=["mad", "relative"], term="matmul", term_delta_us=-4_000.0, term_us=None,
+                                         term_median_us=None, deltas_us={}, warmup=False, last=False)])
     out = piped(render, replace(a, step_stats=ss))
     lines = [line.strip() for line in out.splitlines()]
     both = [line for line in lines if line.startswith("ProfilerStep#1:")]

@@ -1,16 +1,44 @@
-"""The JSON report's row shapes, one for a single trace and a job alike (`schema/report.schema.json` validates them).
+"""The JSON report contract: its rows (one shape for a single trace and a job alike), the two reports, and the schema.
 
-A step row is built from a step table's row: the Analysis's `steps`, or a rank
-summary's (which carries the loss budget as `budget_<term>` columns, since a
-summary is stored as parquet). Keys a source lacks are null, never absent.
+The reports are typed values (`Report`, `JobReport`) of the sections
+(`core.sections`) and rows below; their encoding is the JSON report, and
+`schema/report.schema.json` is `schema()`, generated from these types (a test
+fails when the committed file differs). A step row is built from a step
+table's row: the Analysis's `steps`, or a rank summary's (which carries the
+loss budget as `budget_<term>` columns, since a summary is stored as
+parquet). Keys a source lacks are null, never absent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from traceflops.core.sections import (
+    AdviceItem,
+    ByPhase,
+    Clock,
+    Hardware,
+    JobAdviceItem,
+    JobTotals,
+    LossBudget,
+    ModelSection,
+    OutsideSteps,
+    OverlayUs,
+    PathSummary,
+    PathUs,
+    Section,
+    StepStats,
+    TimeUs,
+    Totals,
+)
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
+
+SCHEMA_ID = "traceflops.report/1"
+ByPhaseFlops = dict[str, int | None]  # by phase, and executed
 
 # A communication row (per dimension, phase and kind: views.collectives.by_dimension), as reports and summaries hold it.
 COMMUNICATION_SCHEMA = {"role": "str", "phase": "str", "kind": "str", "calls": "int", "time_us": "float",
@@ -47,9 +75,9 @@ def _prefixed(row: Mapping[str, Any], prefix: str, keys: list[str] | None = None
     return got if got and any(v is not None for v in got.values()) else None
 
 
-def step_records(rows: Iterable[Mapping[str, Any]], rank: int | None) -> list[dict[str, Any]]:
+def step_records(rows: Iterable[Mapping[str, Any]], rank: int | None) -> list[StepRecord]:
     """`step_record` of each row of one table (the same keys in every row): its prefixed columns found once."""
-    out: list[dict[str, Any]] = []
+    out: list[StepRecord] = []
     keys = None
     for s in rows:
         if keys is None:
@@ -58,65 +86,71 @@ def step_records(rows: Iterable[Mapping[str, Any]], rank: int | None) -> list[di
     return out
 
 
-def step_record(s: Mapping[str, Any], rank: int | None, keys: tuple[list[str], list[str]] | None = None) -> dict[str, Any]:
+def whole(v: Any) -> int | float | None:
+    """A number as the report writes it: an integer where it is whole (FLOPs), else the float."""
+    if v is None:
+        return None
+    f = float(v)
+    return int(f) if f.is_integer() and abs(f) < 2**63 else f
+
+
+def step_record(s: Mapping[str, Any], rank: int | None, keys: tuple[list[str], list[str]] | None = None) -> StepRecord:
     """One step of one rank, as the report contract states it (`keys`: the table's budget_ and path_ columns)."""
     flops = {p: _int(s.get(f"flops_{p}")) for p in PHASES}
     flops["executed"] = _int(s.get("flops_executed"))
     counts = {p: _int(s.get(f"count_{p}")) for p in PHASES}
-    return {
-        "rank": rank,
-        "step": s.get("step"),
-        "name": s.get("name"),
-        "start_us": s.get("start"),
-        "dur_us": s.get("window"),
-        "host_start_us": s.get("ts"),
-        "host_dur_us": s.get("dur"),
-        "window_source": s.get("window_source"),
-        "last": None if s.get("last") is None else bool(s.get("last")),
-        "flops": flops,
-        "matmul_count": counts if any(v is not None for v in counts.values()) else None,
-        "model_flops": None if s.get("model_flops") is None else float(s["model_flops"]),
-        "mfu": s.get("mfu"),
-        "mfu_no_attention": s.get("mfu_no_attention"),
-        "hfu": s.get("hfu"),
-        "time_us": {c: s.get(f"time_{c}") for c in PARTITION},
-        "overlay_us": {c: s.get(f"time_{c}") for c in OVERLAYS},
-        "loss_budget": loss_budget(s, keys and keys[0]),
-        "critical_path_us": critical_path(s, keys and keys[1]),
-        "launch": {
-            "kernels": s.get("launch_kernels"),
-            "median_kernel_us": s.get("launch_median_kernel_us"),
-            "median_launch_to_start_us": s.get("launch_median_delay_us"),
-        },
-    }
+    return StepRecord(
+        rank=rank,
+        step=s.get("step"),
+        name=s.get("name"),
+        start_us=s.get("start"),
+        dur_us=s.get("window"),
+        host_start_us=s.get("ts"),
+        host_dur_us=s.get("dur"),
+        window_source=s.get("window_source"),
+        last=None if s.get("last") is None else bool(s.get("last")),
+        flops=flops,
+        matmul_count=counts if any(v is not None for v in counts.values()) else None,
+        model_flops=whole(s.get("model_flops")),
+        mfu=s.get("mfu"),
+        mfu_no_attention=s.get("mfu_no_attention"),
+        hfu=s.get("hfu"),
+        time_us={c: s.get(f"time_{c}") for c in PARTITION},
+        overlay_us={c: s.get(f"time_{c}") for c in OVERLAYS},
+        loss_budget=loss_budget(s, keys and keys[0]),
+        critical_path_us=critical_path(s, keys and keys[1]),
+        launch=StepLaunch(kernels=s.get("launch_kernels"), median_kernel_us=s.get("launch_median_kernel_us"),
+                          median_launch_to_start_us=s.get("launch_median_delay_us")),
+    )
 
 
-def rank_record(rank: int | None, path: str | None, totals: Mapping[str, Any]) -> dict[str, Any]:
-    """One rank's whole-trace numbers, as the report contract states it (the single report's `ranks` too)."""
+def rank_record(rank: int | None, path: str | None, totals: Totals | Mapping[str, Any]) -> RankRecord:
+    """One rank's whole-trace numbers, as the report contract states it (the single report's `ranks` too); `totals`:
+    an analysis' or a stored summary's."""
     flops = totals.get("flops") or {}
-    return {
-        "rank": rank,
-        "path": path,
-        "wall_us": totals.get("wall_us"),
-        "device_mfu": totals.get("mfu"),
-        "hfu": totals.get("hfu"),
-        "flops": {k: _int(v) for k, v in flops.items()} or None,
-        "time_us": totals.get("time_us"),
-        "overlay_us": totals.get("overlay_us"),
-        "loss_budget": totals.get("loss_budget"),
-    }
+    return RankRecord(
+        rank=rank,
+        path=path,
+        wall_us=totals.get("wall_us"),
+        device_mfu=totals.get("mfu"),
+        hfu=totals.get("hfu"),
+        flops={k: _int(v) for k, v in flops.items()} or None,
+        time_us=totals.get("time_us"),
+        overlay_us=totals.get("overlay_us"),
+        loss_budget=totals.get("loss_budget"),
+    )
 
 
-def collective_record(row: Mapping[str, Any]) -> dict[str, Any]:
+_ALWAYS = {"pg_desc", "role", "group_size"}  # null where the trace does not say; every other field is the table's column
+
+
+def collective_record(row: Mapping[str, Any]) -> CollectiveRecord:
     """One matched collective of a job, as the report contract states it: its row, with its group's description,
     role (`dp`, `tp`, ... from a `mesh_<dim>` description; `world` for the default group) and ranks always present
     (null where the trace does not say)."""
-    out = {k: v for k, v in row.items() if k != "group_ranks"}
-    for k in ("pg_desc", "role", "group_size"):
-        out.setdefault(k, None)
+    fields = {k: row.get(k) for k in CollectiveRecord.__struct_fields__ if k != "group_ranks" and (k in row or k in _ALWAYS)}
     ranks = row.get("group_ranks")
-    out["group_ranks"] = _ranks(ranks) if isinstance(ranks, str) else None
-    return out
+    return CollectiveRecord(**fields, group_ranks=_ranks(ranks) if isinstance(ranks, str) else None)
 
 
 def _ranks(text: str) -> list[int] | None:
@@ -128,3 +162,242 @@ def _ranks(text: str) -> list[int] | None:
     except ValueError:
         return None
 
+
+
+# --- the report's rows -----------------------------------------------------------------------------------------------
+
+Int = int | None
+Float = float | None
+
+
+class InputRecord(Section, kw_only=True):
+    """One input trace: its path (as given, printable), format, rank and device."""
+
+    path: str | None
+    format: str | None
+    rank: Int
+    world_size: Int | UnsetType = UNSET  # a single trace's (a job's ranks give theirs in `ranks`)
+    device: str | None
+
+
+class StepLaunch(Section, kw_only=True):
+    """How the step's kernels were launched: count, median duration, median delay from launch to start."""
+
+    kernels: Int
+    median_kernel_us: Float
+    median_launch_to_start_us: Float
+
+
+class StepRecord(Section, kw_only=True):
+    """One step of one rank: its window (device, else host), FLOPs, utilization, time classes and loss budget."""
+
+    rank: Int
+    step: int
+    name: str | None
+    start_us: Float
+    dur_us: Float
+    host_start_us: Float
+    host_dur_us: Float
+    window_source: Literal["host", "device"] | None
+    last: bool | None
+    flops: Annotated[ByPhaseFlops, Meta(extra_json_schema={"required": [*PHASES, "executed"]})]
+    matmul_count: ByPhase | None
+    model_flops: int | float | None
+    mfu: Float
+    mfu_no_attention: Float
+    hfu: Float
+    time_us: TimeUs | None
+    overlay_us: OverlayUs | None
+    loss_budget: LossBudget | None
+    critical_path_us: PathUs | None
+    launch: StepLaunch
+
+
+class RankRecord(Section, kw_only=True):
+    """One rank's whole-trace numbers (a single trace is one rank)."""
+
+    rank: Int
+    path: str | None
+    wall_us: Float
+    device_mfu: Float
+    hfu: Float
+    flops: dict[str, Int] | None
+    time_us: TimeUs | None
+    overlay_us: OverlayUs | None
+    loss_budget: LossBudget | None
+
+
+def _described(kind: Any, text: str) -> Any:
+    return Annotated[kind, Meta(description=text)]
+
+
+class CollectiveRecord(Section, kw_only=True):
+    """A collective matched across ranks: its process group and order within it, arrival skew apart from transfer,
+    bandwidth."""
+
+    pg: _described(str, "the process group's name (`?` where the trace does not say)")
+    seq: _described(int, "order within the group (the recorded sequence number where every collective of the group has one)")
+    kind: _described(str | None, "the collective the caller asked for (a gloo reduce-scatter run as an all-reduce is "
+                                 "reduce_scatter)")
+    pg_desc: _described(str | None, "the group's description: default_pg, mesh_dp, mesh_tp, ...")
+    role: _described(str | None, "what the group is for: the mesh dimension of a mesh_<dim> group (dp, tp, pp, ep, cp, "
+                                 "...), world for default_pg")
+    step: Int
+    bytes: Int
+    group_size: _described(Int, "ranks in the group (from the collective's args or pg_config), the bus factor's n")
+    ranks: _described(int, "ranks whose copy of it was matched")
+    arrival_skew_us: Float
+    last_rank: Int
+    transfer_us: Float
+    bus_factor: Float
+    algbw_gbps: Float
+    busbw_gbps: Float
+    busbw_of_nvlink: _described(Float, "bus bandwidth over the device's NVLink bandwidth per direction (where the "
+                                       "device is known)") | UnsetType = UNSET
+    group_ranks: _described(list[int] | None, "the group's global ranks")
+
+
+class CommunicationRow(Section, kw_only=True):
+    """Communication of one dimension (group role), phase and kind: calls, time, exposed and hidden, their shares."""
+
+    rank: Int | UnsetType = UNSET  # a job's per-rank rows
+    role: str
+    phase: str
+    kind: str
+    calls: int
+    time_us: float
+    exposed_us: float
+    overlapped_us: float
+    window_us: float
+    exposed_share: float
+    overlapped_share: float
+    ranks: int | UnsetType = UNSET  # a job's rows: how many ranks have the row
+    max_exposed_share: float | UnsetType = UNSET
+    max_rank: Int | UnsetType = UNSET
+
+
+class PipelineRow(Section, kw_only=True):
+    """One pipeline stage (rank) and step. stage: the rank's place in its pipeline (0 first), from the chain of P2P
+    send directions (a step's first transfer between neighbours goes downstream); stages and microbatches: p and m,
+    given (--pipeline-stages, --microbatches) or inferred (p from the chain, m from the first stage's forward sends in
+    the step), per stages_source (null: unknown). sends, recvs: this rank's P2P transfers; matched: those whose other
+    end the peer recorded, paired by (sender, receiver, order); forward_p2p, backward_p2p: transfers carrying
+    activations downstream or gradients upstream. p2p_us: time in P2P works; recv_blocked_us: time blocked on receives
+    with no compute running (null where the trace records no direction). bubble: recv_blocked_us (else p2p_us, per
+    bubble_source) over window; ideal_bubble: (p-1)/(m+p-1)."""
+
+    rank: Int
+    step: int
+    stage: Int
+    stages: Int
+    microbatches: Int
+    stages_source: Literal["given", "inferred", "given and inferred"] | None
+    sends: int
+    recvs: int
+    matched: int
+    forward_p2p: int
+    backward_p2p: int
+    p2p_us: Float
+    recv_blocked_us: Float
+    window: Float
+    bubble: Float
+    bubble_source: Literal["recv_blocked", "p2p_time"]
+    ideal_bubble: Float
+
+
+def _rows(required: tuple[str, ...], text: str | None = None) -> Any:
+    """A table's rows as the report lists them (their columns are the table's; these are always there)."""
+    extra: dict[str, Any] = {"items": {"type": "object", "required": list(required)}}
+    return Annotated[list[dict[str, Any]], Meta(extra_json_schema=extra, **({"description": text} if text else {}))]
+
+
+COMMUNICATION_TEXT = (
+    "Communication by dimension, phase and kind over the counted steps (null: none). A dimension is the role of the "
+    "collective's process group: dp, tp, pp, ep, cp (from a DeviceMesh dimension mesh_<name>, a torchtitan or Megatron "
+    "group description, or --group-role), world (the default group), else the group's description, else ? (no group "
+    "recorded). exposed_us and overlapped_us are each collective's share of the steps' communication_exposed and "
+    "communication_overlapped (time cut evenly among collectives in flight together), so the rows of one trace add up "
+    "to those totals; on a CPU trace a thread's wait on a collective goes to the collective it issued last (kind wait "
+    "and role ? when none). Shares are of the summed step windows. A job's rows also give ranks (how many ranks have "
+    "the row) and the exposed share's largest rank; its per_rank rows add rank.")
+EXPERTS_TEXT = (
+    "A job's expert parallelism (null: no rank runs experts or EP all-to-alls): per rank its EP group (its ranks, as "
+    "text), the expert FLOPs (matmuls of grouped-GEMM and fused-MoE ops) and EP all-to-all bytes per counted step, each "
+    "over its EP group's mean (1 = even). A single trace gives its expert FLOPs in totals.expert_flops (per phase; null "
+    "without expert ops).")
+PATH_RULE = {"if": {"properties": {"available": {"const": True}}}, "then": {"required": ["us", "share", "top", "steps"]},
+             "else": {"required": ["why"]}}
+
+
+# --- the two reports -------------------------------------------------------------------------------------------------
+
+
+class Report(msgspec.Struct, kw_only=True):
+    """One trace's JSON report."""
+
+    schema: Literal["traceflops.report/1"]
+    inputs: list[InputRecord]
+    hardware: Hardware | None
+    model: ModelSection | None
+    steps: list[StepRecord]
+    ranks: list[RankRecord]
+    outside_steps: OutsideSteps | None
+    top_kernels: list[dict[str, Any]] | None  # the roofline's kernels by recoverable time (at most 20)
+    modules: list[dict[str, Any]] | None  # time and FLOPs by module (at most 50)
+    idle_gaps_by_reason: dict[str, float] | None
+    advice: list[AdviceItem]
+    step_stats: StepStats | None
+    critical_path: Annotated[PathSummary, Meta(extra_json_schema=PATH_RULE)] | None
+    gemm_shapes: list[dict[str, Any]] | None  # GEMM shapes with wave quantization (at most 30)
+    communication: _described(list[CommunicationRow] | None, COMMUNICATION_TEXT)
+    totals: Totals
+    warnings: list[str]
+
+
+class JobReport(msgspec.Struct, kw_only=True):
+    """A job's JSON report: its steps and ranks rows have the single trace's shape; it adds job_steps, collectives,
+    stragglers, pipeline, the ranks' communication and experts, and the clocks' alignment."""
+
+    schema: Literal["traceflops.report/1"]
+    inputs: list[InputRecord]
+    hardware: Hardware | None
+    model: ModelSection | None
+    steps: list[StepRecord]
+    job_steps: _rows(("step", "dur_us", "slowest_rank", "mfu", "hfu"))
+    ranks: list[RankRecord]
+    collectives: list[CollectiveRecord]
+    stragglers: list[dict[str, Any]]  # per step, the rank that arrived last and why
+    advice: list[JobAdviceItem]
+    pipeline: list[PipelineRow]
+    communication: _described(list[CommunicationRow] | None, COMMUNICATION_TEXT)
+    communication_by_rank: list[CommunicationRow] | None
+    experts: _rows(("rank", "ep_group", "steps", "expert_flops_per_step", "a2a_bytes_per_step", "flops_vs_group_mean",
+                    "bytes_vs_group_mean"), EXPERTS_TEXT) | None
+    clock: Clock | None
+    outside_steps: None
+    totals: JobTotals
+    warnings: list[str]
+
+
+def schema() -> dict[str, Any]:
+    """`schema/report.schema.json`, generated from the types above: a job's report (it has `job_steps`) or a single
+    trace's, chosen by `if`, so a broken report's errors name the key at fault."""
+    (single, job), defs = msgspec.json.schema_components([Report, JobReport], ref_template="#/$defs/{name}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "traceflops JSON report (one trace or a job of many ranks)",
+        "description": "Generated from traceflops.core.contract (python -m traceflops.core.contract); do not edit. Keys "
+                       "are stable: new ones may be added, none renamed without a new `schema`.",
+        "if": {"required": ["job_steps"]},
+        "then": job,
+        "else": single,
+        "$defs": defs,
+    }
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(schema(), indent=2, sort_keys=True) + "\n")

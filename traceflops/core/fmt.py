@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traceflops.core.sections import BudgetUnknown, Totals
 
 NONE = "—"  # what an unknown number reads as
 
@@ -148,9 +151,9 @@ def ranks(rs) -> str:
     return f"rank {body}" if len(xs) == 1 else f"ranks {body}"
 
 
-def bound_words(totals: dict) -> str:
+def bound_words(totals: Totals) -> str:
     """What partial FLOP coverage makes of MFU and HFU: lower bounds, or unknown when nothing was counted."""
-    return "MFU and HFU are lower bounds" if totals.get("hfu") is not None else "MFU and HFU are unknown"
+    return "MFU and HFU are lower bounds" if totals.hfu is not None else "MFU and HFU are unknown"
 
 
 def precision_words(by: dict[str, float]) -> str:
@@ -163,7 +166,7 @@ def precision_words(by: dict[str, float]) -> str:
             f"{pct(v)}: mixed precision (autocast to bf16/fp16) is the first lever")
 
 
-def budget_unknown_words(u: dict[str, Any]) -> str:
+def budget_unknown_words(u: BudgetUnknown) -> str:
     """The loss budget's unknown terms in one line: which, why, and what they hold together."""
-    return (f"loss budget: {', '.join(u['terms'])} unknown: {u['why']}. Together they hold {pct(u['share'])} "
-            f"of peak × time ({u['holds']}); the terms shown sum to {pct(1.0 - u['share'])}")
+    return (f"loss budget: {', '.join(u.terms)} unknown: {u.why}. Together they hold {pct(u.share)} "
+            f"of peak × time ({u.holds}); the terms shown sum to {pct(1.0 - u.share)}")

@@ -12,6 +12,17 @@ import polars as pl
 
 from traceflops.core import fmt
 from traceflops.core.hooks import notebook
+from traceflops.core.sections import (
+    AdviceItem,
+    Clock,
+    Hardware,
+    JobTotals,
+    ModelSection,
+    OutsideSteps,
+    PathSummary,
+    StepStats,
+    Totals,
+)
 from traceflops.core.trace import Trace
 
 
@@ -40,10 +51,10 @@ class Analysis:
     ops: pl.DataFrame
     kernels: pl.DataFrame
     steps: pl.DataFrame
-    hardware: dict[str, Any] | None
-    model: dict[str, Any] | None
-    totals: dict[str, Any]
-    outside_steps: dict[str, Any] | None
+    hardware: Hardware | None
+    model: ModelSection | None
+    totals: Totals
+    outside_steps: OutsideSteps | None
     warnings: list[str] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     partition: pl.DataFrame | None = None  # per (device, step): time classes and overlays, µs
@@ -54,10 +65,10 @@ class Analysis:
     by_kernel: pl.DataFrame | None = None
     by_module: pl.DataFrame | None = None
     by_gemm_shape: pl.DataFrame | None = None  # per GEMM shape, with wave-quantization hints
-    advice: list[dict[str, Any]] = field(default_factory=list)  # ranked by the share of step time it would recover
-    step_stats: dict[str, Any] | None = None  # variance, outlier and warm-up steps
+    advice: list[AdviceItem] = field(default_factory=list)  # ranked by the share of step time it would recover
+    step_stats: StepStats | None = None  # variance, outlier and warm-up steps
     critical_path: pl.DataFrame | None = None  # per step: the contiguous segments of what bounded it (stages.critical_path)
-    path_summary: dict[str, Any] | None = None  # the critical path as reports show it (views.path_summary.path_summary)
+    path_summary: PathSummary | None = None  # the critical path as reports show it (views.path_summary.path_summary)
     communication: pl.DataFrame | None = None  # per dimension (group role), phase and kind: exposed and hidden time (views.collectives)
     collectives: pl.DataFrame | None = None  # communication kernels with their group, kind, payload and order in the group
 
@@ -67,10 +78,10 @@ class Analysis:
 
     def __repr__(self) -> str:
         """One line: the file, steps, MFU and HFU, the largest loss-budget terms (the whole analysis is `to_dict()`)."""
-        sc = self.totals.get("step_count") or {}
-        steps = f"{sc.get('counted', self.steps.height)} of {sc.get('in_trace', self.steps.height)} steps counted"
+        sc = self.totals.step_count
+        steps = f"{sc.counted} of {sc.in_trace} steps counted"
         return (f"<traceflops.Analysis {fmt.printable(self.meta.get('path'))}: {self.meta.get('format') or 'trace'}, {steps}, "
-                f"{utilization_words(self.totals)}; {_budget_words(self.totals.get('loss_budget'))}; {len(self.warnings)} warnings>")
+                f"{utilization_words(self.totals)}; {_budget_words(self.totals.loss_budget)}; {len(self.warnings)} warnings>")
 
     def _repr_html_(self) -> str:
         """A notebook's view: the headline, the loss budget and the top of "what to try" (the full report: `to_html()`)."""
@@ -96,12 +107,12 @@ class RankSummary:
     rank: int | None
     world_size: int | None
     path: str
-    hardware: dict[str, Any] | None
-    model: dict[str, Any] | None
+    hardware: Hardware | dict[str, Any] | None  # a stored summary's: as read back (storage.summary checks it)
+    model: ModelSection | dict[str, Any] | None
     steps: pl.DataFrame  # per step: window, FLOPs, partition, model FLOPs
     collectives: pl.DataFrame  # per collective kernel: pg, seq, kind, ts, end, bytes, group_size, step
     idle: pl.DataFrame  # per step and reason: idle µs
-    totals: dict[str, Any]
+    totals: Totals | dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     path_comm: pl.DataFrame | None = None  # the critical path's communication segments: step, start, end (µs, own clock)
     advice: list[dict[str, Any]] = field(default_factory=list)  # the rank's top advice headlines (kind, title, share)
@@ -117,8 +128,8 @@ class Job:
     collectives: pl.DataFrame
     stragglers: pl.DataFrame
     pipeline: pl.DataFrame | None
-    clock: dict[str, Any]
-    totals: dict[str, Any]
+    clock: Clock
+    totals: JobTotals
     warnings: list[str]
     summaries: list[RankSummary]
     advice: list[dict[str, Any]] = field(default_factory=list)  # the job's "what to try": waits on late ranks, ranks' own top items
@@ -149,8 +160,8 @@ class Job:
         return out
 
 
-def utilization_words(totals: dict[str, Any]) -> str:
-    return f"MFU {fmt.pct(totals.get('mfu'))}, HFU {fmt.pct(totals.get('hfu'))}"
+def utilization_words(totals: Totals | JobTotals) -> str:
+    return f"MFU {fmt.pct(totals.mfu)}, HFU {fmt.pct(totals.hfu)}"
 
 
 def top_terms(budget: dict[str, Any] | None, n: int = 3) -> list[tuple[str, float]]:

@@ -9,6 +9,8 @@ KINDS = ("compute", "communication", "memcpy", "memset")
 
 # Partition classes in priority order: an instant belongs to the first active one.
 PARTITION = ("matmul", "other_compute", "memcpy", "communication_exposed", "idle")
+# What a segment of the critical path ran through (stages.critical_path).
+PATH_KINDS = ("host", "launch", "device_matmul", "device_other", "memcpy", "communication", "sync", "idle")
 OVERLAYS = ("communication_overlapped", "communication_total", "recompute", "matmul_known", "matmul_unknown")
 GAP_REASONS = ("sync", "input_pipeline", "host_bound", "launch_gap", "unknown")
 

@@ -53,6 +53,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.errors import ConservationError
+from traceflops.core.sections import BudgetUnknown, Hardware
 
 TIME_KEYS = ("matmul_known", "matmul_unknown", "other_compute", "memcpy", "communication_exposed", "idle")
 TERMS = (
@@ -173,7 +174,7 @@ def check_budget(budget: Mapping[str, float | None], tol: float = SUM_TOLERANCE)
 FLOP_TERMS = ("mfu", "extra_executed", "recompute", "attention_mask_credit", "matmul_below_peak")
 
 
-def unknown_terms(budget: Mapping[str, float | None] | None, hardware: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def unknown_terms(budget: Mapping[str, float | None] | None, hardware: Hardware | None) -> BudgetUnknown | None:
     """Which terms of a budget are unknown, why, and the share of peak × time they hold together (1 − the known terms:
     the budget's sum is 1 whatever is unknown, so the unknown terms share the rest); None when every term is known.
 
@@ -190,13 +191,13 @@ def unknown_terms(budget: Mapping[str, float | None] | None, hardware: Mapping[s
         if not hardware:
             why = "no peak: the hardware is unknown; give --hardware NAME or --peak-tflops N"
         else:
-            why = (f"no peak: {hardware.get('name')} has no dense {hardware.get('precision')} peak in the table; "
+            why = (f"no peak: {hardware.name} has no dense {hardware.precision} peak in the table; "
                    "give --precision or --peak-tflops N")
         rest = "matmul time with known FLOPs"
     else:
         why = "model FLOPs unknown: no FLOP of the trace is known, or no model description"
         rest = "executed matmul FLOPs less recompute, at peak"
-    return {"terms": unknown, "share": 1.0 - known, "why": why, "holds": rest}
+    return BudgetUnknown(terms=unknown, share=1.0 - known, why=why, holds=rest)
 
 
 def inputs_from_row(step: Mapping[str, Any], time: Mapping[str, Any], peak_flops: float | None) -> BudgetInputs:

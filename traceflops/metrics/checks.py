@@ -59,4 +59,4 @@ def check_analysis(a: Any) -> None:
     check_classes(a.kernels, path)
     check_partition(a.partition, path)
     budgets = list(a.steps["loss_budget"]) if "loss_budget" in a.steps.columns else []
-    check_budgets(budgets + [a.totals.get("loss_budget")], path)
+    check_budgets(budgets + [a.totals.loss_budget], path)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
 
 import orjson
 import polars as pl
+from msgspec import UNSET
 
+from traceflops.core import sections
 from traceflops.core.results import ModelOptions
+from traceflops.core.sections import ModelPart, ModelSection
 from traceflops.flops import model as mf
 
 
@@ -112,7 +114,7 @@ def output_shape(name: str, dims) -> tuple[int, int] | None:
     return (min(a[0], b[1]), max(a[0], b[1]))
 
 
-def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int) -> list[dict[str, Any]] | None:
+def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int) -> list[ModelPart] | None:
     """Each part of N (attention, MLP, LM head) against the GEMMs seen in the trace with that part's weight shapes.
 
     Per step: the model's FLOPs of the part (2 or 6 × its weights × tokens) and the
@@ -141,8 +143,8 @@ def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int
             seen[part] = seen.get(part, 0.0) + float(flops or 0)
             count[part] = count.get(part, 0) + n
     mult = 2 if mode == "inference" else 6
-    return [{"part": part, "params": spec.breakdown.get(part), "model_flops_per_step": mult * spec.breakdown[part] * tokens,
-             "trace_flops_per_step": seen.get(part, 0.0) / steps, "gemms_per_step": count.get(part, 0) / steps}
+    return [ModelPart(part=part, params=spec.breakdown.get(part), model_flops_per_step=mult * spec.breakdown[part] * tokens,
+                      trace_flops_per_step=seen.get(part, 0.0) / steps, gemms_per_step=count.get(part, 0) / steps)
             for part in ("attention", "mlp", "lm_head") if part in spec.part_shapes and spec.breakdown.get(part)]
 
 
@@ -150,26 +152,27 @@ SHORTFALL = 0.05  # model FLOPs this far above what the trace executed name a ca
 FROZEN_TOLERANCE = 0.03  # a part whose executed / model FLOPs are this near 2/3 ran no weight gradients
 
 
-def frozen_parts(model: dict[str, Any] | None) -> list[str]:
+def frozen_parts(model: ModelSection | None) -> list[str]:
     """The parts of a training run whose traced FLOPs are 2/3 of their 6·N·tokens: forward and data gradient, no
     weight gradient (frozen weights: LoRA / peft adapters, a frozen base)."""
-    if not model or model.get("mode") != "training":
+    if model is None or model.mode != "training":
         return []
-    return [p["part"] for p in model.get("by_part") or [] if p["model_flops_per_step"]
-            and abs(p["trace_flops_per_step"] / p["model_flops_per_step"] - 2 / 3) <= FROZEN_TOLERANCE]
+    return [p.part for p in model.by_part or [] if p.model_flops_per_step
+            and abs(p.trace_flops_per_step / p.model_flops_per_step - 2 / 3) <= FROZEN_TOLERANCE]
 
 
-def shortfall_warnings(model: dict[str, Any], steps: pl.DataFrame) -> list[str]:
-    """When the model's FLOPs per step exceed the forward + backward FLOPs the trace executed, the likely cause."""
-    share = model.get("flops_per_step_device")
+def shortfall_warnings(model: ModelSection, steps: pl.DataFrame) -> list[str]:
+    """When the model's FLOPs per step exceed the forward + backward FLOPs the trace executed, the likely cause (a
+    model section from a description: a trace-derived one has no share of its own)."""
+    share = model.flops_per_step_device
     use = steps.filter(pl.col("step") >= 0)
-    if share is None or use.height == 0:
+    if share is None or share is UNSET or use.height == 0:
         return []
     executed = float((use["flops_forward"] + use["flops_backward"]).mean())
     if executed <= 0 or share <= executed * (1 + SHORTFALL):
         return []
-    parts = model.get("by_part") or []
-    missing = [p["part"] for p in parts if p["trace_flops_per_step"] == 0]
+    parts = model.by_part or []
+    missing = [p.part for p in parts if p.trace_flops_per_step == 0]
     frozen = frozen_parts(model)
     head = (f"model FLOPs per step ({share:.4g}) exceed the forward + backward FLOPs the trace executed ({executed:.4g}) "
             f"by {share / executed - 1:.0%}")
@@ -181,8 +184,8 @@ def shortfall_warnings(model: dict[str, Any], steps: pl.DataFrame) -> list[str]:
                  "(the trace executed 2/3 of 6·N·tokens for them: forward and data gradient only): frozen weights, "
                  "e.g. LoRA / peft adapters or a frozen base model. 6N counts weight gradients that were not computed, "
                  "so MFU above HFU is expected here, not a counting error; see model.by_part")]
-    return [f"{head}: check T ({model.get('seq_len')}, {model.get('seq_len_source')}), the tokens per step "
-            f"({model.get('tokens_per_step')}, {model.get('tokens_source')}) and the world size against the trace; see model.by_part"]
+    return [f"{head}: check T ({model.seq_len}, {model.seq_len_source}), the tokens per step "
+            f"({model.tokens_per_step}, {model.tokens_source}) and the world size against the trace; see model.by_part"]
 
 
 def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
@@ -205,44 +208,47 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
         m = mf.model_flops(spec, mode, tokens)
         share = None if m.per_step is None else m.per_step / world
         share_na = None if m.per_step_no_attention is None else m.per_step_no_attention / world
-        model = {
-            "source": spec.source,
-            "mode": mode,
-            "seq_len": spec.seq_len,
-            "seq_len_source": spec.seq_len_source,
-            "flops_per_token": m.per_token,
-            "flops_per_token_no_attention": m.per_token_no_attention,
-            "flops_per_token_causal": m.per_token_causal,
-            "tokens_per_step": tokens,
-            "tokens_source": tokens_source,
-            "flops_per_step": m.per_step,
-            "flops_per_step_no_attention": m.per_step_no_attention,
-            "flops_per_step_causal": m.per_step_causal,
-            "flops_per_step_device": share,
-            "params_matmul": spec.params_matmul,
-            "counted": dict(spec.breakdown),
-            "labels": dict(m.labels),
-            "notes": list(spec.notes),
-            "by_part": by_part(spec, ops, mode, None if share is None else share / m.per_token,
-                               steps.filter(pl.col("step") >= 0).height),
-        }
+        parts = by_part(spec, ops, mode, None if share is None else share / m.per_token, steps.filter(pl.col("step") >= 0).height)
+        model = ModelSection(
+            source=spec.source,
+            mode=mode,
+            seq_len=spec.seq_len,
+            seq_len_source=spec.seq_len_source,
+            flops_per_token=m.per_token,
+            flops_per_token_no_attention=m.per_token_no_attention,
+            flops_per_token_causal=m.per_token_causal,
+            tokens_per_step=tokens,
+            tokens_source=tokens_source,
+            flops_per_step=m.per_step,
+            flops_per_step_no_attention=m.per_step_no_attention,
+            flops_per_step_causal=m.per_step_causal,
+            flops_per_step_device=share,
+            params_matmul=spec.params_matmul,
+            counted=dict(spec.breakdown),
+            labels=dict(m.labels),
+            notes=list(spec.notes),
+            by_part=parts,
+            band=None,
+            band_caveat=mf.BAND_CAVEAT,
+        )
         warnings += shortfall_warnings(model, steps)
         return model, pl.lit(share, pl.Float64), pl.lit(share_na, pl.Float64)
     # Trace-derived: forward + backward matmul FLOPs of model ops.
     known = pl.col("flops_forward") + pl.col("flops_backward")
     per = pl.when((known == 0) & (pl.col("flops_unknown_count") > 0)).then(None).otherwise(known)
     no_attn = per - pl.col("attention_model_flops")
-    model = {
-        "source": "trace",
-        "mode": mode,
-        "flops_per_step": None,
-        "flops_per_step_no_attention": None,
-        "note": "model FLOPs derived from the trace: forward + backward matmul FLOPs (no recompute, no optimizer); see flops_coverage",
-    }
+    model = ModelSection(
+        source="trace",
+        mode=mode,
+        flops_per_step=None,
+        flops_per_step_no_attention=None,
+        note="model FLOPs derived from the trace: forward + backward matmul FLOPs (no recompute, no optimizer); see flops_coverage",
+        band=None,
+        band_caveat=mf.BAND_CAVEAT,
+    )
     return model, per.cast(pl.Float64), no_attn.cast(pl.Float64)
 
 
-def band_of(mfu: float | None, mode: str, model: dict) -> dict[str, Any]:
-    if mfu is None or mode != "training":
-        return {"band": None, "band_caveat": mf.BAND_CAVEAT}
-    return {"band": mf.verdict_band(mfu), "band_caveat": mf.BAND_CAVEAT}
+def with_band(model: ModelSection, mfu: float | None) -> ModelSection:
+    """The section with the MFU band (training only: the band grades a training run's MFU)."""
+    return sections.replace(model, band=mf.verdict_band(mfu) if mfu is not None and model.mode == "training" else None)

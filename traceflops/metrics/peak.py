@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import orjson
 import polars as pl
@@ -11,6 +10,7 @@ import polars as pl
 from traceflops.core import hardware as hw
 from traceflops.core.dtypes import dtype_of
 from traceflops.core.results import ModelOptions
+from traceflops.core.sections import Hardware, Totals
 from traceflops.core.trace import Trace
 
 # TF32 GEMM kernels: cuBLAS/xmma name it, CUTLASS Ampere kernels say s1688 / tensorop_s (fp32 I/O on tensor cores).
@@ -78,18 +78,12 @@ def detect_device(trace: Trace, kernels: pl.DataFrame):
     return None, ""
 
 
-def hardware_row(h, precision: str, source: str) -> dict[str, Any]:
-    return {
-        "name": h.name,
-        "precision": precision,
-        "sparse": False,
-        "peak_flops": h.peak(precision),
-        "devices": 1,
-        "source": source,
-    }
+def hardware_row(h, precision: str, source: str) -> Hardware:
+    """The hardware section of one device (the pipeline sets `devices` when it knows the program's)."""
+    return Hardware(name=h.name, precision=precision, sparse=False, peak_flops=h.peak(precision), devices=1, source=source)
 
 
-def other_peaks(hardware: dict, totals: dict, precision: str, opt: ModelOptions) -> dict[str, float] | None:
+def other_peaks(hardware: Hardware, totals: Totals, precision: str, opt: ModelOptions) -> dict[str, float] | None:
     """The MFU against other peaks of the same device, the run's own precision first: the same clock, a different ceiling.
 
     An FP8 run is shown against the bf16 peak too. An fp32 run against the tensor-core peaks it could use, TF32 and the
@@ -97,12 +91,12 @@ def other_peaks(hardware: dict, totals: dict, precision: str, opt: ModelOptions)
     that 16-bit peak: the band grades the run's own peak, and these say how far the tensor cores are. None when there is
     no other peak, no MFU, or only a bare --peak-tflops.
     """
-    if opt.peak_tflops or totals.get("mfu") is None or not hardware.get("peak_flops"):
+    if opt.peak_tflops or totals.mfu is None or not hardware.peak_flops:
         return None
-    h = hw.lookup(hardware["name"])
+    h = hw.lookup(hardware.name)
     if h is None:
         return None
-    own = h.peak(precision) or hardware["peak_flops"]
+    own = h.peak(precision) or hardware.peak_flops
     if precision == "fp8":
         keys = ["fp8", "bf16"]
     elif precision in ("fp32", "tf32"):
@@ -116,7 +110,7 @@ def other_peaks(hardware: dict, totals: dict, precision: str, opt: ModelOptions)
     for p in keys:
         peak = h.peak(p)
         if peak:
-            out[p] = totals["mfu"] * hardware["peak_flops"] / peak
+            out[p] = totals.mfu * hardware.peak_flops / peak
     return out
 
 

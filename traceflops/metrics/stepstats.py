@@ -31,11 +31,10 @@ zero host span tells nothing about step time).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import polars as pl
 
+from traceflops.core.sections import StepOutlier, StepStats, WarmupStep
 from traceflops.core.vocab import OUTLIER_MAD_FLOOR as MAD_FLOOR
 from traceflops.core.vocab import OUTLIER_MAD_K as MAD_K
 from traceflops.core.vocab import OUTLIER_RELATIVE as RELATIVE
@@ -50,12 +49,11 @@ def _order(steps: pl.DataFrame) -> pl.DataFrame:
     return steps.sort(key, nulls_last=True) if key else steps
 
 
-def step_stats(steps: pl.DataFrame) -> dict[str, Any]:
+def step_stats(steps: pl.DataFrame) -> StepStats:
     """Mean, median, spread, outlier steps (and what changed in them), warm-up steps."""
     use = _order(steps.filter(pl.col("window").is_not_null() & (pl.col("window") > 0)))
     n = use.height
-    empty = {"count": 0, "mean_us": None, "median_us": None, "std_us": None, "cv": None, "mad_us": None,
-             "outliers": [], "warmup": []}
+    empty = StepStats(count=0, mean_us=None, median_us=None, std_us=None, cv=None, mad_us=None, outliers=[], warmup=[])
     if n == 0:
         return empty
     w = use["window"].cast(pl.Float64).to_numpy()
@@ -88,28 +86,28 @@ def step_stats(steps: pl.DataFrame) -> dict[str, Any]:
         row = use.row(i, named=True)
         deltas = {c: float(row[f"time_{c}"] or 0.0) - term_median[c] for c in terms}
         term = max(deltas, key=lambda c: abs(deltas[c])) if deltas else None
-        outliers.append({
-            "step": ids[i],
-            "window_us": float(w[i]),
-            "deviation_us": dev,
-            "deviation_frac": dev / median if median else None,
-            "rules": rules,
-            "term": term,
-            "term_delta_us": deltas.get(term) if term else None,
-            "term_us": float(row[f"time_{term}"] or 0.0) if term else None,
-            "term_median_us": term_median.get(term) if term else None,
-            "deltas_us": deltas,
-            "warmup": i in warm,
-            "last": bool(last[i]),
-        })
-    warmup = [{"step": ids[i], "window_us": float(w[i]), "ratio": float(w[i] / median)} for i in sorted(warm)]
-    return {
-        "count": n,
-        "mean_us": mean,
-        "median_us": median,
-        "std_us": std,
-        "cv": std / mean if std is not None and mean else None,
-        "mad_us": mad,
-        "outliers": outliers,
-        "warmup": warmup,
-    }
+        outliers.append(StepOutlier(
+            step=ids[i],
+            window_us=float(w[i]),
+            deviation_us=dev,
+            deviation_frac=dev / median if median else None,
+            rules=rules,
+            term=term,
+            term_delta_us=deltas.get(term) if term else None,
+            term_us=float(row[f"time_{term}"] or 0.0) if term else None,
+            term_median_us=term_median.get(term) if term else None,
+            deltas_us=deltas,
+            warmup=i in warm,
+            last=bool(last[i]),
+        ))
+    warmup = [WarmupStep(step=ids[i], window_us=float(w[i]), ratio=float(w[i] / median)) for i in sorted(warm)]
+    return StepStats(
+        count=n,
+        mean_us=mean,
+        median_us=median,
+        std_us=std,
+        cv=std / mean if std is not None and mean else None,
+        mad_us=mad,
+        outliers=outliers,
+        warmup=warmup,
+    )

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceflops.core import sections
 from traceflops.core.results import ModelOptions
+from traceflops.core.sections import Totals
 from traceflops.core.vocab import GAP_REASONS, OVERLAYS, PARTITION
 from traceflops.metrics import budget as bd
 from traceflops.stages import roofline
@@ -56,7 +58,7 @@ def attach_launch_stats(steps: pl.DataFrame, stats: pl.DataFrame | None) -> pl.D
     )
 
 
-def without_device_time(steps: pl.DataFrame, totals: dict) -> tuple[pl.DataFrame, dict]:
+def without_device_time(steps: pl.DataFrame, totals: Totals) -> tuple[pl.DataFrame, Totals]:
     """A trace that names a device but holds none of its activity (`timeline.device_not_captured`): each step's and
     the totals' time classes, loss budget, MFU and HFU unknown (null), never numbers made from host op durations."""
     cols = [c for c in (*(f"time_{c}" for c in (*PARTITION, *OVERLAYS)), "mfu", "mfu_no_attention", "hfu") if c in steps.columns]
@@ -65,4 +67,4 @@ def without_device_time(steps: pl.DataFrame, totals: dict) -> tuple[pl.DataFrame
         steps = steps.with_columns(loss_budget=pl.Series([None] * steps.height, dtype=pl.Object))
     unknown = ("mfu", "mfu_no_attention", "hfu", "time_us", "overlay_us", "loss_budget", "flops_coverage", "idle_us_by_reason")
     # no device time: no matmul time whose FLOPs could be known or not (coverage unknown, not partial)
-    return steps, totals | dict.fromkeys(unknown) | {"flops_lower_bound": False, "unknown_matmul_kernels": []}
+    return steps, sections.replace(totals, **dict.fromkeys(unknown), flops_lower_bound=False, unknown_matmul_kernels=[])

@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceflops.core import fmt
+from traceflops.core import fmt, sections
 from traceflops.core.results import ModelOptions
+from traceflops.core.sections import OutsideSteps, Totals, UnknownKernel
 from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
 from traceflops.flops.aten import OP_FLOPS_MAX, OUT_OF_RANGE
@@ -142,17 +143,17 @@ def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | 
     return steps.with_columns(cols)
 
 
-def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame, activities: pl.DataFrame | None = None) -> dict[str, Any] | None:
+def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame, activities: pl.DataFrame | None = None) -> OutsideSteps | None:
     """Work outside every step: device activities launched there, or (no device activity) the host ops and XLA ops that ran there."""
     work = kernels if kernels.height or activities is None else activities
     out = work.filter(pl.col("step") == OUTSIDE)
     if out.height == 0:
         return None
-    return {
-        "device_us": float(out["dur"].sum()),
-        "kernels": out.height,
-        "flops": {p: int(out.filter(pl.col("phase") == p)["flops"].sum() or 0) for p in PHASES},
-    }
+    return OutsideSteps(
+        device_us=float(out["dur"].sum()),
+        kernels=out.height,
+        flops={p: int(out.filter(pl.col("phase") == p)["flops"].sum() or 0) for p in PHASES},
+    )
 
 
 def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
@@ -161,6 +162,8 @@ def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
 
 
 def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
+    """The totals' numbers over the counted steps (the pipeline adds the step count, experts, idle reasons and
+    the budget's unknown terms when it builds `Totals`)."""
     use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
     flops["executed"] = sum(flops.values())
@@ -207,7 +210,7 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     }
 
 
-def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dict[str, Any]) -> list[str]:
+def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Totals) -> list[str]:
     """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes."""
     if ops.height == 0 and kernels.height:
         return ["the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are told by "
@@ -217,12 +220,12 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dic
                  "and FLOPs are unknown, MFU and HFU too, and GEMM kernels are told by name; profile with activities="
                  "[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True, and keep the cuda_runtime events")]
     out = []
-    if totals.get("flops_lower_bound"):
-        top = totals.get("unknown_matmul_kernels") or []
-        largest = "; ".join(f"{k['time_us'] / 1e3:.2f} ms in {k['count']} x {k['name'][:80]} ({k['why']})" for k in top[:2])
-        out.append(f"FLOPs known for only {totals['flops_coverage']:.1%} of matmul time: {fmt.bound_words(totals)}; "
+    if totals.flops_lower_bound:
+        top = totals.unknown_matmul_kernels
+        largest = "; ".join(f"{k.time_us / 1e3:.2f} ms in {k.count} x {k.name[:80]} ({k.why})" for k in top[:2])
+        out.append(f"FLOPs known for only {totals.flops_coverage:.1%} of matmul time: {fmt.bound_words(totals)}; "
                    f"largest unknown: {largest}")
-    n = totals["matmul_flops_unknown_count"]
+    n = totals.matmul_flops_unknown_count
     if not n:
         return out
     wild = ops.filter(pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).height
@@ -234,16 +237,16 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: dic
     return out + [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]
 
 
-def rank_row(trace: Trace, totals: dict) -> dict[str, Any]:
+def rank_row(trace: Trace, totals: Totals) -> dict[str, Any]:
     return {
         "rank": trace.meta.get("rank"),
-        "wall_us": totals["wall_us"],
-        "device_mfu": totals.get("mfu"),
-        "hfu": totals.get("hfu"),
+        "wall_us": totals.wall_us,
+        "device_mfu": totals.mfu,
+        "hfu": totals.hfu,
     }
 
 
-def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[str, Any] | None,
+def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: OutsideSteps | None,
                     last_counted: bool = True) -> list[str]:
     """What the report's windows leave open: a counted last step with nothing to bound it, work launched outside every step."""
     out = []
@@ -251,11 +254,11 @@ def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: dict[st
         out.append("the last step ends at its last device activity (no next step to bound it)")
     if outside and kernels.height:
         out.append(
-            f"{outside['kernels']} device activities ({outside['device_us']:.1f} us) were launched outside every step; reported under outside_steps"
+            f"{outside.kernels} device activities ({outside.device_us:.1f} us) were launched outside every step; reported under outside_steps"
         )
     elif outside:
         out.append(
-            f"{outside['kernels']} ops ({outside['device_us']:.1f} us of work) ran outside every step (an XLA program that "
+            f"{outside.kernels} ops ({outside.device_us:.1f} us of work) ran outside every step (an XLA program that "
             "runs after its step's host span, without block_until_ready, or host work between steps); reported under outside_steps"
         )
     return out
@@ -282,7 +285,7 @@ def unnamed_xla_warnings(ops: pl.DataFrame) -> list[str]:
             "have an unknown phase (counted as other, in HFU only)"]
 
 
-def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelOptions) -> list[dict[str, Any]]:
+def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelOptions) -> list[UnknownKernel]:
     """The matmul-class kernels with unknown FLOPs that take the most time in the analysed steps, each with why.
 
     Why: replayed from a CUDA/HIP graph with no op recorded for it, launched by an op without a FLOP formula (named),
@@ -314,19 +317,19 @@ def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelO
     out = []
     for r in rows.iter_rows(named=True):
         fam = family_of(r["name"])
-        out.append({"name": r["name"], "family": fam.name if fam else None, "count": int(r["count"]),
-                    "time_us": float(r["time_us"]), "why": r["why"]})
+        out.append(UnknownKernel(name=r["name"], family=fam.name if fam else None, count=int(r["count"]),
+                                 time_us=float(r["time_us"]), why=r["why"]))
     return out
 
 
-def cut_without_flops(steps: pl.DataFrame, totals: dict[str, Any]) -> tuple[pl.DataFrame, dict[str, Any], list[str]]:
+def cut_without_flops(steps: pl.DataFrame, totals: Totals) -> tuple[pl.DataFrame, Totals, list[str]]:
     """A cut file whose analysed steps hold no matmul FLOP: its matmuls may be what the cut lost, so MFU and HFU are
     unknown, never a zero read as a result."""
-    if totals["flops"]["executed"] or totals.get("mfu") is None and totals.get("hfu") is None:
+    if totals.flops["executed"] or totals.mfu is None and totals.hfu is None:
         return steps, totals, []
     cols = [c for c in ("mfu", "mfu_no_attention", "hfu") if c in steps.columns]
     steps = steps.with_columns([pl.lit(None, pl.Float64).alias(c) for c in cols])
-    totals = totals | {"mfu": None, "mfu_no_attention": None, "hfu": None, "flops_known": False}
+    totals = sections.replace(totals, mfu=None, mfu_no_attention=None, hfu=None, flops_known=False)
     return steps, totals, [("the file is cut and its steps hold no matmul FLOP: MFU and HFU are unknown (the matmuls may "
                             "be after the cut); analyse the whole file")]
 

@@ -7,11 +7,12 @@ from typing import Any
 import orjson
 
 from traceflops.core import fmt
+from traceflops.core.sections import json_default
 from traceflops.report import html as H
 
 
 def render_json(d: dict[str, Any]) -> str:
-    return orjson.dumps(d, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    return orjson.dumps(d, default=json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
 
 
 def largest_change_text(d: dict[str, Any]) -> str:

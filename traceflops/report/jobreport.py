@@ -12,12 +12,17 @@ from rich.table import Table
 from traceflops.core import fmt
 from traceflops.core.contract import (
     PATH_PREFIX,
+    CommunicationRow,
+    InputRecord,
+    JobReport,
+    PipelineRow,
     collective_record,
     critical_path,
     rank_record,
     step_record,
 )
 from traceflops.core.results import Job
+from traceflops.core.sections import encode, json_default
 from traceflops.report.jsonreport import SCHEMA
 from traceflops.report.terminal import BAR, communication_table, printable_console, text
 
@@ -26,34 +31,39 @@ def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
     return [] if df is None or df.height == 0 else df.to_dicts()
 
 
-def to_dict(job: Job) -> dict[str, Any]:
+def report(job: Job) -> JobReport:
+    """The job as the report contract types it (`core.contract.JobReport`)."""
     first = job.summaries[0] if job.summaries else None
-    steps = [step_record(r, s.rank) for s in job.summaries for r in s.steps.iter_rows(named=True)]
-    return {
-        "schema": SCHEMA,
-        "inputs": [{"path": s.path, "format": None, "rank": s.rank, "device": (s.hardware or {}).get("name")} for s in job.summaries],
-        "hardware": first.hardware if first else None,
-        "model": first.model if first else None,
-        "steps": steps,
-        "job_steps": [{**{k: v for k, v in r.items() if not k.startswith(PATH_PREFIX)}, "dur_us": r.get("step_us"),
-                       "critical_path_us": critical_path(r)} for r in _rows(job.steps)],
-        "ranks": [rank_record(s.rank, s.path, s.totals) for s in sorted(job.summaries, key=lambda s: (s.rank is None, s.rank))],
-        "collectives": [collective_record(r) for r in _rows(job.collectives)],
-        "stragglers": _rows(job.stragglers),
-        "advice": job.advice,
-        "pipeline": _rows(job.pipeline),
-        "communication": _rows(job.communication) or None,
-        "communication_by_rank": _rows(job.communication_by_rank) or None,
-        "experts": _rows(job.experts) or None,
-        "clock": job.clock,
-        "outside_steps": None,
-        "totals": job.totals,
-        "warnings": job.warnings,
-    }
+    return JobReport(
+        schema=SCHEMA,
+        inputs=[InputRecord(path=s.path, format=None, rank=s.rank, device=(s.hardware or {}).get("name")) for s in job.summaries],
+        hardware=first.hardware if first else None,
+        model=first.model if first else None,
+        steps=[step_record(r, s.rank) for s in job.summaries for r in s.steps.iter_rows(named=True)],
+        job_steps=[{**{k: v for k, v in r.items() if not k.startswith(PATH_PREFIX)}, "dur_us": r.get("step_us"),
+                    "critical_path_us": critical_path(r)} for r in _rows(job.steps)],
+        ranks=[rank_record(s.rank, s.path, s.totals) for s in sorted(job.summaries, key=lambda s: (s.rank is None, s.rank))],
+        collectives=[collective_record(r) for r in _rows(job.collectives)],
+        stragglers=_rows(job.stragglers),
+        advice=job.advice,
+        pipeline=[PipelineRow(**r) for r in _rows(job.pipeline)],
+        communication=[CommunicationRow(**r) for r in _rows(job.communication)] or None,
+        communication_by_rank=[CommunicationRow(**r) for r in _rows(job.communication_by_rank)] or None,
+        experts=_rows(job.experts) or None,
+        clock=job.clock,
+        outside_steps=None,
+        totals=job.totals,
+        warnings=job.warnings,
+    )
+
+
+def to_dict(job: Job) -> dict[str, Any]:
+    """The job's JSON report as plain values: the typed report encoded."""
+    return encode(report(job))
 
 
 def render_json(job: Job) -> str:
-    return orjson.dumps(to_dict(job), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    return orjson.dumps(to_dict(job), default=json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
 def in_ms(us, digits: int = 3) -> str:
@@ -64,14 +74,14 @@ def in_ms(us, digits: int = 3) -> str:
 def render(job: Job, console: Console | None = None) -> None:
     c = console or printable_console()
     t = job.totals
-    c.print(f"[bold]job of {text(t['world_size'])} ranks[/bold] ({len(job.summaries)} traces)")
-    src = t.get("model_source")
-    label = {"trace": "model FLOPs from the trace (forward + backward matmuls)", "flags": "model FLOPs from flags", "config": "model FLOPs from the config"}.get(src, "model FLOPs unknown")
-    c.print(f"[bold]MFU {fmt.pct(t['mfu'])}   HFU {fmt.pct(t['hfu'])}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
+    c.print(f"[bold]job of {text(t.world_size)} ranks[/bold] ({len(job.summaries)} traces)")
+    label = {"trace": "model FLOPs from the trace (forward + backward matmuls)", "flags": "model FLOPs from flags",
+             "config": "model FLOPs from the config"}.get(t.model_source, "model FLOPs unknown")
+    c.print(f"[bold]MFU {fmt.pct(t.mfu)}   HFU {fmt.pct(t.hfu)}[/bold]  ({label}; step time = slowest rank's; devices = world size)")
     ck = job.clock
-    if ck.get("residual_skew_us") is not None:
-        c.print(f"clocks aligned on {t['collectives_matched']} matched collectives; residual skew {ck['residual_skew_us']:.2f} us")
-    c.print(f"collectives: arrival skew {t['arrival_skew_us'] / 1e3:.3f} ms, transfer {t['transfer_us'] / 1e3:.3f} ms")
+    if ck.residual_skew_us is not None:
+        c.print(f"clocks aligned on {t.collectives_matched} matched collectives; residual skew {ck.residual_skew_us:.2f} us")
+    c.print(f"collectives: arrival skew {t.arrival_skew_us / 1e3:.3f} ms, transfer {t.transfer_us / 1e3:.3f} ms")
     rt = Table(title="Ranks")
     for col in ("rank", "wall (ms)", "device MFU", "HFU", "matmul", "other", "comm\nexposed", "idle"):
         rt.add_column(col, justify="right", no_wrap=True)  # numbers are never cut

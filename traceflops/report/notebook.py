@@ -10,23 +10,25 @@ from typing import Any
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis, Job, top_terms, utilization_words
+from traceflops.core.sections import AdviceItem, JobTotals, Totals
 
 
 def card(value: Analysis | Job) -> str:
     """The card of an analysis (its file, steps, wall, hardware) or a job (its ranks and steps, the ranks' mean budget)."""
     if isinstance(value, Job):
-        head = f"{len(value.summaries)} ranks, {value.steps.height} steps, wall {fmt.duration(value.totals.get('wall_us'))}"
+        head = f"{len(value.summaries)} ranks, {value.steps.height} steps, wall {fmt.duration(value.totals.wall_us)}"
         return _card("traceflops.Job", None, head, value.totals, value.mean_budget(), "loss budget, mean over ranks",
                      value.advice, value.warnings)
-    sc = value.totals.get("step_count") or {}
-    head = (f"{sc.get('counted', value.steps.height)} of {sc.get('in_trace', value.steps.height)} steps counted, "
-            f"wall {fmt.duration(value.totals.get('wall_us'))}, on {(value.hardware or {}).get('name') or 'unknown hardware'}")
-    return _card("traceflops.Analysis", value.meta.get("path"), head, value.totals, value.totals.get("loss_budget"),
+    t, hw = value.totals, value.hardware
+    head = (f"{t.step_count.counted} of {t.step_count.in_trace} steps counted, "
+            f"wall {fmt.duration(t.wall_us)}, on {(hw.name if hw is not None else None) or 'unknown hardware'}")
+    return _card("traceflops.Analysis", value.meta.get("path"), head, t, t.loss_budget,
                  "loss budget (share of step time at peak)", value.advice, value.warnings)
 
 
-def _card(kind: str, path, head: str, totals: dict[str, Any], budget: dict[str, Any] | None, budget_title: str,
-          advice: list[dict[str, Any]], warnings: list[str]) -> str:
+def _card(kind: str, path, head: str, totals: Totals | JobTotals, budget: dict[str, Any] | None, budget_title: str,
+          advice: list[AdviceItem] | list[dict[str, Any]], warnings: list[str]) -> str:
+    """The card's HTML; `advice` is an Analysis' items or a Job's (plain dicts, `views.job.job_advice`): read as mappings."""
     e = lambda v: html.escape(fmt.printable(v), quote=True)
     rows = "".join(f"<tr><td>{e(k)}</td><td style='text-align:right'>{e(fmt.pct(v))}</td></tr>"
                    for k, v in top_terms(budget, 10))

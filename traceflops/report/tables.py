@@ -26,6 +26,7 @@ import polars as pl
 from traceflops.core import fmt
 from traceflops.core.files import write_file
 from traceflops.core.results import Analysis
+from traceflops.core.sections import json_default
 
 # every table a report can write, one analysis's and a job's (`frames`, `job_frames`)
 TABLE_NAMES = ("kernels", "ops", "steps", "partition", "idle_gaps", "launch_stats", "collectives", "roofline", "top_kernels",
@@ -104,7 +105,7 @@ def _json_text(v: Any) -> str | None:
         return None
     if isinstance(v, pl.Series):
         v = v.to_list()
-    return orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    return orjson.dumps(v, default=json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
 
 
 def flat(df: pl.DataFrame, *, nested: bool) -> pl.DataFrame:

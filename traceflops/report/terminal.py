@@ -24,6 +24,7 @@ from rich.text import Text
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
+from traceflops.core.sections import AdviceItem, PathSummary, StepStats, Totals
 from traceflops.core.vocab import (
     HEADLINE_WARNINGS,
     OUTLIER_RULES,
@@ -31,13 +32,14 @@ from traceflops.core.vocab import (
     dimension_name,
     tells_dimensions_apart,
 )
+from traceflops.report import present
 
 PIPE_WIDTH = 200  # columns when the output is not a terminal
 BAR = 40  # cells of a full (100%) bar
 NAME_CUT = 60  # characters of a kernel or module name on a terminal
 
-# What an MFU band says, in one line (the bands are `flops.model.verdict_band`'s; a model section's own
-# `band_meaning` wins). Dense training only: `band_caveat` says where the bands do not apply.
+# What an MFU band says, in one line (the bands are `flops.model.verdict_band`'s). Dense training only: `band_caveat`
+# says where the bands do not apply.
 BAND_MEANING = {
     "likely broken": "under 20% MFU: for dense training something large is wrong or missing (host-bound steps, small batches, "
                      "fp32 matmuls, unfused kernels, or a wrong peak): the loss budget and what to try below say where the time went",
@@ -101,14 +103,14 @@ def flops_cell(v, ops: int, unknown: int, known: bool = True) -> str:
     return fmt.flops(v)
 
 
-def render(a: Analysis, console: Console | None = None, critical_path: dict[str, Any] | None = None) -> None:
+def render(a: Analysis, console: Console | None = None, critical_path: PathSummary | None = None) -> None:
     """The single-trace report.
 
     `critical_path` is `views.path_summary.path_summary(a)` (a renderer imports no view): given by the caller, else the
     Analysis' own `path_summary`; with neither, the section is left out.
     """
     c = console or printable_console()
-    known = a.totals["flops_known"]  # decided once, in the totals (metrics.utilization.flops_unknown)
+    known = a.totals.flops_known  # decided once, in the totals (metrics.utilization.flops_unknown)
     header(c, a)
     phase_table(c, a, known)
     budget_table(c, a)
@@ -117,10 +119,10 @@ def render(a: Analysis, console: Console | None = None, critical_path: dict[str,
     kernels_table(c, a)
     modules_table(c, a)
     communication_table(c, a.communication)
-    if a.outside_steps:
+    if a.outside_steps is not None:
         o = a.outside_steps
-        c.print(f"outside steps: {o['kernels']} device activities, {fmt.duration(o['device_us'])}")
-    ps = critical_path if critical_path is not None else getattr(a, "path_summary", None)
+        c.print(f"outside steps: {o.kernels} device activities, {fmt.duration(o.device_us)}")
+    ps = critical_path if critical_path is not None else a.path_summary
     if ps is not None:
         critical_path_section(c, ps)
     advice_lines(c, a.advice)
@@ -135,81 +137,77 @@ def header(c: Console, a: Analysis) -> None:
     for w in a.warnings:
         if w.startswith(HEADLINE_WARNINGS):  # what the trace cannot say at all: before any number
             c.print(f"[bold yellow]warning:[/bold yellow] {text(w)}")
-    if hw:
-        c.print(f"hardware: {text(hw['name'])}, dense {text(hw['precision'])} peak {fmt.si(hw['peak_flops'], 'FLOP/s')} [dim](source in --format json)[/dim]")
+    if hw is not None:
+        c.print(f"hardware: {text(hw.name)}, dense {text(hw.precision)} peak {fmt.si(hw.peak_flops, 'FLOP/s')} [dim](source in --format json)[/dim]")
     else:
         c.print("hardware: unknown (give --hardware or --peak-tflops)")
-    m = a.model or {}
-    low = t.get("flops_lower_bound")
-    mfu_low = "≥ " if low and m.get("source") == "trace" and t.get("mfu") is not None else ""
-    hfu_low = "≥ " if low and t.get("hfu") is not None else ""
+    m = a.model
+    source, mode = (m.source, m.mode) if m is not None else (None, None)
+    low = t.flops_lower_bound
+    mfu_low = "≥ " if low and source == "trace" and t.mfu is not None else ""
+    hfu_low = "≥ " if low and t.hfu is not None else ""
     c.print(
-        f"[bold]MFU {mfu_low}{fmt.pct(t.get('mfu'))}[/bold] (no attention {fmt.pct(t.get('mfu_no_attention'))})   "
-        f"[bold]HFU {hfu_low}{fmt.pct(t.get('hfu'))}[/bold]   model FLOPs: {text(m.get('source'))}, {text(m.get('mode'))}"
+        f"[bold]MFU {mfu_low}{fmt.pct(t.mfu)}[/bold] (no attention {fmt.pct(t.mfu_no_attention)})   "
+        f"[bold]HFU {hfu_low}{fmt.pct(t.hfu)}[/bold]   model FLOPs: {text(source)}, {text(mode)}"
     )
     if low:
         unknown_lines(c, t)
-    if m.get("seq_len") is not None:
-        c.print(f"model: T = {text(m['seq_len'])} (from the {text(m.get('seq_len_source'))}), {fmt.si(m.get('tokens_per_step'))} tokens per step "
-                f"({text(m.get('tokens_source'))}), {fmt.si(m.get('flops_per_token'), 'FLOP')} per token")
-        for note in m.get("notes") or []:
+    if m is not None and present(m.seq_len) is not None:
+        c.print(f"model: T = {text(m.seq_len)} (from the {text(present(m.seq_len_source))}), {fmt.si(present(m.tokens_per_step))} "
+                f"tokens per step ({text(present(m.tokens_source))}), {fmt.si(present(m.flops_per_token), 'FLOP')} per token")
+        for note in m.notes or []:
             c.print(f"  [dim]{text(note)}[/dim]")
-    if t.get("mfu_by_precision"):
-        c.print("MFU by peak: " + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items())
-                + text(fmt.precision_words(t["mfu_by_precision"])))
-    if t.get("loss_budget_unknown"):
-        c.print(f"[yellow]{text(fmt.budget_unknown_words(t['loss_budget_unknown']))}[/yellow]")
-    if m.get("band"):
-        c.print(f"band: {text(m['band'])}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
-        meaning = band_meaning(m)
+    if t.mfu_by_precision:
+        c.print("MFU by peak: " + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t.mfu_by_precision.items())
+                + text(fmt.precision_words(t.mfu_by_precision)))
+    if t.loss_budget_unknown:
+        c.print(f"[yellow]{text(fmt.budget_unknown_words(t.loss_budget_unknown))}[/yellow]")
+    if m is not None and m.band:
+        c.print(f"band: {text(m.band)}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
+        meaning = BAND_MEANING.get(m.band)
         if meaning:
             c.print(f"  {text(meaning)}")
-    devices = (hw or {}).get("devices") or 1
+    devices = (hw.devices if hw is not None else None) or 1
     on = f" on {devices} devices (time per device)" if devices > 1 else ""
-    c.print(f"wall {fmt.duration(t['wall_us'])} over {steps_counted(a)}{on}; FLOPs known for {fmt.pct(t.get('flops_coverage'))} of matmul time")
+    c.print(f"wall {fmt.duration(t.wall_us)} over {steps_counted(a)}{on}; FLOPs known for {fmt.pct(t.flops_coverage)} of matmul time")
 
 
 def steps_counted(a: Analysis) -> str:
     """'N step(s)', or 'N of M steps' when some are left out of the totals (asked, cut, or the unbounded last)."""
-    sc = a.totals.get("step_count") or {}
-    counted, have = sc.get("counted", a.steps.height), sc.get("in_trace", a.steps.height)
+    sc = a.totals.step_count
+    counted, have = sc.counted, sc.in_trace
     return f"{counted} step(s)" if counted == have else f"{counted} of {have} steps (the others shown, left out of the totals)"
 
 
-def unknown_lines(c: Console, t: dict[str, Any]) -> None:
+def unknown_lines(c: Console, t: Totals) -> None:
     """Part of the matmul work has unknown FLOPs: say it in the headline, with the largest such kernels and why."""
-    c.print(f"[bold yellow]FLOPs known for only {fmt.pct(t.get('flops_coverage'))} of matmul time: {fmt.bound_words(t)}"
+    c.print(f"[bold yellow]FLOPs known for only {fmt.pct(t.flops_coverage)} of matmul time: {fmt.bound_words(t)}"
             "[/bold yellow]; largest matmul kernels with unknown FLOPs:")
-    for k in t.get("unknown_matmul_kernels") or []:
-        c.print(f"  {fmt.duration(k['time_us'])} in {k['count']} x {text(fmt.short(k['name'], 80))}: {text(k['why'])}")
-
-
-def band_meaning(model: dict[str, Any]) -> str | None:
-    """The MFU band in one line: the model section's own `band_meaning`, else `BAND_MEANING`'s (a band that explains itself has none)."""
-    return model.get("band_meaning") or BAND_MEANING.get(model.get("band"))
+    for k in t.unknown_matmul_kernels:
+        c.print(f"  {fmt.duration(k.time_us)} in {k.count} x {text(fmt.short(k.name, 80))}: {text(k.why)}")
 
 
 def phase_table(c: Console, a: Analysis, known: bool) -> None:
     t = a.totals
-    unknown = t.get("matmul_flops_unknown_count") or 0
+    unknown = t.matmul_flops_unknown_count
     tab = Table(title="Matmul FLOPs by phase")
     tab.add_column("phase")
     tab.add_column("matmul ops", justify="right", no_wrap=True)
     tab.add_column("FLOPs", justify="right", no_wrap=True)
     for p in PHASES:
-        tab.add_row(p, str(t["matmul_count"][p]), flops_cell(t["flops"][p], t["matmul_count"][p], unknown, known))
-    ops = sum(t["matmul_count"].values())
-    tab.add_row("[bold]executed[/bold]", str(ops), flops_cell(t["flops"]["executed"], ops, unknown, known))
+        tab.add_row(p, str(t.matmul_count[p]), flops_cell(t.flops[p], t.matmul_count[p], unknown, known))
+    ops = sum(t.matmul_count.values())
+    tab.add_row("[bold]executed[/bold]", str(ops), flops_cell(t.flops["executed"], ops, unknown, known))
     c.print(tab)
     if unknown:
         c.print(f"{unknown} matmul ops have unknown FLOPs: counted above as ops, not as FLOPs ({fmt.NONE} = unknown)")
 
 
 def budget_table(c: Console, a: Analysis) -> None:
-    lb = a.totals.get("loss_budget")
+    lb = a.totals.loss_budget
     if not lb:
         return
-    unknown = a.totals.get("loss_budget_unknown")
+    unknown = a.totals.loss_budget_unknown
     bt = Table(title="Where peak x time went (loss budget, sums to 100%)" if not unknown else
                f"Where peak x time went (loss budget; the unknown terms hold {fmt.pct(unknown['share'])}, see above)")
     bt.add_column("term")
@@ -222,10 +220,10 @@ def budget_table(c: Console, a: Analysis) -> None:
 
 def time_lines(c: Console, a: Analysis) -> None:
     t = a.totals
-    tu = t.get("time_us")
+    tu = t.time_us
     if tu:
         c.print("device time: " + ", ".join(f"{text(k)} {fmt.duration(v)}" for k, v in tu.items()))
-    ir = t.get("idle_us_by_reason")
+    ir = t.idle_us_by_reason
     if ir and any(ir.values()):
         c.print("idle by reason: " + ", ".join(f"{text(k)} {fmt.duration(v)}" for k, v in ir.items() if v))
 
@@ -241,7 +239,7 @@ def steps_table(c: Console, a: Analysis, known: bool) -> None:
     for col in ("start (ms)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
         st.add_column(col, justify="right", no_wrap=True)
     first = a.steps["start"].min() if a.steps.height else None
-    left_out = set((a.totals.get("step_count") or {}).get("excluded") or [])
+    left_out = set(a.totals.step_count.excluded)
     for s in a.steps.iter_rows(named=True):
         unknown = s.get("flops_unknown_count") or 0
         step_known = known and s["flops_known"]
@@ -304,63 +302,63 @@ def modules_table(c: Console, a: Analysis) -> None:
     c.print(mt)
 
 
-def critical_path_section(c: Console, ps: dict[str, Any]) -> None:
+def critical_path_section(c: Console, ps: PathSummary) -> None:
     """What bounded the steps: the path's shares by kind (summing to the steps' windows), its longest stretches, or why there is none."""
     title = "What bounded the steps (critical path)"
-    if not ps.get("available"):
-        c.print(f"[bold]{title}[/bold]: none: {text(ps.get('why'))}")
+    if not ps.available:
+        c.print(f"[bold]{title}[/bold]: none: {text(present(ps.why))}")
         return
-    meaning = ps.get("meaning") or {}
-    kt = Table(title=f"{title}, over {len(ps.get('steps') or [])} step(s); shares sum to 100%")
+    meaning = ps.meaning or {}
+    kt = Table(title=f"{title}, over {len(ps.steps or [])} step(s); shares sum to 100%")
     kt.add_column("kind")
     kt.add_column("share", justify="right", no_wrap=True)
     kt.add_column("time", justify="right", no_wrap=True)
     kt.add_column("", no_wrap=True)
     kt.add_column("meaning", overflow="fold")
-    for k, us in ps["us"].items():
-        share = ps["share"].get(k)
+    for k, us in ps.us.items():
+        share = ps.share.get(k)
         kt.add_row(text(k), fmt.pct(share, 2), fmt.duration(us), bar(share), f"[dim]{text(meaning.get(k))}[/dim]")
     c.print(kt)
-    if ps.get("top"):
+    if ps.top:
         tt = Table(title="Longest stretches on the path")
         name_column(c, tt, "stretch")
         tt.add_column("kind", no_wrap=True)
         for col in ("time", "segments"):
             tt.add_column(col, justify="right", no_wrap=True)
-        for s in ps["top"]:
-            tt.add_row(name(c, s["name"]), text(s["kind"]), fmt.duration(s["us"]), text(s["segments"]))
+        for s in ps.top:
+            tt.add_row(name(c, s.name), text(s.kind), fmt.duration(s.us), text(s.segments))
         c.print(tt)
-    if ps.get("note"):
-        c.print(f"  [dim]{text(ps['note'])}[/dim]")
+    if ps.note:
+        c.print(f"  [dim]{text(ps.note)}[/dim]")
 
 
-def advice_lines(c: Console, advice: list[dict[str, Any]]) -> None:
+def advice_lines(c: Console, advice: list[AdviceItem]) -> None:
     if not advice:
         return
     c.print("[bold]What to try, by the step time it would recover[/bold]")
     for i, item in enumerate(advice[:6], 1):
-        c.print(f" {i}. {text(item['title'])}  [bold]{fmt.pct(item.get('recoverable'))}[/bold]")
-        for ev in (item.get("evidence") or [])[:2]:
+        c.print(f" {i}. {text(item.title)}  [bold]{fmt.pct(item.recoverable)}[/bold]")
+        for ev in item.evidence[:2]:
             c.print(f"    [dim]{text(ev)}[/dim]")
-        if item.get("remedies"):
-            c.print(f"    try: {text('; '.join(item['remedies'][:3]))}")
+        if item.remedies:
+            c.print(f"    try: {text('; '.join(item.remedies[:3]))}")
 
 
-def step_flags(ss: dict[str, Any], names: dict[Any, str]) -> list[str]:
+def step_flags(ss: StepStats | None, names: dict[Any, str]) -> list[str]:
     """One line per flagged step, saying why: warm-up (a leading slow step), outlier (with its rules and what moved most), or both."""
-    warm = {w["step"]: w for w in ss.get("warmup") or []}
-    out = {o["step"]: o for o in ss.get("outliers") or []}
+    warm = {w.step: w for w in ss.warmup} if ss is not None else {}
+    out = {o.step: o for o in ss.outliers} if ss is not None else {}
     lines = []
     for step in sorted(set(warm) | set(out), key=lambda s: (s is None, s)):
         label = names.get(step) or f"step {fmt.NONE if step is None else step}"
         w, o = warm.get(step), out.get(step)
         parts = []
         if w:
-            parts.append(f"a leading step {w['ratio']:.2f}× the median window ({fmt.duration(w['window_us'])})")
+            parts.append(f"a leading step {w.ratio:.2f}× the median window ({fmt.duration(w.window_us)})")
         if o:
-            why = " and ".join(OUTLIER_RULES.get(r, r) for r in o.get("rules") or [])
-            dev = f"{fmt.ms(o['deviation_us'], True)} ({fmt.pct(o.get('deviation_frac'))}) from the median" if o.get("deviation_us") is not None else ""
-            moved = f"; {o['term']} moved most ({fmt.ms(o.get('term_delta_us'), True)} against its median)" if o.get("term") else ""
+            why = " and ".join(OUTLIER_RULES.get(r, r) for r in o.rules)
+            dev = f"{fmt.ms(o.deviation_us, True)} ({fmt.pct(o.deviation_frac)}) from the median" if o.deviation_us is not None else ""
+            moved = f"; {o.term} moved most ({fmt.ms(o.term_delta_us, True)} against its median)" if o.term else ""
             parts.append(f"{dev}, {why}{moved}" if dev else f"{why}{moved}")
         if w and o:
             kind = "warm-up and outlier: it is an outlier because it is warm-up (first calls: allocation, compilation, autotuning)"
@@ -374,11 +372,11 @@ def step_flags(ss: dict[str, Any], names: dict[Any, str]) -> list[str]:
 
 
 def step_flag_lines(c: Console, a: Analysis) -> None:
-    ss = a.step_stats or {}
+    ss = a.step_stats
     names = dict(a.steps.select("step", "name").iter_rows()) if a.steps.height else {}
     lines = step_flags(ss, names)
-    if lines:
-        c.print(f"steps: median {fmt.duration(ss.get('median_us'))}, CV {fmt.pct(ss.get('cv'))}; flagged (still counted):")
+    if lines:  # a flagged step: step statistics there
+        c.print(f"steps: median {fmt.duration(ss.median_us)}, CV {fmt.pct(ss.cv)}; flagged (still counted):")
         for line in lines:
             c.print(f"  {line}")
 

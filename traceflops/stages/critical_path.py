@@ -32,11 +32,10 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
-from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PROFILER_STEP_RE
+from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
 from traceflops.stages.timeline import is_sync_call
 
-# What a segment of the path ran through.
-KINDS = ("host", "launch", "device_matmul", "device_other", "memcpy", "communication", "sync", "idle")
+KINDS = PATH_KINDS  # what a segment of the path ran through
 BETWEEN_OPS = "between ops (Python)"  # host time on the path outside every op the profiler recorded
 _DEVICE_KIND = {"matmul": "device_matmul", "other_compute": "device_other", "memcpy": "memcpy", "memset": "memcpy",
                 "communication": "communication"}

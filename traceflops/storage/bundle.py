@@ -18,6 +18,7 @@ import polars as pl
 
 from traceflops.core.errors import FormatError, InputError
 from traceflops.core.files import open_if_regular, write_atomic
+from traceflops.core.sections import json_default
 
 MAX_MEMBER_BYTES = 4 << 30
 MAX_MEMBERS = 64
@@ -31,7 +32,7 @@ def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[s
 
     def write(tmp: Path) -> None:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
-            z.writestr("meta.json", orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+            z.writestr("meta.json", orjson.dumps(meta, default=json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
             for name, df in tables.items():
                 buf = io.BytesIO()
                 df.write_parquet(buf, compression="zstd")

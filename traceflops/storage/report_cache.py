@@ -8,10 +8,23 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import polars as pl
+from msgspec import ValidationError
 
 from traceflops.core.results import Analysis
+from traceflops.core.sections import (
+    AdviceItem,
+    Hardware,
+    ModelSection,
+    OutsideSteps,
+    PathSummary,
+    StepStats,
+    Totals,
+    decode,
+    encode,
+)
 from traceflops.core.trace import Trace, Warnings, empty
 from traceflops.storage.bundle import write_bundle
 from traceflops.storage.trace_cache import (
@@ -24,15 +37,18 @@ from traceflops.storage.trace_cache import (
 )
 
 REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape", "communication")
-REPORT_SHAPE = 4  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
-REPORT_FIELDS = ("hardware", "model", "totals", "outside_steps", "warnings", "ranks", "advice", "step_stats", "path_summary")
+REPORT_SHAPE = 5  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
+# The Analysis' fields kept, each with the type it is read back as.
+REPORT_FIELDS = {"hardware": Hardware | None, "model": ModelSection | None, "totals": Totals, "outside_steps": OutsideSteps | None,
+                 "warnings": list[str], "ranks": list[dict[str, Any]], "advice": list[AdviceItem], "step_stats": StepStats | None,
+                 "path_summary": PathSummary | None}
 
 
 def report_key(path: str, options) -> str | None:
     """The trace's content key (`trace_cache.key`) with the options: None, and no report kept, when the trace cannot be read."""
     k = key(path)
     # The fields kept are part of the key: a report of another shape is never served.
-    return None if k is None else hashlib.sha256(f"{k}|{options!r}|{REPORT_SHAPE}|{REPORT_FIELDS}|{REPORT_TABLES}".encode()).hexdigest()[:32]
+    return None if k is None else hashlib.sha256(f"{k}|{options!r}|{REPORT_SHAPE}|{tuple(REPORT_FIELDS)}|{REPORT_TABLES}".encode()).hexdigest()[:32]
 
 
 def store_report(path: str, options, a, cache_dir: Path) -> None:
@@ -40,7 +56,7 @@ def store_report(path: str, options, a, cache_dir: Path) -> None:
     budgets = list(steps["loss_budget"]) if "loss_budget" in steps.columns else None
     tables = {"steps": steps.drop("loss_budget", strict=False)}
     tables |= {t: getattr(a, t) for t in REPORT_TABLES[1:] if getattr(a, t) is not None}
-    meta = {f: getattr(a, f) for f in REPORT_FIELDS}
+    meta = {f: encode(getattr(a, f)) for f in REPORT_FIELDS}
     meta["warnings"] = [w for w in a.warnings if not is_transient(w)]  # this run's cache trouble, not the trace's
     meta |= {"_meta": {k: v for k, v in a.meta.items() if k in ("format", "rank", "world_size", "schema_version", "truncated")},
              "_loss_budgets": budgets}
@@ -65,7 +81,10 @@ def load_report(path: str, options, cache_dir: Path):
         steps = steps.with_columns(loss_budget=pl.Series(meta["_loss_budgets"], dtype=pl.Object))
     trace_meta = dict(meta.get("_meta") or {}, path=str(path))
     trace = Trace(*(empty({}) for _ in TABLES), meta=trace_meta, warnings=Warnings())
-    fields = {f: meta[f] for f in REPORT_FIELDS}
+    try:
+        fields = {f: decode(meta[f], kind) for f, kind in REPORT_FIELDS.items()}
+    except ValidationError:  # kept by a build whose sections had another shape: analysed again
+        return None
     if isinstance(fields["warnings"], list):  # kept by a build that stored this run's cache trouble too
         fields["warnings"] = [w for w in fields["warnings"] if not (isinstance(w, str) and is_transient(w))]
     return Analysis(trace=trace, ops=empty({}), kernels=empty({}), steps=steps,

@@ -10,6 +10,7 @@ import polars as pl
 from traceflops.core.contract import COMMUNICATION_SCHEMA
 from traceflops.core.errors import FormatError
 from traceflops.core.results import RankSummary
+from traceflops.core.sections import encode
 from traceflops.core.vocab import PARTITION, usable_ranks
 from traceflops.storage.bundle import read_bundle, write_bundle
 
@@ -29,9 +30,9 @@ def write_summary(s: RankSummary, path: str | Path) -> None:
         "rank": s.rank,
         "world_size": s.world_size,
         "path": s.path,
-        "hardware": s.hardware,
-        "model": s.model,
-        "totals": s.totals,
+        "hardware": encode(s.hardware),
+        "model": encode(s.model),
+        "totals": encode(s.totals),
         "warnings": s.warnings,
         "advice": s.advice,
     }

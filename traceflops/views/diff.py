@@ -50,14 +50,12 @@ def _pair(x, y) -> dict[str, Any]:
 def _known_flops(a: Analysis) -> dict[str, Any]:
     """The totals' FLOPs by phase, or all None where none is known (a trace without shapes): unknown, never 0."""
     t = a.totals
-    unknown = not t["flops_known"]
-    return {k: None if unknown else v for k, v in t["flops"].items()}
+    return {k: None if not t.flops_known else v for k, v in t.flops.items()}
 
 
 def _steps(a: Analysis) -> int:
     """The steps the totals cover (left out: asked, cut, or the unbounded last)."""
-    sc = a.totals.get("step_count") or {}
-    return int(sc.get("counted", a.steps.height))
+    return int(a.totals.step_count.counted)
 
 
 def _per_step(v, n: int):
@@ -65,27 +63,31 @@ def _per_step(v, n: int):
 
 
 def _side(a: Analysis) -> dict[str, Any]:
-    hw = a.hardware or {}
+    hw = a.hardware
     return {
         "path": path_text(a.meta.get("path")),  # a name that is not UTF-8 as escapes: JSON and HTML take it
         "format": a.meta.get("format"),
         "rank": a.meta.get("rank"),
-        "hardware": hw.get("name"),
-        "precision": hw.get("precision"),
-        "peak_flops": hw.get("peak_flops"),
-        "model_source": (a.model or {}).get("source"),
+        "hardware": hw.name if hw else None,
+        "precision": hw.precision if hw else None,
+        "peak_flops": hw.peak_flops if hw else None,
+        "model_source": _model_source(a),
         "steps": _steps(a),
-        "wall_us": a.totals.get("wall_us"),
+        "wall_us": a.totals.wall_us,
     }
+
+
+def _model_source(a: Analysis) -> str | None:
+    return a.model.source if a.model else None
 
 
 def _device_tokens(a: Analysis) -> float | None:
     """Tokens per step on this trace's device: the model's (global) tokens over the world size it was split by."""
-    m = a.model or {}
-    tokens = m.get("tokens_per_step")
-    if not tokens:
+    m = a.model
+    tokens = m.tokens_per_step if m else None
+    if not tokens:  # unknown, or (UNSET) a model section from the trace
         return None
-    whole, share = m.get("flops_per_step"), m.get("flops_per_step_device")
+    whole, share = m.flops_per_step, m.flops_per_step_device
     world = round(whole / share) if whole and share else 1
     return tokens / max(world, 1)
 
@@ -124,15 +126,16 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     ta, tb = a.totals, b.totals
     na, nb = _steps(a), _steps(b)
     warnings = []
-    ha, hb = (a.hardware or {}), (b.hardware or {})
-    if ha.get("peak_flops") != hb.get("peak_flops"):
-        warnings.append(f"the peaks differ ({ha.get('name')} {ha.get('precision')} vs {hb.get('name')} {hb.get('precision')}): utilization deltas mix hardware and code")
-    if (a.model or {}).get("source") != (b.model or {}).get("source"):
+    sa, sb = _side(a), _side(b)
+    if sa["peak_flops"] != sb["peak_flops"]:
+        warnings.append(f"the peaks differ ({sa['hardware']} {sa['precision']} vs {sb['hardware']} {sb['precision']}): utilization deltas mix hardware and code")
+    if sa["model_source"] != sb["model_source"]:
         warnings.append("model FLOPs come from different sources: MFU deltas are not like for like")
     if na != nb:
         warnings.append(f"different numbers of steps ({na} vs {nb}): times and FLOPs are compared per step")
-    headline = {k: _pair(ta.get(k), tb.get(k)) for k in ("mfu", "mfu_no_attention", "hfu", "flops_coverage")}
-    headline["step_us"] = _pair(_per_step(ta.get("wall_us"), na), _per_step(tb.get("wall_us"), nb))
+    headline = {"mfu": _pair(ta.mfu, tb.mfu), "mfu_no_attention": _pair(ta.mfu_no_attention, tb.mfu_no_attention),
+                "hfu": _pair(ta.hfu, tb.hfu), "flops_coverage": _pair(ta.flops_coverage, tb.flops_coverage)}
+    headline["step_us"] = _pair(_per_step(ta.wall_us, na), _per_step(tb.wall_us, nb))
     fa, fb = _known_flops(a), _known_flops(b)
     for side, f in (("before", fa), ("after", fb)):
         if f["executed"] is None:
@@ -154,10 +157,10 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
         largest_why = "one side's matmul FLOPs are unknown (no recorded shapes; the warnings say which)"
     else:
         largest_why = "no phase's matmul FLOPs moved"
-    la, lb = ta.get("loss_budget") or {}, tb.get("loss_budget") or {}
+    la, lb = ta.loss_budget or {}, tb.loss_budget or {}
     terms = [{"term": k, **_pair(la.get(k), lb.get(k))} for k in dict.fromkeys([*la, *lb])]
     terms.sort(key=lambda r: (r["delta"] is None, -abs(r["delta"] or 0.0)))
-    time_us = {c: _pair(_per_step((ta.get("time_us") or {}).get(c), na), _per_step((tb.get("time_us") or {}).get(c), nb)) for c in PARTITION}
+    time_us = {c: _pair(_per_step((ta.time_us or {}).get(c), na), _per_step((tb.time_us or {}).get(c), nb)) for c in PARTITION}
     ka, kb = a.steps.height, b.steps.height  # the roll-ups cover every step of the trace
     kernels = _moved(a.by_kernel, b.by_kernel, "name", "total_us", ka, kb, ("count", "cls"))
     modules = _moved(a.by_module, b.by_module, "module", "time_us", ka, kb, ("time_recompute", "recompute_share"))
@@ -169,8 +172,8 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
         notes.append("no device kernels in one or both traces: no per-kernel comparison")
     return {
         "schema": SCHEMA,
-        "before": _side(a),
-        "after": _side(b),
+        "before": sa,
+        "after": sb,
         "headline": headline,
         "flops_per_step": flops,
         "flops_per_token": per_token,

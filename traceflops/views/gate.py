@@ -144,7 +144,7 @@ def parse_diff_rule(text: str) -> Rule:
 
 def measured_steps(a: Analysis, exclude_steps=()) -> tuple[pl.DataFrame, list[int]]:
     """The step rows the gate measures (the totals' counted steps less `exclude_steps`), and the ids left out."""
-    rows = counted_steps(a.steps, {*((a.totals.get("step_count") or {}).get("excluded") or ()), *exclude_steps})
+    rows = counted_steps(a.steps, {*a.totals.step_count.excluded, *exclude_steps})
     kept = set(rows["step"].to_list())
     return rows, [s for s in a.steps["step"].to_list() if s not in kept]
 
@@ -160,11 +160,10 @@ def _values(rows: pl.DataFrame, metric: str) -> list[float | None]:
 
 
 def _unknown_why(a: Analysis, metric: str) -> str:
-    hw = a.hardware or {}
     if metric in ("mfu", "hfu") or metric.startswith("loss:"):
-        if not hw.get("peak_flops"):
+        if not (a.hardware and a.hardware.peak_flops):
             return "the peak is unknown (no hardware in the table for this trace): give --hardware or --peak-tflops"
-        if not a.totals.get("flops_known", True):
+        if not a.totals.flops_known:
             return "the matmul FLOPs are unknown (no recorded shapes): re-profile with record_shapes=True"
     return "unknown in every counted step (the report's warnings say why)"
 
@@ -179,6 +178,11 @@ def measure(a: Analysis, metric: str, exclude_steps=()) -> dict[str, Any]:
     if not known:
         out["why"] = _unknown_why(a, metric) if ids else "no counted step"
     return out
+
+
+def _warmup_steps(a: Analysis) -> list[int]:
+    """The steps step statistics take for warm-up (none without step statistics)."""
+    return [w.step for w in a.step_stats.warmup] if a.step_stats else []
 
 
 def _steps_words(steps: list[int]) -> str:
@@ -212,7 +216,7 @@ def _too_few(m: dict[str, Any], min_steps: int, side: str = "") -> str | None:
 
 def _with_warmup(a: Analysis, why: str, measured_steps: list[int]) -> str:
     """A warm-up step the gate counted is named, with the flag that leaves it out (the median already damps it)."""
-    warm = [w["step"] for w in ((a.step_stats or {}).get("warmup") or []) if w.get("step") in measured_steps]
+    warm = [s for s in _warmup_steps(a) if s in measured_steps]
     if not warm:
         return why
     flags = " ".join(f"--exclude-step {s}" for s in warm)
@@ -259,7 +263,7 @@ def check(analyses: list[Analysis], rules: list[Rule], tolerance: float = DEFAUL
         path = path_text(a.meta.get("path"))
         rows, left_out = measured_steps(a, exclude_steps)
         traces.append({"path": path, "steps_in_trace": a.steps.height, "steps_counted": rows["step"].to_list(), "steps_left_out": left_out,
-                       "warmup": [w["step"] for w in ((a.step_stats or {}).get("warmup") or [])]})
+                       "warmup": _warmup_steps(a)})
         judged += [{"trace": path, **judge_one(a, r, tolerance, min_steps, exclude_steps)} for r in rules]
     result = result_of(judged, allow_unknown)
     return {"schema": CHECK_SCHEMA, "result": result, "exit_code": EXIT_CODES[result], "tolerance": tolerance, "min_steps": min_steps,

@@ -23,6 +23,7 @@ from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
 from traceflops.core.errors import InputError
 from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis, Job, RankSummary
+from traceflops.core.sections import Clock, JobAdviceItem, JobTotals
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
 from traceflops.stages.critical_path import KINDS
@@ -83,8 +84,8 @@ def summarize(a: Analysis) -> RankSummary:
         warnings=list(a.warnings),
         path_comm=None if a.critical_path is None else
         a.critical_path.filter(pl.col("kind") == "communication").select("step", "start", "end"),
-        advice=[{"kind": x.get("kind"), "title": x.get("title"), "share": x["share"],
-                 "recoverable": x.get("recoverable"), "term": x.get("term")} for x in a.advice[:ADVICE_PER_RANK]],
+        advice=[{"kind": x.kind, "title": x.title, "share": x.share, "recoverable": x.recoverable, "term": x.term}
+                for x in a.advice[:ADVICE_PER_RANK]],
         communication=a.communication,
     )
 
@@ -423,24 +424,25 @@ def job_view(
     model_total = None if use["model_flops"].null_count() else float(use["model_flops"].sum())
     executed = float(use["executed_flops"].sum())
     secs = wall * 1e-6
-    totals = {
-        "wall_us": wall,
-        "world_size": world,
-        "mfu": metrics.utilization(model_total, secs, peak, world),
-        "hfu": metrics.utilization(executed, secs, peak, world) if any(s.totals.get("hfu") is not None for s in summaries) else None,
-        "collectives_matched": int(coll.height),
-        "arrival_skew_us": float(coll["arrival_skew_us"].sum()) if coll.height else 0.0,
-        "transfer_us": float(coll["transfer_us"].sum()) if coll.height else 0.0,
-    }
-    warnings += metrics.suspect(totals["mfu"], totals["hfu"])
-    clock = {"reference_rank": min(ranks) if ranks else None, "offsets_us": {str(r): o for r, o in offsets.items()}, "residual_skew_us": residual}
+    model = next((s.model for s in summaries if s.model), None) or {}
+    totals = JobTotals(
+        wall_us=wall,
+        world_size=world,
+        mfu=metrics.utilization(model_total, secs, peak, world),
+        hfu=metrics.utilization(executed, secs, peak, world) if any(s.totals.get("hfu") is not None for s in summaries) else None,
+        collectives_matched=int(coll.height),
+        arrival_skew_us=float(coll["arrival_skew_us"].sum()) if coll.height else 0.0,
+        transfer_us=float(coll["transfer_us"].sum()) if coll.height else 0.0,
+        model_source=model.get("source"),
+    )
+    warnings += metrics.suspect(totals.mfu, totals.hfu)
+    clock = Clock(reference_rank=min(ranks) if ranks else None, offsets_us={str(r): o for r, o in offsets.items()},
+                  residual_skew_us=residual)
     if coll.height and coll["bytes"].null_count():
         warnings.append(
             f"{coll['bytes'].null_count()} matched collectives record no message size: their bandwidth is null "
             "(record_param_comms args appear with newer PyTorch)"
         )
-    model = next((s.model for s in summaries if s.model), None) or {}
-    totals["model_source"] = model.get("source")
     if m.height == 0 and len(summaries) > 1:
         warnings.append("no collective matched across ranks: clocks not aligned, arrival skew unknown")
     groups = warning_groups(warnings, summaries)
@@ -543,7 +545,7 @@ def job_advice(summaries: list[RankSummary], late: pl.DataFrame, coll: pl.DataFr
     uneven = imbalance_advice(experts)
     if uneven is not None:
         items.append(uneven)
-    return items + sorted(per_rank, key=lambda x: -(x["share"] or 0.0))
+    return [JobAdviceItem(**x) for x in items + sorted(per_rank, key=lambda x: -(x["share"] or 0.0))]
 
 
 def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:

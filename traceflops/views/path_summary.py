@@ -6,11 +6,10 @@ the unit is µs of step time (the path's length is the step's window).
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from traceflops.core.results import Analysis
+from traceflops.core.sections import UNSET, PathStep, PathStretch, PathSummary
 from traceflops.stages.critical_path import KINDS, breakdown, top_segments
 
 # What each kind of path segment means, in one line (reports and their explanations).
@@ -30,33 +29,32 @@ NOT_AVAILABLE = ("no device activities: a CPU-only trace (PyTorch on CPU, XLA:CP
 NOT_CAPTURED = "no device activity in the capture (a device job profiled without its device activity): no host → device chain to follow"
 
 
-def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> dict[str, Any]:
+def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> PathSummary:
     """`available`, the totals by kind over the steps, and per step its kinds and top segments (steps left out: by
     default those the analysis' totals left out)."""
     if exclude_steps is None:
-        exclude_steps = tuple((a.totals.get("step_count") or {}).get("excluded") or ())
+        exclude_steps = tuple(a.totals.step_count.excluded)
     seg = a.critical_path
     if seg is None or seg.height == 0:
-        return {"available": False, "why": NOT_AVAILABLE}
+        return PathSummary(available=False, why=NOT_AVAILABLE)
     seg = seg.filter(~pl.col("step").is_in(list(exclude_steps)))
     per = breakdown(seg)
     tops = top_segments(seg, top)
     top_of: dict = {}  # the rows are the report's: one pass over them, not a filter per step
     for s, k, n, d, c in tops.select("step", "kind", "name", "dur", "segments").iter_rows():
-        top_of.setdefault(s, []).append({"kind": k, "name": n, "us": d, "segments": c})
-    steps = [{"step": row["step"], "length_us": row["length"], "us": {k: row[k] for k in KINDS}, "top": top_of.get(row["step"], [])}
+        top_of.setdefault(s, []).append(PathStretch(kind=k, name=n, us=d, segments=c))
+    steps = [PathStep(step=row["step"], length_us=row["length"], us={k: row[k] for k in KINDS}, top=top_of.get(row["step"], []))
              for row in per.iter_rows(named=True)]
     total = {k: float(per[k].sum()) for k in KINDS}
     length = sum(total.values())
     overall = top_segments(seg.with_columns(step=pl.lit(0, pl.Int64)), top)
-    out: dict[str, Any] = {
-        "available": True,
-        "us": total,
-        "share": {k: (v / length if length else None) for k, v in total.items()},
-        "top": [{"kind": k, "name": n, "us": d, "segments": c} for k, n, d, c in overall.select("kind", "name", "dur", "segments").iter_rows()],
-        "steps": steps,
-        "meaning": MEANING,
-    }
-    if not (seg["kind"].is_in(["host", "launch"])).any() and a.meta.get("format") == "xplane":
-        out["note"] = "the profile records no host launches for these devices (TPU): the path runs on the devices' op lines only"
-    return out
+    tpu = not (seg["kind"].is_in(["host", "launch"])).any() and a.meta.get("format") == "xplane"
+    return PathSummary(
+        available=True,
+        us=total,
+        share={k: (v / length if length else None) for k, v in total.items()},
+        top=[PathStretch(kind=k, name=n, us=d, segments=c) for k, n, d, c in overall.select("kind", "name", "dur", "segments").iter_rows()],
+        steps=steps,
+        meaning=dict(MEANING),
+        note="the profile records no host launches for these devices (TPU): the path runs on the devices' op lines only" if tpu else UNSET,
+    )

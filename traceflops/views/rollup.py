@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceflops.core import hardware as hw
+from traceflops.core.sections import Hardware
 from traceflops.core.vocab import PHASES, STEP_MARKER_RE
 from traceflops.stages.link import nearest
 from traceflops.stages.phases import node_names
@@ -335,15 +337,13 @@ def first_tensor_dtype(types) -> str | None:
     return None
 
 
-def _units(hardware) -> int | None:
-    """SMs / CUs of a Hardware row, an `Analysis.hardware` dict, or a name."""
-    from traceflops.core import hardware as hw
-
+def _units(hardware: hw.Hardware | Hardware | str | None) -> int | None:
+    """SMs / CUs of a Hardware row, an `Analysis.hardware` section, or a name."""
     if hardware is None:
         return None
     if isinstance(hardware, hw.Hardware):
         return hardware.compute_units
-    name = hardware.get("name") if isinstance(hardware, dict) else hardware
+    name = hardware if isinstance(hardware, str) else hardware.name  # a name, or the report's section
     h = hw.lookup(name) if isinstance(name, str) else None
     return h.compute_units if h is not None else None
 
@@ -367,7 +367,7 @@ def wave_quantization(m: int, n: int, batch: int, units: int | None, tile: int =
     }
 
 
-def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware) -> pl.DataFrame:
+def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardware | Hardware | str | None) -> pl.DataFrame:
     """Per GEMM shape (M, N, K, batch, dtype, conv) of the executed leaf matmul ops.
 
     Ops: aten::mm, addmm, bmm, baddbmm, matmul, linear that are leaf matmuls

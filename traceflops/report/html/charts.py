@@ -4,7 +4,7 @@ budget's term explanations they share.
 
 Kept apart from the reports so each chart is drawn one way wherever it appears. Every bar or point carries
 its exact value in `data-value` and a `<title>`, so tests (and people) can read it back:
-- the loss budget as a waterfall: each term of `totals['loss_budget']` is a bar from the running sum to the
+- the loss budget as a waterfall: each term of `totals.loss_budget` is a bar from the running sum to the
   running sum plus the term; the last bar is the total (100% when every term is known).
 - a roofline scatter of kernels (intensity vs achieved FLOP/s under the roofs of the device), from
   `traceflops.stages.roofline`.

@@ -91,17 +91,17 @@ def collectives_table(c: pl.DataFrame | None) -> str:
 def render_job_html(job, title: str | None = None) -> str:
     """The job view (many ranks): job MFU/HFU, per-rank bars, steps, stragglers, collectives."""
     t = job.totals
-    title = fmt.printable(title or f"traceflops: job of {t.get('world_size')} ranks")
+    title = fmt.printable(title or f"traceflops: job of {t.world_size} ranks")
     first = job.summaries[0] if job.summaries else None
-    hw = (first.hardware if first else None) or {}
-    ck = job.clock or {}
+    hw = (first.hardware if first else None) or {}  # a RankSummary's: a section, or a stored summary's dict
+    ck = job.clock
     items = [
-        ("job MFU", fmt.pct(t.get("mfu")), "step time = slowest rank's"),
-        ("job HFU", fmt.pct(t.get("hfu")), f"devices = world size {t.get('world_size')}"),
+        ("job MFU", fmt.pct(t.mfu), "step time = slowest rank's"),
+        ("job HFU", fmt.pct(t.hfu), f"devices = world size {t.world_size}"),
         ("peak", fmt.si(hw.get("peak_flops"), "FLOP/s") if hw.get("peak_flops") else "unknown", f"{hw.get('name') or '?'}, dense {hw.get('precision') or '?'}"),
-        ("wall", fmt.ms(t.get("wall_us")), f"{job.steps.height if job.steps is not None else 0} step(s), {len(job.summaries)} traces"),
-        ("arrival skew", fmt.ms(t.get("arrival_skew_us")), f"transfer {fmt.ms(t.get('transfer_us'))}"),
-        ("clock residual", "—" if ck.get("residual_skew_us") is None else f"{ck['residual_skew_us']:.2f} µs", f"{t.get('collectives_matched', 0)} matched collectives"),
+        ("wall", fmt.ms(t.wall_us), f"{job.steps.height if job.steps is not None else 0} step(s), {len(job.summaries)} traces"),
+        ("arrival skew", fmt.ms(t.arrival_skew_us), f"transfer {fmt.ms(t.transfer_us)}"),
+        ("clock residual", "—" if ck.residual_skew_us is None else f"{ck.residual_skew_us:.2f} µs", f"{t.collectives_matched} matched collectives"),
     ]
     from traceflops.report.jobreport import (
         warning_lines,  # a rank's warning once for all the ranks that gave it
@@ -120,14 +120,14 @@ def render_job_html(job, title: str | None = None) -> str:
                          fmt.si(r["recompute_flops"], "FLOP")] for r in job.ranks.iter_rows(named=True)], left=(1,), name_cols=(1,)),
         "budgets": rank_budgets(job.summaries), "steps": None, "stragglers": stragglers_table(job.stragglers),
         "collectives": collectives_table(job.collectives),
-        "communication": communication_section(getattr(job, "communication", None), getattr(job, "communication_by_rank", None)),
+        "communication": communication_section(job.communication, job.communication_by_rank),
         "experts": None, "advice": advice_section(job.advice) if job.advice else JOB_ADVICE_NONE, "pipeline": None,
-    }  # job.advice is shaped like Analysis.advice (views.job.job_advice)
+    }  # job.advice: plain dicts with Analysis.advice's keys (views.job.job_advice), read by advice_section as mappings
     if job.steps is not None and job.steps.height:
         s["steps"] = table(["step", "step time (slowest rank)", "slowest rank", "ranks", "MFU", "HFU"],
                            [[r["step"], fmt.ms(r["step_us"]), r["slowest_rank"], r["ranks"], fmt.pct(r["mfu"]), fmt.pct(r["hfu"])]
                             for r in job.steps.iter_rows(named=True)])
-    if getattr(job, "experts", None) is not None and job.experts.height:
+    if job.experts is not None and job.experts.height:
         x = lambda r, k: num("—" if r[k] is None else f"{r[k]:.2f}×", r[k], k)
         s["experts"] = table(
             ["rank", "EP group", "expert FLOPs / step", "vs group mean", "all-to-all / step", "vs group mean"],

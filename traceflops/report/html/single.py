@@ -22,7 +22,9 @@ import polars as pl
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
+from traceflops.core.sections import AdviceItem, PathStretch, PathSummary, StepStats
 from traceflops.core.vocab import OUTLIER_RULES, PARTITION, PHASES
+from traceflops.report import present
 from traceflops.report.html.charts import (
     PART_COLORS,
     PART_LABELS,
@@ -56,39 +58,40 @@ def _tpl():
 
 def _steps_counted(a) -> str:
     """'N step(s)', or 'N of M steps counted' when the totals leave some out (asked, cut, or the unbounded last)."""
-    sc = a.totals.get("step_count") or {}
-    counted, have = sc.get("counted", a.steps.height), sc.get("in_trace", a.steps.height)
+    sc = a.totals.step_count
+    counted, have = sc.counted, sc.in_trace
     return f"{counted} step(s)" if counted == have else f"{counted} of {have} steps counted"
 
 def headline(a: Analysis) -> str:
-    t, hw, m = a.totals, a.hardware or {}, a.model or {}
-    peak = hw.get("peak_flops")
+    t, hw, m = a.totals, a.hardware, a.model
+    peak, hw_name, precision, peak_source = (hw.peak_flops, hw.name, hw.precision, hw.source) if hw is not None else (None,) * 4
+    band, source, mode, note = (m.band, m.source, m.mode, present(m.note)) if m is not None else (None,) * 4
     items = [
-        ("MFU", fmt.pct(t.get("mfu")), f"no attention {fmt.pct(t.get('mfu_no_attention'))}"),
-        ("HFU", fmt.pct(t.get("hfu")), "executed FLOPs, recompute included"),
-        ("band", m.get("band") or "—", "dense training rule of thumb" if m.get("band") else "not applicable"),
-        ("peak", fmt.si(peak, "FLOP/s") if peak else "unknown", f"{hw.get('name') or 'hardware unknown'}, dense {hw.get('precision') or '?'}"),
-        ("model FLOPs", str(m.get("source") or "—"), f"{m.get('mode') or ''}; coverage {fmt.pct(t.get('flops_coverage'))}"),
-        ("wall", fmt.ms(t.get("wall_us")), _steps_counted(a)),
+        ("MFU", fmt.pct(t.mfu), f"no attention {fmt.pct(t.mfu_no_attention)}"),
+        ("HFU", fmt.pct(t.hfu), "executed FLOPs, recompute included"),
+        ("band", band or "—", "dense training rule of thumb" if band else "not applicable"),
+        ("peak", fmt.si(peak, "FLOP/s") if peak else "unknown", f"{hw_name or 'hardware unknown'}, dense {precision or '?'}"),
+        ("model FLOPs", str(source or "—"), f"{mode or ''}; coverage {fmt.pct(t.flops_coverage)}"),
+        ("wall", fmt.ms(t.wall_us), _steps_counted(a)),
     ]
-    if m.get("seq_len") is not None:
-        items.append(("T", str(m["seq_len"]), (f"sequence length, from the {m.get('seq_len_source')}; "
-                                                   f"{m.get('tokens_per_step')} tokens per step")))
+    if m is not None and present(m.seq_len) is not None:
+        items.append(("T", str(m.seq_len), (f"sequence length, from the {present(m.seq_len_source)}; "
+                                            f"{present(m.tokens_per_step)} tokens per step")))
     lower_bound = {
-        "coverage": fmt.pct(t.get("flops_coverage")), "bound": fmt.bound_words(t),
-        "kernels": "; ".join(f"{fmt.ms(k['time_us'])} in {k['count']} × {fmt.short(k['name'], 80)} ({k['why']})"
-                             for k in t.get("unknown_matmul_kernels") or []),
-    } if t.get("flops_lower_bound") else None
-    precision = (", ".join(f"{p} {fmt.pct(v)}" for p, v in t["mfu_by_precision"].items()) + fmt.precision_words(t["mfu_by_precision"])
-                 if t.get("mfu_by_precision") else None)
-    unknown = fmt.budget_unknown_words(t["loss_budget_unknown"]) if t.get("loss_budget_unknown") else None
-    return str(_tpl().headline(cards(items), lower_bound, precision, unknown, m.get("note"), hw.get("source")))
+        "coverage": fmt.pct(t.flops_coverage), "bound": fmt.bound_words(t),
+        "kernels": "; ".join(f"{fmt.ms(k.time_us)} in {k.count} × {fmt.short(k.name, 80)} ({k.why})"
+                             for k in t.unknown_matmul_kernels),
+    } if t.flops_lower_bound else None
+    by_peak = (", ".join(f"{p} {fmt.pct(v)}" for p, v in t.mfu_by_precision.items()) + fmt.precision_words(t.mfu_by_precision)
+               if t.mfu_by_precision else None)
+    unknown = fmt.budget_unknown_words(t.loss_budget_unknown) if t.loss_budget_unknown else None
+    return str(_tpl().headline(cards(items), lower_bound, by_peak, unknown, note, peak_source))
 
 
 def phase_flops_table(a: Analysis) -> str:
     t = a.totals
-    rows = [[p, t["matmul_count"][p], fmt.si(t["flops"][p], "FLOP")] for p in PHASES]
-    rows.append(["executed", sum(t["matmul_count"].values()), fmt.si(t["flops"]["executed"], "FLOP")])
+    rows = [[p, t.matmul_count[p], fmt.si(t.flops[p], "FLOP")] for p in PHASES]
+    rows.append(["executed", sum(t.matmul_count.values()), fmt.si(t.flops["executed"], "FLOP")])
     return table(["phase", "matmul ops", "FLOPs"], rows)
 
 
@@ -104,11 +107,11 @@ def steps_svg(a: Analysis) -> str:
 
 def time_table(a: Analysis) -> str:
     t = a.totals
-    wall = t.get("wall_us") or 0.0
-    rows = [[PART_LABELS[k], fmt.ms(v), fmt.pct(v / wall if wall else None)] for k, v in (t.get("time_us") or {}).items()]
-    ov = t.get("overlay_us") or {}
+    wall = t.wall_us or 0.0
+    rows = [[PART_LABELS[k], fmt.ms(v), fmt.pct(v / wall if wall else None)] for k, v in (t.time_us or {}).items()]
+    ov = t.overlay_us
     overlays = ", ".join(f"{k.replace('_', ' ')} {fmt.ms(v)}" for k, v in ov.items()) if ov else None
-    ir = t.get("idle_us_by_reason")
+    ir = t.idle_us_by_reason
     idle = table(["idle reason", "time"], [[k.replace("_", " "), fmt.ms(v)] for k, v in ir.items() if v]) if ir and any(ir.values()) else ""
     return str(_tpl().time_table(table(["time class", "time", "share of wall"], rows), overlays, idle))
 
@@ -162,8 +165,11 @@ def budget_terms_table(lb: dict[str, float | None] | None) -> str:
     return table(["term", "share of peak × step time", "what it means"], rows, css_class="budget-terms", explain_last=True)
 
 
-def advice_section(items: list[dict[str, Any]] | None) -> str:
-    """What to try, largest recoverable share first: each item's numbers, evidence, remedies, what to record next time."""
+def advice_section(items: list[AdviceItem] | list[dict[str, Any]] | None) -> str:
+    """What to try, largest recoverable share first: each item's numbers, evidence, remedies, what to record next time.
+
+    Read as mappings: the items are an Analysis' (`AdviceItem`) or a Job's (plain dicts, `views.job.job_advice`, without
+    `recoverable_us`, `mfu_after` or `record`)."""
     if not items:
         return '<p class="mute">No advice: nothing in this trace stood out (or there was no step time to share out).</p>'
     shown = []
@@ -216,31 +222,29 @@ def gemm_section(g: pl.DataFrame | None) -> str:
     return str(_tpl().gemm(out, note + more))
 
 
-def step_stats_section(ss: dict[str, Any] | None) -> str:
+def step_stats_section(ss: StepStats | None) -> str:
     """How steady the steps are: spread, outlier steps (with the time class that moved) and warm-up steps."""
-    if not ss or not ss.get("count"):
+    if ss is None or not ss.count:
         return '<p class="mute">No steps: no step statistics.</p>'
-    cv = ss.get("cv")
     out = table(["steps", "mean", "median", "std dev", "coefficient of variation", "median abs. deviation"], [[
-        num(str(ss["count"]), ss["count"], "count"), num(fmt.ms(ss.get("mean_us")), ss.get("mean_us"), "mean_us"),
-        num(fmt.ms(ss.get("median_us")), ss.get("median_us"), "median_us"),
-        num("—" if ss.get("std_us") is None else fmt.ms(ss["std_us"]), ss.get("std_us"), "std_us"),
-        num(fmt.pct(cv), cv, "cv"), num(fmt.ms(ss.get("mad_us")), ss.get("mad_us"), "mad_us")]], left=(), css_class="step-spread")
-    outl, warm = ss.get("outliers") or [], ss.get("warmup") or []
+        num(str(ss.count), ss.count, "count"), num(fmt.ms(ss.mean_us), ss.mean_us, "mean_us"),
+        num(fmt.ms(ss.median_us), ss.median_us, "median_us"),
+        num("—" if ss.std_us is None else fmt.ms(ss.std_us), ss.std_us, "std_us"),
+        num(fmt.pct(ss.cv), ss.cv, "cv"), num(fmt.ms(ss.mad_us), ss.mad_us, "mad_us")]], left=(), css_class="step-spread")
     outliers = warmup = None
-    if outl:
+    if ss.outliers:
         outliers = table(
             ["step", "window", "from median", "time class that moved", "its change", "rule"],
-            [[num(str(o["step"]), o["step"], "step"), num(fmt.ms(o["window_us"]), o["window_us"], "window_us"),
-              num(fmt.pct(o.get("deviation_frac")), o.get("deviation_frac"), "deviation_frac"),
-              PART_LABELS.get(o.get("term"), o.get("term") or "—"),
-              num("—" if o.get("term_delta_us") is None else fmt.ms(o["term_delta_us"], True), o.get("term_delta_us"), "term_delta_us"),
-              ", ".join(OUTLIER_RULES.get(x, x) for x in o.get("rules") or []) + (" (warm-up)" if o.get("warmup") else "") + (" (last)" if o.get("last") else "")]
-             for o in outl], left=(3, 5), css_class="step-outliers")
-    if warm:
+            [[num(str(o.step), o.step, "step"), num(fmt.ms(o.window_us), o.window_us, "window_us"),
+              num(fmt.pct(o.deviation_frac), o.deviation_frac, "deviation_frac"),
+              PART_LABELS.get(o.term, o.term or "—"),
+              num("—" if o.term_delta_us is None else fmt.ms(o.term_delta_us, True), o.term_delta_us, "term_delta_us"),
+              ", ".join(OUTLIER_RULES.get(x, x) for x in o.rules) + (" (warm-up)" if o.warmup else "") + (" (last)" if o.last else "")]
+             for o in ss.outliers], left=(3, 5), css_class="step-outliers")
+    if ss.warmup:
         warmup = table(["step", "window", "× median"],
-                       [[num(str(w["step"]), w["step"], "step"), num(fmt.ms(w["window_us"]), w["window_us"], "window_us"),
-                         num(f"{w['ratio']:.2f}×", w["ratio"], "ratio")] for w in warm], css_class="step-warmup")
+                       [[num(str(w.step), w.step, "step"), num(fmt.ms(w.window_us), w.window_us, "window_us"),
+                         num(f"{w.ratio:.2f}×", w.ratio, "ratio")] for w in ss.warmup], css_class="step-warmup")
     return str(_tpl().step_stats(out, outliers, warmup))
 
 
@@ -256,31 +260,32 @@ PATH_COLORS = {
 }
 
 
-def critical_path_section(ps: dict[str, Any] | None) -> str:
+def critical_path_section(ps: PathSummary | None) -> str:
     """Per step, what bounded it by kind (a stacked bar whose length is the step's window), the kinds explained, the longest stretches."""
     if ps is None:
         return '<p class="mute">No critical path in this analysis (made by an older traceflops: analyse the trace again).</p>'
-    if not ps.get("available"):
-        return str(_tpl().no_path(ps.get("why")))
-    kinds = list(ps.get("us") or {})
+    if not ps.available:
+        return str(_tpl().no_path(present(ps.why)))
+    us = ps.us or {}
+    kinds = list(us)
     colors = {k: PATH_COLORS.get(k, "#718096") for k in kinds}
     labels = {k: k.replace("_", " ") for k in kinds}
-    steps = ps.get("steps") or []
-    rows = [(f"step {s['step']}", s["us"], f"{fmt.ms(s['length_us'])}") for s in steps[:MAX_STEPS]]
+    steps = ps.steps or []
+    rows = [(f"step {s.step}", s.us, f"{fmt.ms(s.length_us)}") for s in steps[:MAX_STEPS]]
     more = (MAX_STEPS, len(steps)) if len(steps) > MAX_STEPS else None
-    share, meaning = ps.get("share") or {}, ps.get("meaning") or {}
+    share, meaning = ps.share or {}, ps.meaning or {}
     kinds_table = table(["kind", "on the path", "share", "what it means"],
-                        [[labels[k], num(fmt.ms(ps["us"][k]), ps["us"][k], k), num(fmt.pct(share.get(k)), share.get(k), f"{k}:share"), meaning.get(k, "")]
+                        [[labels[k], num(fmt.ms(us[k]), us[k], k), num(fmt.pct(share.get(k)), share.get(k), f"{k}:share"), meaning.get(k, "")]
                          for k in kinds], css_class="cp-kinds", explain_last=True)
-    top = _segments_table(ps["top"], "cp-top") if ps.get("top") else None
-    per_step = [(s["step"], _segments_table(s["top"], "cp-step-top")) for s in steps[:MAX_STEPS] if s.get("top")]
+    top = _segments_table(ps.top, "cp-top") if ps.top else None
+    per_step = [(s.step, _segments_table(s.top, "cp-step-top")) for s in steps[:MAX_STEPS] if s.top]
     return str(_tpl().critical_path(legend(colors, labels), stacked_rows_svg(rows, colors, labels, css_class="critical-path"), more,
-                                    kinds_table, ps.get("note"), top, per_step))
+                                    kinds_table, present(ps.note), top, per_step))
 
 
-def _segments_table(top: list[dict[str, Any]], css_class: str) -> str:
+def _segments_table(top: list[PathStretch], css_class: str) -> str:
     return table(["kind", "name", "time", "segments"],
-                 [[t["kind"].replace("_", " "), t["name"], num(fmt.ms(t["us"]), t["us"], "us"), num(str(t["segments"]), t["segments"], "segments")]
+                 [[t.kind.replace("_", " "), t.name, num(fmt.ms(t.us), t.us, "us"), num(str(t.segments), t.segments, "segments")]
                   for t in top], name_cols=(1,), css_class=css_class)
 
 
@@ -316,7 +321,7 @@ def communication_section(rows: pl.DataFrame | None, per_rank: pl.DataFrame | No
 
 
 
-def render_html(a: Analysis, title: str | None = None, critical_path: dict[str, Any] | None = None) -> str:
+def render_html(a: Analysis, title: str | None = None, critical_path: PathSummary | None = None) -> str:
     """The single-analysis report as one self-contained HTML document.
 
     `critical_path` is `views.critical_path.path_summary(a)` (a renderer imports no view): given by the caller, else
@@ -326,18 +331,18 @@ def render_html(a: Analysis, title: str | None = None, critical_path: dict[str, 
 
     path = a.meta.get("path")
     title = fmt.printable(title or f"traceflops: {path}")  # control characters visible, as the terminal shows them
-    lb = (a.totals or {}).get("loss_budget")
+    lb = a.totals.loss_budget
     sections = {
         "headline": headline(a), "warnings": warnings_list(a.warnings), "waterfall": waterfall_svg(lb), "budget_terms": budget_terms_table(lb),
-        "critical_path": critical_path_section(critical_path if critical_path is not None else getattr(a, "path_summary", None)),
+        "critical_path": critical_path_section(critical_path if critical_path is not None else a.path_summary),
         "advice": advice_section(a.advice), "steps": steps_svg(a), "time": time_table(a),
-        "communication": communication_section(getattr(a, "communication", None)), "step_stats": step_stats_section(a.step_stats),
+        "communication": communication_section(a.communication), "step_stats": step_stats_section(a.step_stats),
         "phases": phase_flops_table(a), "gemm": gemm_section(a.by_gemm_shape), "roofline": roofline_svg(roofline_frame(a)),
         "modules": modules_svg(a), "kernels": kernels_tables(a),
     }
-    unknown = a.totals.get("loss_budget_unknown")
+    unknown = a.totals.loss_budget_unknown
     o = a.outside_steps
-    outside = {"kernels": o["kernels"], "device_us": fmt.ms(o["device_us"])} if o else None
-    body = _tpl().report(title, _where(a), len(a.warnings), len(a.advice or []), fmt.budget_unknown_words(unknown) if unknown else None,
+    outside = {"kernels": o.kernels, "device_us": fmt.ms(o.device_us)} if o is not None else None
+    body = _tpl().report(title, _where(a), len(a.warnings), len(a.advice), fmt.budget_unknown_words(unknown) if unknown else None,
                          sections, outside)
     return page(title, [str(body)])

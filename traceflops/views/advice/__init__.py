@@ -76,9 +76,8 @@ rules), `entries_compute` and `entries` (the loss-budget entries); `advise` here
 
 from __future__ import annotations
 
-from typing import Any
-
 from traceflops.core.results import Analysis
+from traceflops.core.sections import AdviceItem
 from traceflops.views.advice.context import BUDGET_MIN_SHARE, MIN_SHARE, build_context
 from traceflops.views.advice.entries import ENTRIES, budget_entry
 from traceflops.views.advice.entries_compute import short_runs
@@ -92,7 +91,7 @@ RULES = (host_bound, memory_bound, attention, fp32_matmul, communication, recomp
 
 
 def advise(a: Analysis, exclude_steps=None, min_share: float = MIN_SHARE,
-           term_share: float = BUDGET_MIN_SHARE) -> list[dict[str, Any]]:
+           term_share: float = BUDGET_MIN_SHARE) -> list[AdviceItem]:
     """Items of advice the trace supports, largest share of peak × step time first.
 
     Every loss-budget term of at least `term_share` is an entry headed by the term's value, the rules' items that
@@ -100,14 +99,14 @@ def advise(a: Analysis, exclude_steps=None, min_share: float = MIN_SHARE,
     `exclude_steps`: steps left out; by default those the analysis' totals left out (asked, cut, the unbounded last).
     """
     if exclude_steps is None:
-        exclude_steps = tuple((a.totals.get("step_count") or {}).get("excluded") or ())
+        exclude_steps = tuple(a.totals.step_count.excluded)
     ctx = build_context(a, exclude_steps)
     if ctx is None:
         return []
-    found = [it for rule in RULES if (it := rule(ctx)) is not None and it["recoverable"] >= min_share]
+    found = [it for rule in RULES if (it := rule(ctx)) is not None and it.recoverable >= min_share]
     budget = ctx.budget or {}
     big = [t for t in ENTRIES if budget.get(t) is not None and budget[t] >= term_share]
-    entries = [budget_entry(ctx, t, budget[t], sorted((f for f in found if f["term"] == t), key=lambda f: -f["recoverable"]))
+    entries = [budget_entry(ctx, t, budget[t], sorted((f for f in found if f.term == t), key=lambda f: -f.recoverable))
                for t in big]
-    alone = [f for f in found if f["term"] not in big]
-    return sorted(entries + alone, key=lambda it: (-it["recoverable"], it["kind"]))
+    alone = [f for f in found if f.term not in big]
+    return sorted(entries + alone, key=lambda it: (-it.recoverable, it.kind))

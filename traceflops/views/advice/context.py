@@ -59,8 +59,8 @@ def build_context(a: Analysis, exclude_steps) -> Ctx | None:
     gaps = tl.on_devices(a.idle_gaps.filter(pl.col("step").is_in(ids)), [device]) if a.idle_gaps is not None else None
     time = {c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
             for c in (*PARTITION, *OVERLAYS)}
-    peak = (a.hardware or {}).get("peak_flops")
-    peak = peak * ((a.hardware or {}).get("devices") or 1) if peak else peak  # every device that ran the program
+    peak = a.hardware.peak_flops if a.hardware else None
+    peak = peak * (a.hardware.devices or 1) if peak else peak  # every device that ran the program
     mfu = None
     if peak and steps["model_flops"].null_count() == 0:
         mfu = float(steps["model_flops"].sum()) / (window * 1e-6 * peak)

@@ -12,7 +12,8 @@ from typing import Any
 
 import polars as pl
 
-from traceflops.core import fmt
+from traceflops.core import fmt, sections
+from traceflops.core.sections import AdviceItem
 from traceflops.core.vocab import GAP_REASONS
 from traceflops.views.advice.context import MIN_SHARE, UNIT, Ctx, activities, is_jax
 from traceflops.views.advice.entries_compute import matmul_below_peak, non_matmul
@@ -22,7 +23,7 @@ from traceflops.views.advice.wording import say, to_record
 ENTRY_KIND = {"communication_exposed": "communication"}  # a term whose entry keeps its rule's kind (else: the term)
 
 
-def _idle(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
+def _idle(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     ev = [(f"{'the device did nothing' if ctx.kernels.height else 'no work ran'} for {fmt.pct(value, keep_small=False)} {UNIT} "
           f"({fmt.duration(value * ctx.window)})")]
     data: dict[str, Any] = {}
@@ -64,20 +65,20 @@ def _idle(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
 
 def _from_finding(kind: str, title: str, what: str):
     """An entry that is one rule's item (communication, recompute), with the budget's number as its headline."""
-    def entry(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
-        own = [f for f in findings if f["kind"] == kind]
-        rest = [f for f in findings if f["kind"] != kind]
+    def entry(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
+        own = [f for f in findings if f.kind == kind]
+        rest = [f for f in findings if f.kind != kind]
         if own:
             it = own[0]
-            head = [] if any(UNIT in e for e in it["evidence"]) else [f"{what} takes {fmt.pct(value, keep_small=False)} {UNIT}"]
-            return (it["title"], head + it["evidence"] + folded(rest, ctx), it["remedies"] + remedies_of(rest), it["data"],
+            head = [] if any(UNIT in e for e in it.evidence) else [f"{what} takes {fmt.pct(value, keep_small=False)} {UNIT}"]
+            return (it.title, head + it.evidence + folded(rest, ctx), it.remedies + remedies_of(rest), it.data,
                     [], True)
         return (title, [f"{fmt.pct(value, keep_small=False)} {UNIT}: the trace holds no detail of it"], [], {},
                 to_record(ctx, "stack"), False)
     return entry
 
 
-def _memcpy_exposed(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
+def _memcpy_exposed(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     mc = ctx.kernels.filter(pl.col("cls").is_in(["memcpy", "memset"])) if ctx.kernels.height else ctx.kernels
     ev = [f"copies and memsets with no compute beside them take {fmt.pct(value, keep_small=False)} {UNIT}"]
     ev += top_names(mc, ctx, 3)
@@ -100,7 +101,7 @@ def _memcpy_exposed(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
     return "Memory copies stall compute: overlap or drop them", ev, remedies, data, record, mc.height > 0
 
 
-def _matmul_flops_unknown(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
+def _matmul_flops_unknown(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     acts = activities(ctx)
     mm = acts.filter((pl.col("cls") == "matmul") & pl.col("flops").is_null()) if acts.height else acts
     ev = [(f"matmul time whose FLOPs are unknown takes {fmt.pct(value, keep_small=False)} {UNIT}: how far below peak it "
@@ -115,7 +116,7 @@ def _matmul_flops_unknown(ctx: Ctx, value: float, findings: list[dict]) -> tuple
     return "Matmul time of unknown FLOPs: record shapes to judge it", ev, remedies, {"kernels": mm.height}, record, False
 
 
-def _extra_executed(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
+def _extra_executed(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     model = float(ctx.steps["model_flops"].sum())
     executed = float(ctx.steps["flops_executed"].fill_null(0).sum()) if "flops_executed" in ctx.steps.columns else 0.0
     recompute = float(ctx.steps["flops_recompute"].fill_null(0).sum()) if "flops_recompute" in ctx.steps.columns else 0.0
@@ -148,14 +149,11 @@ ENTRIES = {
 }
 
 
-def budget_entry(ctx: Ctx, term: str, value: float, findings: list[dict]) -> dict[str, Any]:
+def budget_entry(ctx: Ctx, term: str, value: float, findings: list[AdviceItem]) -> AdviceItem:
     """The entry of one budget term: its value as the headline, the items that explain it folded in."""
     title, ev, remedies, data, record, known = ENTRIES[term](ctx, value, findings)
     kind = ENTRY_KIND.get(term, term)
     it = item(ctx, kind, title, value * ctx.window, ev, unique(remedies + record if known else record + remedies), data,
                share=value)
-    it["term"] = term
-    it["findings"] = [f for f in findings if f["kind"] != kind]
-    it["cause_known"] = bool(known)
-    it["record"] = record
-    return it
+    return sections.replace(it, term=term, findings=[f for f in findings if f.kind != kind], cause_known=bool(known),
+                            record=record)

@@ -13,6 +13,7 @@ import polars as pl
 
 from traceflops.core import fmt
 from traceflops.core import hardware as hw
+from traceflops.core.sections import AdviceItem
 from traceflops.core.trace import name_matches
 from traceflops.stages import timeline as tl
 from traceflops.stages.count import LAYOUT_KERNEL_RE
@@ -100,7 +101,7 @@ def short_runs(acts: pl.DataFrame, short_us: float = SHORT_KERNEL_US, gap_us: fl
     return runs.select(list(out)).cast(out)
 
 
-def non_matmul(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
+def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     device = ctx.kernels.height > 0
     if device or ctx.a.ops.height == 0:
         other = ctx.kernels.filter(pl.col("cls") == "other_compute") if device else ctx.kernels
@@ -171,7 +172,7 @@ def non_matmul(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
 def _gemm_lines(ctx: Ctx) -> tuple[list[str], dict[str, Any]]:
     """The GEMM shapes that took the most matmul time, their throughput and wave quantization (device traces)."""
     g = ctx.a.by_gemm_shape
-    peak1 = (ctx.a.hardware or {}).get("peak_flops")
+    peak1 = ctx.a.hardware.peak_flops if ctx.a.hardware else None
     if g is None or g.height == 0 or float(g["time_us"].sum()) <= 0:
         return [], {}
     ev = []
@@ -221,7 +222,7 @@ def _matmul_ops(ctx: Ctx) -> list[str]:
     top = (mm.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"),
                                    pl.col("flops").cast(pl.Float64).sum().alias("f"), pl.col("flops").null_count().alias("u"))
            .sort(["t", "name"], descending=[True, False]).head(3))
-    per = (ctx.a.hardware or {}).get("peak_flops")  # one device's: these ops ran on one
+    per = ctx.a.hardware.peak_flops if ctx.a.hardware else None  # one device's: these ops ran on one
     out = []
     for r in top.iter_rows(named=True):
         rate = r["f"] / (r["t"] * 1e-6) if r["t"] and r["f"] and not r["u"] else None
@@ -230,13 +231,13 @@ def _matmul_ops(ctx: Ctx) -> list[str]:
     return out
 
 
-def matmul_below_peak(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
+def matmul_below_peak(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     known = ctx.share(ctx.time.get("matmul_known", 0.0))
     at_peak = known - value
     ev = [f"matmuls with known FLOPs ran {fmt.pct(known, keep_small=False)} of step time; at peak they would take "
           f"{fmt.pct(at_peak, keep_small=False)}: {fmt.pct(value, keep_small=False)} {UNIT} is lost to matmuls below peak"
           + (f" (they ran at {fmt.pct(at_peak / known, keep_small=False)} of peak on average)" if known > 0 else "")]
-    by = ctx.a.totals.get("mfu_by_precision") or {}
+    by = ctx.a.totals.mfu_by_precision or {}  # UNSET or None: no other peak
     own = next(iter(by), None)
     if own in ("fp32", "tf32") and len(by) > 1:
         best, v = list(by.items())[-1]
@@ -257,11 +258,11 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
     if phase:
         ev.append(phase)
     record: list[str] = []
-    h = ctx.a.hardware or {}
+    h = ctx.a.hardware
     if ctx.kernels.height == 0:
         ev.append("a CPU trace (or XLA:CPU): tensor-core dtypes and wave quantization cannot be told from it")
         record = to_record(ctx, "device")
-    elif h.get("source") == "--peak-tflops" or hw.lookup(h.get("name") or "") is None:
+    elif h is None or h.source == "--peak-tflops" or hw.lookup(h.name or "") is None:
         ev.append("the hardware is not known (a bare peak was given): wave quantization and tensor-core dtypes cannot be told")
         record = to_record(ctx, "hardware")
     elif not lines and not is_jax(ctx):
@@ -269,9 +270,9 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[dict]) -> tuple:
         record = to_record(ctx, "shapes")
     if conv_dominates(ctx):
         own = remedies_of(findings)
-        conv_remedies = CONV_REMEDIES[1:] if any(f["kind"] == "fp32_matmul" for f in findings) else CONV_REMEDIES  # said once
+        conv_remedies = CONV_REMEDIES[1:] if any(f.kind == "fp32_matmul" for f in findings) else CONV_REMEDIES  # said once
         said = say(ctx, conv_remedies, CONV_REMEDIES_JAX)
-        if (ctx.a.hardware or {}).get("precision") in ("bf16", "fp16", "fp8") and said and said[0] in (CONV_REMEDIES[0], CONV_REMEDIES_JAX[0]):
+        if h is not None and h.precision in ("bf16", "fp16", "fp8") and said and said[0] in (CONV_REMEDIES[0], CONV_REMEDIES_JAX[0]):
             said = said[1:] + said[:1]  # already in 16 bits: precision is not the first lever
         remedies = own + said
         return "Convolutions run below peak: layout, precision and channel counts", ev, remedies, data, record, bool(lines or shown)

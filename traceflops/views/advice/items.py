@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from traceflops.core import fmt
+from traceflops.core.sections import AdviceItem
 from traceflops.views.advice.context import TOP, UNIT, Ctx, is_jax
 from traceflops.views.advice.wording import JAX_REMEDIES
 
@@ -23,38 +24,28 @@ TERM_OF = {  # the budget term a rule's item explains part of
 
 
 def item(ctx: Ctx, kind: str, title: str, recoverable_us: float, evidence: list[str], remedies: list[str],
-          data: dict[str, Any] | None = None, share: float | None = None, unit: str = UNIT) -> dict[str, Any]:
+          data: dict[str, Any] | None = None, share: float | None = None, unit: str = UNIT) -> AdviceItem:
     """One item; `share` (default: recoverable_us over the window) is its headline, taken as given so that a
     budget term's value is printed exactly."""
     if is_jax(ctx) and kind in JAX_REMEDIES:
         remedies = JAX_REMEDIES[kind]
     rec = ctx.share(recoverable_us) if share is None else float(share)
     after = ctx.mfu / (1.0 - rec) if ctx.mfu is not None and rec < 1.0 else None
-    return {
-        "kind": kind,
-        "title": title,
-        "recoverable": rec,
-        "share": rec,
-        "unit": unit,
-        "term": TERM_OF.get(kind, kind),
-        "recoverable_us": float(recoverable_us),
-        "mfu_after": after,
-        "evidence": evidence,
-        "remedies": remedies,
-        "data": data or {},
-    }
+    return AdviceItem(kind=kind, title=title, recoverable=rec, share=rec, unit=unit, term=TERM_OF.get(kind, kind),
+                      recoverable_us=float(recoverable_us), mfu_after=after, evidence=evidence, remedies=remedies,
+                      data=data or {})
 
 
-def folded(findings: list[dict], ctx: Ctx) -> list[str]:
+def folded(findings: list[AdviceItem], ctx: Ctx) -> list[str]:
     """One line per folded item: its headline share and its first piece of evidence."""
-    return [f"{it['title']}: {fmt.pct(it['recoverable'], keep_small=False)} {UNIT}"
-            + (f" ({it['evidence'][0]})" if it["evidence"] else "") for it in findings]
+    return [f"{it.title}: {fmt.pct(it.recoverable, keep_small=False)} {UNIT}"
+            + (f" ({it.evidence[0]})" if it.evidence else "") for it in findings]
 
 
-def remedies_of(findings: list[dict]) -> list[str]:
+def remedies_of(findings: list[AdviceItem]) -> list[str]:
     out = []
     for it in findings:
-        out += it["remedies"][:2]
+        out += it.remedies[:2]
     return out
 
 

@@ -11,6 +11,7 @@ import polars as pl
 
 from traceflops.core import fmt
 from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
+from traceflops.core.sections import AdviceItem
 from traceflops.core.vocab import dimension_name, tells_dimensions_apart
 from traceflops.views.advice.context import TOP, UNIT, Ctx, activities, is_jax
 from traceflops.views.advice.items import item
@@ -22,7 +23,7 @@ def _coll_bytes(n, dtype) -> float | None:
     return None if size is None or n is None else float(n) * size
 
 
-def communication(ctx: Ctx) -> dict | None:
+def communication(ctx: Ctx) -> AdviceItem | None:
     exposed = ctx.time.get("communication_exposed", 0.0)
     if exposed <= 0:
         return None
@@ -100,7 +101,7 @@ def _bydimension_name(ctx: Ctx) -> pl.DataFrame | None:
     return d if d.height else None
 
 
-def recompute(ctx: Ctx) -> dict | None:
+def recompute(ctx: Ctx) -> AdviceItem | None:
     t = ctx.time.get("recompute", 0.0)
     if t <= 0:
         return None

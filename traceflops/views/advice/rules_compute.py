@@ -15,6 +15,7 @@ import polars as pl
 
 from traceflops.core import fmt
 from traceflops.core import hardware as hw
+from traceflops.core.sections import AdviceItem
 from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
 from traceflops.stages.link import nearest
@@ -30,7 +31,7 @@ SDPA_MATH = frozenset({"aten::_scaled_dot_product_attention_math", "aten::_scale
 FUSED_ATTENTION_RE = r"flash_attention|efficient_attention|cudnn_attention|fused_attention_overrideable"
 
 
-def memory_bound(ctx: Ctx) -> dict | None:
+def memory_bound(ctx: Ctx) -> AdviceItem | None:
     k = ctx.kernels
     if "bound" not in k.columns or k.height == 0:
         return None
@@ -114,7 +115,7 @@ def _mm_in_last2(name: str, dims: list | None) -> tuple[int, int] | None:
     return (a[-2], a[-1]) if a is not None and len(a) >= 2 else None
 
 
-def attention(ctx: Ctx) -> dict | None:
+def attention(ctx: Ctx) -> AdviceItem | None:
     ops = ctx.a.ops
     if ops.height == 0 or "dims" not in ops.columns:
         return None
@@ -237,11 +238,11 @@ def attention(ctx: Ctx) -> dict | None:
     return item(ctx, "attention", "Attention is not on a fused kernel: use SDPA", rec, ev, remedies, data)
 
 
-def fp32_matmul(ctx: Ctx) -> dict | None:
+def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
     h_info = ctx.a.hardware
-    if not h_info or h_info.get("precision") == "tf32" or ctx.kernels.height == 0:
+    if h_info is None or h_info.precision == "tf32" or ctx.kernels.height == 0:
         return None
-    h = hw.lookup(h_info.get("name") or "")
+    h = hw.lookup(h_info.name or "")
     if h is None:
         return None
     fp32, tf32 = h.peak("fp32"), h.peak("tf32")

@@ -14,12 +14,13 @@ import numpy as np
 import polars as pl
 
 from traceflops.core import fmt
+from traceflops.core.sections import AdviceItem
 from traceflops.stages import timeline as tl
 from traceflops.views.advice.context import SHORT_KERNEL_US, Ctx
 from traceflops.views.advice.items import item
 
 
-def host_bound(ctx: Ctx) -> dict | None:
+def host_bound(ctx: Ctx) -> AdviceItem | None:
     if ctx.gaps is None:
         return None
     g = ctx.gaps.filter(pl.col("reason").is_in(["host_bound", "launch_gap"]))
@@ -44,14 +45,14 @@ def host_bound(ctx: Ctx) -> dict | None:
     data = {"host_bound_us": float(hb["dur"].sum()), "launch_gap_us": float(lg["dur"].sum()),
             "host_bound_gaps": hb.height, "launch_gaps": lg.height}
     title = "The device waits for kernel launches (host-bound)"
-    path = ctx.a.path_summary or {}
-    if path.get("available"):
+    path = ctx.a.path_summary
+    if path is not None and path.available:
         # The verdict rests on the critical path: only host time on the chain that bounded the step can be recovered.
-        on_host = float(path["us"]["host"] + path["us"]["launch"])
+        on_host = float(path.us["host"] + path.us["launch"])
         share = ctx.share(on_host)
-        top = next((t for t in path["top"] if t["kind"] in ("host", "launch")), None)
+        top = next((t for t in path.top if t.kind in ("host", "launch")), None)
         ev.insert(0, f"critical path: the host and its launches bounded {fmt.pct(share, keep_small=False)} of the step"
-                     + (f" (longest: {fmt.short(top['name'], 60)}, {fmt.duration(top['us'])})" if top else ""))
+                     + (f" (longest: {fmt.short(top.name, 60)}, {fmt.duration(top.us)})" if top else ""))
         data["critical_path_host_us"] = on_host
         total = min(total, on_host)
         title = ("The host bounds the step (critical path): the device waits for launches" if share >= 0.5 else
@@ -108,7 +109,7 @@ def _overlapping(frame: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
     return frame.filter(pl.Series(hit))
 
 
-def input_pipeline(ctx: Ctx) -> dict | None:
+def input_pipeline(ctx: Ctx) -> AdviceItem | None:
     got = _gap_item(ctx, "input_pipeline")
     if got is None:
         return None
@@ -165,7 +166,7 @@ def _enclosing(ops: pl.DataFrame, calls: pl.DataFrame) -> list[str]:
     return ops["name"].gather(found).to_list()  # a few names, not a Python string per op
 
 
-def sync(ctx: Ctx) -> dict | None:
+def sync(ctx: Ctx) -> AdviceItem | None:
     got = _gap_item(ctx, "sync")
     if got is None:
         return None
