@@ -24,22 +24,52 @@ from traceflops.run.options import model_options as options
 from traceflops.run.options import model_spec  # noqa: F401 - part of the notebook API
 
 
-def analyze(path: str | os.PathLike, *, params: float | None = None, layers: int | None = None, heads: int | None = None,
-            head_dim: int | None = None, seq_len: int | None = None, model_config: str | os.PathLike | dict | None = None,
-            tokens_per_step: float | None = None, hardware: str | None = None, precision: str | None = None,
-            peak_tflops: float | None = None, world_size: int | None = None, mode: str | None = None,
-            exclude_steps: tuple[int, ...] = (), graph_captures: tuple[str | os.PathLike, ...] = (),
-            keep_last_step: bool = False, group_roles: tuple[str, ...] = ()) -> Analysis:
+def analyze(
+    path: str | os.PathLike,
+    *,
+    params: float | None = None,
+    layers: int | None = None,
+    heads: int | None = None,
+    head_dim: int | None = None,
+    seq_len: int | None = None,
+    model_config: str | os.PathLike | dict | None = None,
+    tokens_per_step: float | None = None,
+    hardware: str | None = None,
+    precision: str | None = None,
+    peak_tflops: float | None = None,
+    world_size: int | None = None,
+    mode: str | None = None,
+    exclude_steps: tuple[int, ...] = (),
+    graph_captures: tuple[str | os.PathLike, ...] = (),
+    keep_last_step: bool = False,
+    group_roles: tuple[str, ...] = (),
+) -> Analysis:
     """Analyse one trace (Kineto JSON or XLA xplane.pb) as `traceflops analyze PATH` does (`graph_captures`:
     `--graph-capture`; `group_roles`: `--group-role`, "GROUP=ROLE" each)."""
-    opts = options(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len, model_config=model_config,
-                   tokens_per_step=tokens_per_step, hardware=hardware, precision=precision, peak_tflops=peak_tflops,
-                   world_size=world_size, mode=mode, exclude_steps=exclude_steps, graph_captures=graph_captures,
-                   keep_last_step=keep_last_step, group_roles=group_roles)
+    opts = options(
+        params=params,
+        layers=layers,
+        heads=heads,
+        head_dim=head_dim,
+        seq_len=seq_len,
+        model_config=model_config,
+        tokens_per_step=tokens_per_step,
+        hardware=hardware,
+        precision=precision,
+        peak_tflops=peak_tflops,
+        world_size=world_size,
+        mode=mode,
+        exclude_steps=exclude_steps,
+        graph_captures=graph_captures,
+        keep_last_step=keep_last_step,
+        group_roles=group_roles,
+    )
     return _analyze(str(path), opts)
 
 
-def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, microbatches: int | None = None, **model: Any):
+def analyze_job(
+    paths, *, jobs: int = 1, pipeline_stages: int | None = None, microbatches: int | None = None, **model: Any
+):
     """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does."""
     from traceflops.run.inputs import expand_with_warnings
     from traceflops.run.options import check_numbers
@@ -48,11 +78,20 @@ def analyze_job(paths, *, jobs: int = 1, pipeline_stages: int | None = None, mic
 
     check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
-    files, left_out = expand_with_warnings([str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)])
+    files, left_out = expand_with_warnings(
+        [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    )
     summaries = summarize_all(files, opts, jobs, skipped=left_out)
-    return job_view(summaries, world_size=opts.world_size, tokens_model_flops=global_model_flops(summaries),
-                    pipeline_stages=pipeline_stages, microbatches=microbatches, exclude_steps=opts.exclude_steps,
-                    input_warnings=left_out, keep_last_step=opts.keep_last_step)
+    return job_view(
+        summaries,
+        world_size=opts.world_size,
+        tokens_model_flops=global_model_flops(summaries),
+        pipeline_stages=pipeline_stages,
+        microbatches=microbatches,
+        exclude_steps=opts.exclude_steps,
+        input_warnings=left_out,
+        keep_last_step=opts.keep_last_step,
+    )
 
 
 def diff(before, after, **model: Any) -> dict[str, Any]:
@@ -122,7 +161,9 @@ def to_pandas(a) -> Frames:
     try:
         import pandas as pd
     except ImportError:
-        raise ImportError("to_pandas needs pandas, which traceflops does not install: pip install pandas (or use to_polars)") from None
+        raise ImportError(
+            "to_pandas needs pandas, which traceflops does not install: pip install pandas (or use to_polars)"
+        ) from None
     out = Frames()
     for name, df in to_polars(a).items():
         cols = {}

@@ -89,12 +89,18 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     ops = tag_ops(linked, has_formula(linked.ops["name"], linked.ops["matmul_hint"]), trace.steps)
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
-    not_captured = None if device_trace else tl.device_not_captured(trace)  # a device job's trace without its device activity
+    not_captured = (
+        None if device_trace else tl.device_not_captured(trace)
+    )  # a device job's trace without its device activity
     ops = count_ops(ops, kernels, device_trace)
     total = total_flops(ops)
     if total > TOTAL_FLOPS_MAX:
-        raise FormatError(trace.meta.get("path"), f"its shapes imply {total:.3g} FLOPs in all, more than a "
-                          f"profile of a real run holds ({TOTAL_FLOPS_MAX:.3g})", "check that the trace was not edited or corrupted")
+        raise FormatError(
+            trace.meta.get("path"),
+            f"its shapes imply {total:.3g} FLOPs in all, more than a "
+            f"profile of a real run holds ({TOTAL_FLOPS_MAX:.3g})",
+            "check that the trace was not edited or corrupted",
+        )
     return_freed_memory()  # what linking and tagging freed, before the timeline grows
 
     # steps
@@ -106,7 +112,12 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     kernels = classify_kernels(kernels.with_columns(step=kernel_steps(kernels, ops, host)), ops)
     steps = device_windows(host, window_work(kernels, ops)).sort("ts")
     opt, warnings_last = leave_out_unbounded_last(steps, opt)
-    warnings = warnings_last + ([not_captured] if not_captured else []) + step_warnings(trace, steps, step_source, warnings_cut) + asked
+    warnings = (
+        warnings_last
+        + ([not_captured] if not_captured else [])
+        + step_warnings(trace, steps, step_source, warnings_cut)
+        + asked
+    )
 
     # peak, model FLOPs, per-step utilization
     hardware, peak, precision = mpeak.choose_hardware(trace, ops, kernels, opt, warnings)
@@ -122,7 +133,9 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         ops = tl.with_comm_exposure(ops, activities, steps, by_op=True)
     devices = tl.program_devices(part, activities)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
-    steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels))
+    steps = util.step_metrics(
+        steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels)
+    )
     outside = util.outside_section(kernels, ops, activities)
     warnings += util.window_warnings(steps, kernels, outside, last_counted=not warnings_last)
 
@@ -140,9 +153,17 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     # totals
     base = util.totals_section(steps, ops, kernels, opt, peak_all)
     if roof is not None:
-        base["overlay_us"] = {**base["overlay_us"], "memory_bound": steptime.memory_bound_us(kernels, roof, steps, opt, devices)}
-    totals = Totals(**base, step_count=StepCount(**step_count(steps, opt)), expert_flops=util.expert_flops(ops, opt),
-                    idle_us_by_reason=steptime.idle_by_reason(gaps, opt, devices), loss_budget_unknown=None)
+        base["overlay_us"] = {
+            **base["overlay_us"],
+            "memory_bound": steptime.memory_bound_us(kernels, roof, steps, opt, devices),
+        }
+    totals = Totals(
+        **base,
+        step_count=StepCount(**step_count(steps, opt)),
+        expert_flops=util.expert_flops(ops, opt),
+        idle_us_by_reason=steptime.idle_by_reason(gaps, opt, devices),
+        loss_budget_unknown=None,
+    )
     if not_captured:
         steps, totals = steptime.without_device_time(steps, totals)
     if trace.meta.get("truncated"):
@@ -163,19 +184,34 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     # views
     stage("advice")
     a = Analysis(
-        trace=trace, ops=ops, kernels=kernels, steps=steps, hardware=hardware, model=model, totals=totals,
-        outside_steps=outside, warnings=warnings, ranks=[util.rank_row(trace, totals)], partition=part.clear() if not_captured else part,
-        idle_gaps=gaps, launch_stats=stats, roofline=roof,
+        trace=trace,
+        ops=ops,
+        kernels=kernels,
+        steps=steps,
+        hardware=hardware,
+        model=model,
+        totals=totals,
+        outside_steps=outside,
+        warnings=warnings,
+        ranks=[util.rank_row(trace, totals)],
+        partition=part.clear() if not_captured else part,
+        idle_gaps=gaps,
+        launch_stats=stats,
+        roofline=roof,
         top_kernels=roofline.top_recoverable(roof) if roof is not None else None,
         by_kernel=rollup.by_kernel(kernels) if device_trace else None,
         by_module=rollup.by_module(ops, kernels) if device_trace else None,
         by_gemm_shape=rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
-        step_stats=step_stats(steps), critical_path=path,
+        step_stats=step_stats(steps),
+        critical_path=path,
     )
     coll = coll_view.collectives(a, with_issuer=True)
     a = replace(a, collectives=coll.drop("issuer", strict=False))
     if not_captured:  # no device time to follow or to advise on
         return replace(a, path_summary=PathSummary(available=False, why=path_view.NOT_CAPTURED))
-    a = replace(a, path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps),  # advice reads them
-                communication=coll_view.communication(a, coll, opt.exclude_steps))
+    a = replace(
+        a,
+        path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps),  # advice reads them
+        communication=coll_view.communication(a, coll, opt.exclude_steps),
+    )
     return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))

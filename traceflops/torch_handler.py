@@ -19,8 +19,14 @@ from pathlib import Path
 from typing import Any
 
 
-def on_trace_ready(out_dir: str | os.PathLike = ".", *, name: str = "trace", quiet: bool = False,
-                   callback: Callable[[Any], None] | None = None, **model: Any) -> Callable[[Any], None]:
+def on_trace_ready(
+    out_dir: str | os.PathLike = ".",
+    *,
+    name: str = "trace",
+    quiet: bool = False,
+    callback: Callable[[Any], None] | None = None,
+    **model: Any,
+) -> Callable[[Any], None]:
     """A `torch.profiler` `on_trace_ready` handler; `model` takes `traceflops.api.analyze`'s options."""
     out = Path(out_dir)
 

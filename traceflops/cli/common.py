@@ -79,36 +79,82 @@ def refuse_overwrite(inputs, **outputs) -> None:
         for path in [out] if isinstance(out, (str, Path)) else (out or []):
             hit = next((i for i in inputs if same_file(path, i)), None)
             if hit is not None:
-                raise InputError(str(path), f"{option} is the input {hit}", f"write {option} to another file; the input is never overwritten")
+                raise InputError(
+                    str(path),
+                    f"{option} is the input {hit}",
+                    f"write {option} to another file; the input is never overwritten",
+                )
 
 
 def model_options(fn):
     """The model, hardware and step options shared by the commands that analyse traces."""
     opts = [
-        click.option("--params", type=float, help="matmul parameters N (weights used per token; no embeddings, norms, biases); a finite number from 1 to 1e+15"),
+        click.option(
+            "--params",
+            type=float,
+            help="matmul parameters N (weights used per token; no embeddings, norms, biases); a finite number from 1 to 1e+15",
+        ),
         click.option("--layers", type=int, help="transformer layers L; a whole number from 1 to 1048576"),
         click.option("--heads", type=int, help="attention heads H; a whole number from 1 to 1048576"),
         click.option("--head-dim", type=int, help="head dimension Q; a whole number from 1 to 1048576"),
         click.option("--seq-len", type=int, help="sequence length T; a whole number from 1 to 1073741824"),
-        click.option("--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json"),
-        click.option("--tokens-per-step", type=float, help="global tokens per step (all ranks); a finite number from 1 to 1e+15"),
-        click.option("--world-size", type=int, help="ranks in the job, when the trace does not say; a whole number from 1 to 16777216"),
+        click.option(
+            "--model-config", type=click.Path(exists=True, dir_okay=False), help="Hugging Face style config.json"
+        ),
+        click.option(
+            "--tokens-per-step", type=float, help="global tokens per step (all ranks); a finite number from 1 to 1e+15"
+        ),
+        click.option(
+            "--world-size",
+            type=int,
+            help="ranks in the job, when the trace does not say; a whole number from 1 to 16777216",
+        ),
         click.option("--mode", type=click.Choice(["training", "inference"]), help="override the detected mode"),
         click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4)"),
-        click.option("--precision", type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]),
-                     help="the precision whose dense peak MFU is measured against (default: the dtype carrying the most matmul FLOPs)"),
-        click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device (required for CPUs); a finite number from 1e-06 to 1e+07"),
-        click.option("--exclude-step", "exclude_steps", type=int, multiple=True, help="leave step N out of the totals (e.g. warm-up)"),
-        click.option("--keep-last-step", is_flag=True,
-                     help="count the last step in the totals (left out by default when other steps are there: it ends at "
-                          "its last device activity, without the time up to a next step)"),
-        click.option("--graph-capture", "graph_captures", type=click.Path(exists=True), multiple=True,
-                     help="a trace (or folder of traces) that recorded the CUDA/HIP graphs this trace replays; "
-                          "default: capture_traces/ beside the trace, as vLLM and SGLang write it"),
-        click.option("--group-role", "group_roles", multiple=True, metavar="GROUP=ROLE",
-                     help="what a process group is for, where its description does not say (e.g. default_pg=tp): the "
-                          "group's description or name, and dp, tp, pp, ep, cp or a word of your own"),
-        click.option("--cache-dir", type=click.Path(file_okay=False), help="where parsed traces are cached (default: the user cache)"),
+        click.option(
+            "--precision",
+            type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]),
+            help="the precision whose dense peak MFU is measured against (default: the dtype carrying the most matmul FLOPs)",
+        ),
+        click.option(
+            "--peak-tflops",
+            type=float,
+            help="dense peak TFLOP/s per device (required for CPUs); a finite number from 1e-06 to 1e+07",
+        ),
+        click.option(
+            "--exclude-step",
+            "exclude_steps",
+            type=int,
+            multiple=True,
+            help="leave step N out of the totals (e.g. warm-up)",
+        ),
+        click.option(
+            "--keep-last-step",
+            is_flag=True,
+            help="count the last step in the totals (left out by default when other steps are there: it ends at "
+            "its last device activity, without the time up to a next step)",
+        ),
+        click.option(
+            "--graph-capture",
+            "graph_captures",
+            type=click.Path(exists=True),
+            multiple=True,
+            help="a trace (or folder of traces) that recorded the CUDA/HIP graphs this trace replays; "
+            "default: capture_traces/ beside the trace, as vLLM and SGLang write it",
+        ),
+        click.option(
+            "--group-role",
+            "group_roles",
+            multiple=True,
+            metavar="GROUP=ROLE",
+            help="what a process group is for, where its description does not say (e.g. default_pg=tp): the "
+            "group's description or name, and dp, tp, pp, ep, cp or a word of your own",
+        ),
+        click.option(
+            "--cache-dir",
+            type=click.Path(file_okay=False),
+            help="where parsed traces are cached (default: the user cache)",
+        ),
         click.option("--no-cache", is_flag=True, help="parse again; do not read or write the cache"),
         click.option("--quiet", is_flag=True, help="no progress bar"),
         click.option("--debug", is_flag=True, help="show tracebacks"),
@@ -166,7 +212,14 @@ class Progress:
                 TimeRemainingColumn,
             )
 
-            self.bar = Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar = Progress(
+                "reading",
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.bar.start()
             self.task = self.bar.add_task("read", total=total)
         self.bar.update(self.task, completed=done)
@@ -197,9 +250,24 @@ def options_from(kw) -> tuple:
     """ModelOptions and cache dir from the shared options (removed from kw)."""
     from traceflops.run.options import model_options as build
 
-    names = ("params", "layers", "heads", "head_dim", "seq_len", "model_config", "tokens_per_step", "world_size", "mode",
-             "hardware", "precision", "peak_tflops", "exclude_steps", "graph_captures", "keep_last_step",
-             "group_roles")
+    names = (
+        "params",
+        "layers",
+        "heads",
+        "head_dim",
+        "seq_len",
+        "model_config",
+        "tokens_per_step",
+        "world_size",
+        "mode",
+        "hardware",
+        "precision",
+        "peak_tflops",
+        "exclude_steps",
+        "graph_captures",
+        "keep_last_step",
+        "group_roles",
+    )
     opts = build(**{k: kw.pop(k) for k in names})
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
     kw.pop("quiet", None)
@@ -213,6 +281,9 @@ def options_from(kw) -> tuple:
         return opts, default_dir()
     except (RuntimeError, KeyError, OSError):
         # No HOME and no passwd entry for this user id (a container's arbitrary uid): nowhere to keep a cache.
-        click.echo("warning: no home folder to keep the cache in (HOME is unset); running without a cache: "
-                   "set HOME, XDG_CACHE_HOME or TRACEFLOPS_CACHE_DIR, or give --cache-dir", err=True)
+        click.echo(
+            "warning: no home folder to keep the cache in (HOME is unset); running without a cache: "
+            "set HOME, XDG_CACHE_HOME or TRACEFLOPS_CACHE_DIR, or give --cache-dir",
+            err=True,
+        )
         return opts, None

@@ -31,16 +31,44 @@ def main():
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True,
-              help="terminal: the report; json: the report contract (schema traceflops.report/1)")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "json"]),
+    default="terminal",
+    show_default=True,
+    help="terminal: the report; json: the report contract (schema traceflops.report/1)",
+)
 @model_options
-@click.option("--jobs", type=int, default=1, show_default=True, help="ranks analysed in parallel processes; a whole number from 1 to 1024")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="where ranks are summarised")
+@click.option(
+    "--jobs",
+    type=int,
+    default=1,
+    show_default=True,
+    help="ranks analysed in parallel processes; a whole number from 1 to 1024",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="where ranks are summarised",
+)
 @click.option("--ray-address", help="Ray cluster address for --executor ray (default: start or join a local one)")
-@click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1); a whole number from 1 to 1048576")
-@click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble; a whole number from 1 to 1048576")
-@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="also write the self-contained HTML report here")
-@click.option("--tables", "tables_dir", type=click.Path(file_okay=False), help="also write the tables (parquet and CSV) here")
+@click.option(
+    "--pipeline-stages",
+    type=int,
+    help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1); a whole number from 1 to 1048576",
+)
+@click.option(
+    "--microbatches", type=int, help="microbatches m per step, for the ideal bubble; a whole number from 1 to 1048576"
+)
+@click.option(
+    "--html", "html_out", type=click.Path(dir_okay=False), help="also write the self-contained HTML report here"
+)
+@click.option(
+    "--tables", "tables_dir", type=click.Path(file_okay=False), help="also write the tables (parquet and CSV) here"
+)
 def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatches, html_out, tables_dir, **kw):
     """Analyse traces: matmul FLOPs by phase, MFU and HFU, where the time went.
 
@@ -67,8 +95,16 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
         if len(paths) > 1:
             from traceflops.run.ranks import summarize_all
 
-            summaries = summarize_all(paths, opts, jobs, executor=executor, ray_address=ray_address, cache_dir=cache_dir,
-                                      skipped=left_out, on_done=progress.ranks)
+            summaries = summarize_all(
+                paths,
+                opts,
+                jobs,
+                executor=executor,
+                ray_address=ray_address,
+                cache_dir=cache_dir,
+                skipped=left_out,
+                on_done=progress.ranks,
+            )
             return _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out, tables_dir, left_out)
         a = _cached_report(paths[0], opts, cache_dir) if not (html_out or tables_dir) else None
         if a is None:
@@ -147,7 +183,9 @@ def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tab
 
 @main.command()
 @click.argument("trace")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="the summary file to write (.tfsum)")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="the summary file to write (.tfsum)"
+)
 @model_options
 def summarize(trace, output, **kw):
     """Summarise one rank's trace into the small tables the job view needs.
@@ -170,24 +208,50 @@ def summarize(trace, output, **kw):
         try:
             write_summary(summary, output)
         except OSError as e:
-            raise InputError(output, f"cannot write ({e.strerror or e})", "check the directory exists and is writable") from None
+            raise InputError(
+                output, f"cannot write ({e.strerror or e})", "check the directory exists and is writable"
+            ) from None
         counted = (summary.totals.get("step_count") or {}).get("counted", summary.steps.height)
         rank = "no rank recorded" if summary.rank is None else f"rank {summary.rank}"
-        click.echo(printable(f"wrote {output}: {rank}, {summary.steps.height} steps ({counted} counted); "
-                             f"merge it with the other ranks': traceflops merge *.tfsum"), err=True)
+        click.echo(
+            printable(
+                f"wrote {output}: {rank}, {summary.steps.height} steps ({counted} counted); "
+                f"merge it with the other ranks': traceflops merge *.tfsum"
+            ),
+            err=True,
+        )
 
     run_command(debug, go)
 
 
 @main.command()
 @click.argument("summaries", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True,
-              help="terminal: the job report; json: the report contract (schema traceflops.report/1)")
-@click.option("--world-size", type=int, help="ranks in the job, when the summaries do not say; a whole number from 1 to 16777216")
-@click.option("--exclude-step", "exclude_steps", type=int, multiple=True,
-              help="leave step N out of the job's totals (e.g. warm-up); repeatable")
-@click.option("--pipeline-stages", type=int, help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1); a whole number from 1 to 1048576")
-@click.option("--microbatches", type=int, help="microbatches m per step, for the ideal bubble; a whole number from 1 to 1048576")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "json"]),
+    default="terminal",
+    show_default=True,
+    help="terminal: the job report; json: the report contract (schema traceflops.report/1)",
+)
+@click.option(
+    "--world-size", type=int, help="ranks in the job, when the summaries do not say; a whole number from 1 to 16777216"
+)
+@click.option(
+    "--exclude-step",
+    "exclude_steps",
+    type=int,
+    multiple=True,
+    help="leave step N out of the job's totals (e.g. warm-up); repeatable",
+)
+@click.option(
+    "--pipeline-stages",
+    type=int,
+    help="pipeline stages p, for the ideal bubble (p-1)/(m+p-1); a whole number from 1 to 1048576",
+)
+@click.option(
+    "--microbatches", type=int, help="microbatches m per step, for the ideal bubble; a whole number from 1 to 1048576"
+)
 @click.option("--debug", is_flag=True, help="show tracebacks")
 def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatches, debug):
     """Merge per-rank summaries into the job report (the same as analysing all ranks at once)."""
@@ -207,33 +271,119 @@ def merge(summaries, fmt, world_size, exclude_steps, pipeline_stages, microbatch
 
 
 @main.command()
-@click.option("--tokens-per-second", type=float, required=True, help="global training throughput; a finite number from 1e-06 to 1e+15")
+@click.option(
+    "--tokens-per-second",
+    type=float,
+    required=True,
+    help="global training throughput; a finite number from 1e-06 to 1e+15",
+)
 @click.option("--params", type=float, required=True, help="matmul parameters N; a finite number from 1 to 1e+15")
 @click.option("--layers", type=int, required=True, help="transformer layers L; a whole number from 1 to 1048576")
 @click.option("--heads", type=int, required=True, help="attention heads H; a whole number from 1 to 1048576")
 @click.option("--head-dim", type=int, required=True, help="head dimension Q; a whole number from 1 to 1048576")
 @click.option("--seq-len", type=int, required=True, help="sequence length T; a whole number from 1 to 1073741824")
-@click.option("--devices", type=int, default=1, show_default=True, help="devices the throughput ran on; a whole number from 1 to 16777216")
-@click.option("--hardware", help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4), for its dense peak; or give --peak-tflops")
-@click.option("--precision", default="bf16", show_default=True,
-              help="the precision whose dense peak --hardware gives (fp64, fp32, tf32, bf16, fp16, fp8, int8)")
+@click.option(
+    "--devices",
+    type=int,
+    default=1,
+    show_default=True,
+    help="devices the throughput ran on; a whole number from 1 to 16777216",
+)
+@click.option(
+    "--hardware",
+    help="hardware name from the table (e.g. h100-sxm, a100, tpu-v4), for its dense peak; or give --peak-tflops",
+)
+@click.option(
+    "--precision",
+    default="bf16",
+    show_default=True,
+    help="the precision whose dense peak --hardware gives (fp64, fp32, tf32, bf16, fp16, fp8, int8)",
+)
 @click.option("--peak-tflops", type=float, help="dense peak TFLOP/s per device; a finite number from 1e-06 to 1e+07")
-@click.option("--mode", type=click.Choice(["training", "inference"]), default="training", show_default=True,
-              help="training: 6N + 12LHQT FLOPs per token; inference: 2N + 4LHQT")
-@click.option("--executed-flops-per-token", type=float, help="all FLOPs executed per token (recompute included), for HFU; a finite number from 1 to 1e+21")
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True,
-              help="terminal: a few lines; json: the numbers as one object")
-def mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt):
+@click.option(
+    "--mode",
+    type=click.Choice(["training", "inference"]),
+    default="training",
+    show_default=True,
+    help="training: 6N + 12LHQT FLOPs per token; inference: 2N + 4LHQT",
+)
+@click.option(
+    "--executed-flops-per-token",
+    type=float,
+    help="all FLOPs executed per token (recompute included), for HFU; a finite number from 1 to 1e+21",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "json"]),
+    default="terminal",
+    show_default=True,
+    help="terminal: a few lines; json: the numbers as one object",
+)
+def mfu(
+    tokens_per_second,
+    params,
+    layers,
+    heads,
+    head_dim,
+    seq_len,
+    devices,
+    hardware,
+    precision,
+    peak_tflops,
+    mode,
+    executed_flops_per_token,
+    fmt,
+):
     """MFU (and HFU) from a throughput alone, as the PaLM paper computes it."""
     from traceflops.run.options import check_numbers
 
-    run_command(False, lambda: check_numbers(
-        tokens_per_second=tokens_per_second, params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len,
-        devices=devices, peak_tflops=peak_tflops, executed_flops_per_token=executed_flops_per_token))
-    _mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt)
+    run_command(
+        False,
+        lambda: check_numbers(
+            tokens_per_second=tokens_per_second,
+            params=params,
+            layers=layers,
+            heads=heads,
+            head_dim=head_dim,
+            seq_len=seq_len,
+            devices=devices,
+            peak_tflops=peak_tflops,
+            executed_flops_per_token=executed_flops_per_token,
+        ),
+    )
+    _mfu(
+        tokens_per_second,
+        params,
+        layers,
+        heads,
+        head_dim,
+        seq_len,
+        devices,
+        hardware,
+        precision,
+        peak_tflops,
+        mode,
+        executed_flops_per_token,
+        fmt,
+    )
 
 
-def _mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, hardware, precision, peak_tflops, mode, executed_flops_per_token, fmt):
+def _mfu(
+    tokens_per_second,
+    params,
+    layers,
+    heads,
+    head_dim,
+    seq_len,
+    devices,
+    hardware,
+    precision,
+    peak_tflops,
+    mode,
+    executed_flops_per_token,
+    fmt,
+):
     from traceflops.core import hardware as hw
     from traceflops.flops import model as mf
 
@@ -242,7 +392,9 @@ def _mfu(tokens_per_second, params, layers, heads, head_dim, seq_len, devices, h
     elif hardware:
         h = hw.lookup(hardware)
         if h is None:
-            raise click.BadParameter(f"unknown hardware '{hardware}'; known: {', '.join(sorted(hw.HARDWARE))}", param_hint="--hardware")
+            raise click.BadParameter(
+                f"unknown hardware '{hardware}'; known: {', '.join(sorted(hw.HARDWARE))}", param_hint="--hardware"
+            )
         peak, hw_name = h.peak(precision), h.name
         if peak is None:
             raise click.BadParameter(f"{h.name} has no dense {precision} peak", param_hint="--precision")

@@ -61,7 +61,9 @@ def _write_tables(fn, what, directory: str) -> dict:
     try:
         return fn(what, directory)
     except OSError as e:
-        raise InputError(directory, f"cannot write tables ({e.strerror or e})", "check the directory is writable") from None
+        raise InputError(
+            directory, f"cannot write tables ({e.strerror or e})", "check the directory is writable"
+        ) from None
 
 
 def write_extras(result, html: str | None = None, tables: str | None = None) -> None:
@@ -76,7 +78,9 @@ def write_extras(result, html: str | None = None, tables: str | None = None) -> 
         try:
             Path(html).parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise InputError(html, f"cannot make its folder ({e.strerror or e})", "check the directory is writable") from None
+            raise InputError(
+                html, f"cannot make its folder ({e.strerror or e})", "check the directory is writable"
+            ) from None
         _write_text(html, page)
         click.echo(printable(f"wrote {html}"), err=True)
     if tables:
@@ -100,8 +104,13 @@ def _terminal_text(render, value) -> str:
 
 @click.command("annotate")
 @click.argument("trace", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True),
-              help="annotated trace to write (gzipped unless it ends in .json; '-': plain JSON to standard output)")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="annotated trace to write (gzipped unless it ends in .json; '-': plain JSON to standard output)",
+)
 @model_options
 def annotate_cmd(trace, output, **kw):
     """Write TRACE back with phases, FLOPs and counters, for Perfetto or chrome://tracing.
@@ -125,13 +134,20 @@ def annotate_cmd(trace, output, **kw):
 
         opts, cache_dir = options_from(kw)
         refuse_overwrite([trace], **({} if output == "-" else {"-o": output}))  # "-": standard output
-        a = for_annotation(analyze(trace, opts, cache_dir))  # the rest of the analysis is let go before the trace is streamed through
+        a = for_annotation(
+            analyze(trace, opts, cache_dir)
+        )  # the rest of the analysis is let go before the trace is streamed through
         return_freed_memory()
         kineto = a.meta.get("format") != "xplane"  # an XLA profile's annotation names no modules
         modules = module_of(a.ops, launching_rows(a.kernels)) if kineto and a.kernels.height else None
         s = annotate(trace, a, output, modules)
-        click.echo(printable(f"wrote {'standard output' if output == '-' else output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
-                   f"{s['events_added']} events added, {s['redacted_values']} values redacted"), err=True)
+        click.echo(
+            printable(
+                f"wrote {'standard output' if output == '-' else output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
+                f"{s['events_added']} events added, {s['redacted_values']} values redacted"
+            ),
+            err=True,
+        )
 
     run_command(debug, go)
 
@@ -139,13 +155,24 @@ def annotate_cmd(trace, output, **kw):
 @click.command("diff")
 @click.argument("before", type=click.Path(dir_okay=False))
 @click.argument("after", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "html"]), default="terminal", show_default=True,
-              help="terminal: tables; json: traceflops.diff/1 (with `gate` under --fail-if); html: a self-contained page")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "json", "html"]),
+    default="terminal",
+    show_default=True,
+    help="terminal: tables; json: traceflops.diff/1 (with `gate` under --fail-if); html: a self-contained page",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="write the report here instead of stdout")
-@click.option("--fail-if", "fail_if", multiple=True, metavar="RULE",
-              help="a CI gate on the change, repeatable: mfu-drop>2% (relative to before), hfu-drop>1pp (percentage "
-                   "points), step-time-rise>5% (or >3ms), loss-rise:TERM>0.03 (a share); exits 1 when one holds, 5 when "
-                   "one cannot be judged")
+@click.option(
+    "--fail-if",
+    "fail_if",
+    multiple=True,
+    metavar="RULE",
+    help="a CI gate on the change, repeatable: mfu-drop>2% (relative to before), hfu-drop>1pp (percentage "
+    "points), step-time-rise>5% (or >3ms), loss-rise:TERM>0.03 (a share); exits 1 when one holds, 5 when "
+    "one cannot be judged",
+)
 @gate_options
 @model_options
 def diff_cmd(before, after, fmt, output, fail_if, tolerance, min_steps, allow_unknown, **kw):
@@ -181,7 +208,13 @@ def diff_cmd(before, after, fmt, output, fail_if, tolerance, min_steps, allow_un
             if gate is not None:
                 gate_lines(gate["rules"], gate["result"], gate["exit_code"], allow_unknown)
             return gate["exit_code"] if gate else 0
-        text = _terminal_text(render_terminal, d) if fmt == "terminal" else render_json(d) if fmt == "json" else render_diff_html(d)
+        text = (
+            _terminal_text(render_terminal, d)
+            if fmt == "terminal"
+            else render_json(d)
+            if fmt == "json"
+            else render_diff_html(d)
+        )
         if output:
             _write_text(output, text)
             click.echo(printable(f"wrote {output}"), err=True)

@@ -41,9 +41,18 @@ SCHEMA_ID = "traceflops.report/1"
 ByPhaseFlops = dict[str, int | None]  # by phase, and executed
 
 # A communication row (per dimension, phase and kind: views.collectives.by_dimension), as reports and summaries hold it.
-COMMUNICATION_SCHEMA = {"role": "str", "phase": "str", "kind": "str", "calls": "int", "time_us": "float",
-                        "exposed_us": "float", "overlapped_us": "float", "window_us": "float",
-                        "exposed_share": "float", "overlapped_share": "float"}
+COMMUNICATION_SCHEMA = {
+    "role": "str",
+    "phase": "str",
+    "kind": "str",
+    "calls": "int",
+    "time_us": "float",
+    "exposed_us": "float",
+    "overlapped_us": "float",
+    "window_us": "float",
+    "exposed_share": "float",
+    "overlapped_share": "float",
+}
 
 BUDGET_PREFIX = "budget_"
 PATH_PREFIX = "path_"
@@ -71,7 +80,7 @@ def _prefixed(row: Mapping[str, Any], prefix: str, keys: list[str] | None = None
     there are none or all are null."""
     if keys is None:
         keys = [k for k in row if k.startswith(prefix)]
-    got = {k[len(prefix):]: row[k] for k in keys}
+    got = {k[len(prefix) :]: row[k] for k in keys}
     return got if got and any(v is not None for v in got.values()) else None
 
 
@@ -119,8 +128,11 @@ def step_record(s: Mapping[str, Any], rank: int | None, keys: tuple[list[str], l
         overlay_us={c: s.get(f"time_{c}") for c in OVERLAYS},
         loss_budget=loss_budget(s, keys and keys[0]),
         critical_path_us=critical_path(s, keys and keys[1]),
-        launch=StepLaunch(kernels=s.get("launch_kernels"), median_kernel_us=s.get("launch_median_kernel_us"),
-                          median_launch_to_start_us=s.get("launch_median_delay_us")),
+        launch=StepLaunch(
+            kernels=s.get("launch_kernels"),
+            median_kernel_us=s.get("launch_median_kernel_us"),
+            median_launch_to_start_us=s.get("launch_median_delay_us"),
+        ),
     )
 
 
@@ -141,14 +153,20 @@ def rank_record(rank: int | None, path: str | None, totals: Totals | Mapping[str
     )
 
 
-_ALWAYS = {"pg_desc", "role", "group_size"}  # null where the trace does not say; every other field is the table's column
+_ALWAYS = {
+    "pg_desc",
+    "role",
+    "group_size",
+}  # null where the trace does not say; every other field is the table's column
 
 
 def collective_record(row: Mapping[str, Any]) -> CollectiveRecord:
     """One matched collective of a job, as the report contract states it: its row, with its group's description,
     role (`dp`, `tp`, ... from a `mesh_<dim>` description; `world` for the default group) and ranks always present
     (null where the trace does not say)."""
-    fields = {k: row.get(k) for k in CollectiveRecord.__struct_fields__ if k != "group_ranks" and (k in row or k in _ALWAYS)}
+    fields = {
+        k: row.get(k) for k in CollectiveRecord.__struct_fields__ if k != "group_ranks" and (k in row or k in _ALWAYS)
+    }
     ranks = row.get("group_ranks")
     return CollectiveRecord(**fields, group_ranks=_ranks(ranks) if isinstance(ranks, str) else None)
 
@@ -161,7 +179,6 @@ def _ranks(text: str) -> list[int] | None:
         return [int(x) for x in inner[1:-1].split(",") if x.strip()] or None
     except ValueError:
         return None
-
 
 
 # --- the report's rows -----------------------------------------------------------------------------------------------
@@ -236,12 +253,18 @@ class CollectiveRecord(Section, kw_only=True):
     bandwidth."""
 
     pg: _described(str, "the process group's name (`?` where the trace does not say)")
-    seq: _described(int, "order within the group (the recorded sequence number where every collective of the group has one)")
-    kind: _described(str | None, "the collective the caller asked for (a gloo reduce-scatter run as an all-reduce is "
-                                 "reduce_scatter)")
+    seq: _described(
+        int, "order within the group (the recorded sequence number where every collective of the group has one)"
+    )
+    kind: _described(
+        str | None, "the collective the caller asked for (a gloo reduce-scatter run as an all-reduce is reduce_scatter)"
+    )
     pg_desc: _described(str | None, "the group's description: default_pg, mesh_dp, mesh_tp, ...")
-    role: _described(str | None, "what the group is for: the mesh dimension of a mesh_<dim> group (dp, tp, pp, ep, cp, "
-                                 "...), world for default_pg")
+    role: _described(
+        str | None,
+        "what the group is for: the mesh dimension of a mesh_<dim> group (dp, tp, pp, ep, cp, "
+        "...), world for default_pg",
+    )
     step: Int
     bytes: Int
     group_size: _described(Int, "ranks in the group (from the collective's args or pg_config), the bus factor's n")
@@ -252,8 +275,10 @@ class CollectiveRecord(Section, kw_only=True):
     bus_factor: Float
     algbw_gbps: Float
     busbw_gbps: Float
-    busbw_of_nvlink: _described(Float, "bus bandwidth over the device's NVLink bandwidth per direction (where the "
-                                       "device is known)") | UnsetType = UNSET
+    busbw_of_nvlink: (
+        _described(Float, "bus bandwidth over the device's NVLink bandwidth per direction (where the device is known)")
+        | UnsetType
+    ) = UNSET
     group_ranks: _described(list[int] | None, "the group's global ranks")
 
 
@@ -319,14 +344,19 @@ COMMUNICATION_TEXT = (
     "communication_overlapped (time cut evenly among collectives in flight together), so the rows of one trace add up "
     "to those totals; on a CPU trace a thread's wait on a collective goes to the collective it issued last (kind wait "
     "and role ? when none). Shares are of the summed step windows. A job's rows also give ranks (how many ranks have "
-    "the row) and the exposed share's largest rank; its per_rank rows add rank.")
+    "the row) and the exposed share's largest rank; its per_rank rows add rank."
+)
 EXPERTS_TEXT = (
     "A job's expert parallelism (null: no rank runs experts or EP all-to-alls): per rank its EP group (its ranks, as "
     "text), the expert FLOPs (matmuls of grouped-GEMM and fused-MoE ops) and EP all-to-all bytes per counted step, each "
     "over its EP group's mean (1 = even). A single trace gives its expert FLOPs in totals.expert_flops (per phase; null "
-    "without expert ops).")
-PATH_RULE = {"if": {"properties": {"available": {"const": True}}}, "then": {"required": ["us", "share", "top", "steps"]},
-             "else": {"required": ["why"]}}
+    "without expert ops)."
+)
+PATH_RULE = {
+    "if": {"properties": {"available": {"const": True}}},
+    "then": {"required": ["us", "share", "top", "steps"]},
+    "else": {"required": ["why"]},
+}
 
 
 # --- the two reports -------------------------------------------------------------------------------------------------
@@ -371,8 +401,21 @@ class JobReport(msgspec.Struct, kw_only=True):
     pipeline: list[PipelineRow]
     communication: _described(list[CommunicationRow] | None, COMMUNICATION_TEXT)
     communication_by_rank: list[CommunicationRow] | None
-    experts: _rows(("rank", "ep_group", "steps", "expert_flops_per_step", "a2a_bytes_per_step", "flops_vs_group_mean",
-                    "bytes_vs_group_mean"), EXPERTS_TEXT) | None
+    experts: (
+        _rows(
+            (
+                "rank",
+                "ep_group",
+                "steps",
+                "expert_flops_per_step",
+                "a2a_bytes_per_step",
+                "flops_vs_group_mean",
+                "bytes_vs_group_mean",
+            ),
+            EXPERTS_TEXT,
+        )
+        | None
+    )
     clock: Clock | None
     outside_steps: None
     totals: JobTotals
@@ -388,7 +431,7 @@ def schema() -> dict[str, Any]:
         "$id": SCHEMA_ID,
         "title": "traceflops JSON report (one trace or a job of many ranks)",
         "description": "Generated from traceflops.core.contract (python -m traceflops.core.contract); do not edit. Keys "
-                       "are stable: new ones may be added, none renamed without a new `schema`.",
+        "are stable: new ones may be added, none renamed without a new `schema`.",
         "if": {"required": ["job_steps"]},
         "then": job,
         "else": single,

@@ -50,7 +50,7 @@ def type_key(type_str: Any) -> str | None:
     s = type_str.strip()
     for prefix in ("struct ", "class "):  # MSVC spelling
         if s.startswith(prefix):
-            s = s[len(prefix):].strip()
+            s = s[len(prefix) :].strip()
     s = s.replace("class c10::", "c10::").replace("struct c10::", "c10::")
     return s
 
@@ -68,14 +68,44 @@ def itemsize(type_str: Any) -> int | None:
 
 # A collective's `Collective dtype` / `dtype` as recorded (lower-cased, without `c10::`) -> bytes per element.
 COLLECTIVE_ITEMSIZE = {
-    "float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8, "float64": 8,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "float": 4,
+    "float32": 4,
+    "bfloat16": 2,
+    "half": 2,
+    "float16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "byte": 1,
+    "char": 1,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
     # the rest of c10's ScalarType names, as `dtype` records them
-    "short": 2, "int16": 2, "uint16": 2, "uint32": 4, "uint64": 8, "complexhalf": 4, "complexfloat": 8, "complexdouble": 16,
-    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1, "qint8": 1, "quint8": 1, "qint32": 4,
+    "short": 2,
+    "int16": 2,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "complexhalf": 4,
+    "complexfloat": 8,
+    "complexdouble": 16,
+    "float8_e8m0fnu": 1,
+    "float4_e2m1fn_x2": 1,
+    "qint8": 1,
+    "quint8": 1,
+    "qint32": 4,
     # element types as a profiler built with clang or older Kineto spells them (`Input type`), beside TYPE_INFO's
-    "unsigned long": 8, "long long unsigned int": 8, "unsigned short int": 2,
+    "unsigned long": 8,
+    "long long unsigned int": 8,
+    "unsigned short int": 2,
 }
 
 

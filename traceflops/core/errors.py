@@ -6,7 +6,9 @@ EXIT_GATE_FAILED = 1  # `check` / `diff --fail-if`: a rule failed (as diff, grep
 EXIT_INPUT = 2  # click's own usage errors also exit 2
 EXIT_FORMAT = 3
 EXIT_INTERNAL = 4
-EXIT_CANNOT_JUDGE = 5  # `check` / `diff --fail-if`: a rule could not be judged (too few steps, or a value the trace cannot know)
+EXIT_CANNOT_JUDGE = (
+    5  # `check` / `diff --fail-if`: a rule could not be judged (too few steps, or a value the trace cannot know)
+)
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it: 128 + the signal
 EXIT_TERMINATED = 143  # SIGTERM (`kill`, `timeout`, a batch scheduler)
 

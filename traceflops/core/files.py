@@ -31,7 +31,9 @@ def open_if_regular(path: str | os.PathLike, *, follow_links: bool = True) -> tu
     would hang the open, and a device such as /dev/zero never ends. Raises what
     `os.open` raises (OSError; ValueError for a NUL in the name).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW))
+    fd = os.open(
+        path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    )
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -156,5 +158,8 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def _cannot_write(path, e: OSError) -> InputError:
-    return InputError(str(path), f"cannot write ({e.strerror or e})",
-                      "check the folder exists and is writable, and that the disk has space and no file-size limit is hit")
+    return InputError(
+        str(path),
+        f"cannot write ({e.strerror or e})",
+        "check the folder exists and is writable, and that the disk has space and no file-size limit is hit",
+    )

@@ -162,11 +162,15 @@ def precision_words(by: dict[str, float]) -> str:
     if own not in ("fp32", "tf32") or len(by) < 2:
         return ""
     best, v = list(by.items())[-1]
-    return (f": an {own} run, graded against its own peak; against the {best} tensor-core peak the same work is "
-            f"{pct(v)}: mixed precision (autocast to bf16/fp16) is the first lever")
+    return (
+        f": an {own} run, graded against its own peak; against the {best} tensor-core peak the same work is "
+        f"{pct(v)}: mixed precision (autocast to bf16/fp16) is the first lever"
+    )
 
 
 def budget_unknown_words(u: BudgetUnknown) -> str:
     """The loss budget's unknown terms in one line: which, why, and what they hold together."""
-    return (f"loss budget: {', '.join(u.terms)} unknown: {u.why}. Together they hold {pct(u.share)} "
-            f"of peak × time ({u.holds}); the terms shown sum to {pct(1.0 - u.share)}")
+    return (
+        f"loss budget: {', '.join(u.terms)} unknown: {u.why}. Together they hold {pct(u.share)} "
+        f"of peak × time ({u.holds}); the terms shown sum to {pct(1.0 - u.share)}"
+    )

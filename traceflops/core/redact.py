@@ -93,14 +93,18 @@ _SHAPES = (
     ("npm_", r"npm_[A-Za-z0-9]{36}"),
     ("eyJ", r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
 )
-TOKEN_RES = tuple(re.compile(lit + _EDGE.format(p=re.escape(lit)) + pat[len(lit):]) for lit, pat in _SHAPES) + (
+TOKEN_RES = tuple(re.compile(lit + _EDGE.format(p=re.escape(lit)) + pat[len(lit) :]) for lit, pat in _SHAPES) + (
     re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY-----[A-Za-z0-9+/=\s\\n]*?-----END[A-Z ]*PRIVATE KEY-----"),
 )
 # scheme://user:password@ — the password runs to the last '@' of the authority; never across a quote or backslash.
 URL_PASSWORD_RE = re.compile(r"(?P<head>://(?<=[A-Za-z0-9+.\-]://)[^\s:/@\"'\\]*:)(?P<pw>[^\s/?#\"'\\]+)(?=@)")
-_NAME_VALUE = re.compile(r"(?P<head>(?:^|(?<=[\s?&;,(\[{\"'])|(?<=--)|(?<=[\s?&;,]-))(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)\s*=(?![=~])\s*)"
-                         r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;,#\"']+)")
-_FLAG_SPACE = re.compile(r"(?P<head>(?:^|(?<=\s))--(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)\s+)(?P<value>\"[^\"]*\"|'[^']*'|[^\s\-][^\s]*)")
+_NAME_VALUE = re.compile(
+    r"(?P<head>(?:^|(?<=[\s?&;,(\[{\"'])|(?<=--)|(?<=[\s?&;,]-))(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)\s*=(?![=~])\s*)"
+    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;,#\"']+)"
+)
+_FLAG_SPACE = re.compile(
+    r"(?P<head>(?:^|(?<=\s))--(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)\s+)(?P<value>\"[^\"]*\"|'[^']*'|[^\s\-][^\s]*)"
+)
 _BEARER = re.compile(r"(?P<head>\b(?:Bearer|Basic)\s+)(?P<value>[A-Za-z0-9._~+/=\-]{8,})", re.IGNORECASE)
 # a number or a dotted version is kept as a value (`--max-tokens 128`, `tokenizers=0.21.1`); a secret is neither
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|v?\d+(?:\.\d+)+(?:[.+\-_]?[A-Za-z0-9]+)*")
@@ -110,12 +114,16 @@ _ENV_ITEM = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*=.*", re.DOTALL)
 # What a string holds whenever a rule of `redact_string` can change it: a pair's '=', a flag's '--', a URL's '://',
 # Bearer / Basic, a token shape's literal prefix. Polars runs it over a whole column (Rust's regex, literal-led), so
 # Python's rules run only on the few distinct values it finds.
-MAY_CHANGE = (r"=|--|://|(?i:bearer|basic)|gh[pousr]_|github_pat_|hf_|sk-|xox[abposr]-|AKIA|ASIA|AIza|glpat-|npm_|eyJ"
-              r"|-----BEGIN")
+MAY_CHANGE = (
+    r"=|--|://|(?i:bearer|basic)|gh[pousr]_|github_pat_|hf_|sk-|xox[abposr]-|AKIA|ASIA|AIza|glpat-|npm_|eyJ"
+    r"|-----BEGIN"
+)
 
 _SHAPE_RES = ((URL_PASSWORD_RE, lambda m: m.group("head") + INLINE), *((r, INLINE) for r in TOKEN_RES))
-_SHAPE_BYTES = tuple((re.compile(r.pattern.encode()), (lambda m: m.group("head") + INLINE.encode()) if callable(to) else to.encode())
-                     for r, to in _SHAPE_RES)
+_SHAPE_BYTES = tuple(
+    (re.compile(r.pattern.encode()), (lambda m: m.group("head") + INLINE.encode()) if callable(to) else to.encode())
+    for r, to in _SHAPE_RES
+)
 
 
 def is_secret_key(name: Any) -> bool:

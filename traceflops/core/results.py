@@ -67,10 +67,16 @@ class Analysis:
     by_gemm_shape: pl.DataFrame | None = None  # per GEMM shape, with wave-quantization hints
     advice: list[AdviceItem] = field(default_factory=list)  # ranked by the share of step time it would recover
     step_stats: StepStats | None = None  # variance, outlier and warm-up steps
-    critical_path: pl.DataFrame | None = None  # per step: the contiguous segments of what bounded it (stages.critical_path)
+    critical_path: pl.DataFrame | None = (
+        None  # per step: the contiguous segments of what bounded it (stages.critical_path)
+    )
     path_summary: PathSummary | None = None  # the critical path as reports show it (views.path_summary.path_summary)
-    communication: pl.DataFrame | None = None  # per dimension (group role), phase and kind: exposed and hidden time (views.collectives)
-    collectives: pl.DataFrame | None = None  # communication kernels with their group, kind, payload and order in the group
+    communication: pl.DataFrame | None = (
+        None  # per dimension (group role), phase and kind: exposed and hidden time (views.collectives)
+    )
+    collectives: pl.DataFrame | None = (
+        None  # communication kernels with their group, kind, payload and order in the group
+    )
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -80,8 +86,10 @@ class Analysis:
         """One line: the file, steps, MFU and HFU, the largest loss-budget terms (the whole analysis is `to_dict()`)."""
         sc = self.totals.step_count
         steps = f"{sc.counted} of {sc.in_trace} steps counted"
-        return (f"<traceflops.Analysis {fmt.printable(self.meta.get('path'))}: {self.meta.get('format') or 'trace'}, {steps}, "
-                f"{utilization_words(self.totals)}; {_budget_words(self.totals.loss_budget)}; {len(self.warnings)} warnings>")
+        return (
+            f"<traceflops.Analysis {fmt.printable(self.meta.get('path'))}: {self.meta.get('format') or 'trace'}, {steps}, "
+            f"{utilization_words(self.totals)}; {_budget_words(self.totals.loss_budget)}; {len(self.warnings)} warnings>"
+        )
 
     def _repr_html_(self) -> str:
         """A notebook's view: the headline, the loss budget and the top of "what to try" (the full report: `to_html()`)."""
@@ -114,9 +122,13 @@ class RankSummary:
     idle: pl.DataFrame  # per step and reason: idle µs
     totals: Totals | dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-    path_comm: pl.DataFrame | None = None  # the critical path's communication segments: step, start, end (µs, own clock)
+    path_comm: pl.DataFrame | None = (
+        None  # the critical path's communication segments: step, start, end (µs, own clock)
+    )
     advice: list[dict[str, Any]] = field(default_factory=list)  # the rank's top advice headlines (kind, title, share)
-    communication: pl.DataFrame | None = None  # per dimension, phase and kind over the counted steps (views.collectives)
+    communication: pl.DataFrame | None = (
+        None  # per dimension, phase and kind over the counted steps (views.collectives)
+    )
 
 
 @dataclass(frozen=True)
@@ -132,17 +144,25 @@ class Job:
     totals: JobTotals
     warnings: list[str]
     summaries: list[RankSummary]
-    advice: list[dict[str, Any]] = field(default_factory=list)  # the job's "what to try": waits on late ranks, ranks' own top items
-    communication: pl.DataFrame | None = None  # per dimension, phase and kind over all ranks (views.collectives.across_ranks)
+    advice: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # the job's "what to try": waits on late ranks, ranks' own top items
+    communication: pl.DataFrame | None = (
+        None  # per dimension, phase and kind over all ranks (views.collectives.across_ranks)
+    )
     communication_by_rank: pl.DataFrame | None = None  # the same per rank
-    experts: pl.DataFrame | None = None  # per rank: expert FLOPs and EP all-to-all bytes against its EP group (views.experts)
+    experts: pl.DataFrame | None = (
+        None  # per rank: expert FLOPs and EP all-to-all bytes against its EP group (views.experts)
+    )
     # Each warning once, as reports say it: (text, the ranks that gave it (none: the job's own), the most times one gave it).
     warning_groups: list[tuple[str, tuple[int, ...], int]] = field(default_factory=list)
 
     def __repr__(self) -> str:
         """One line: ranks, steps, job MFU and HFU, the ranks' largest loss-budget terms (mean over ranks)."""
-        return (f"<traceflops.Job {len(self.summaries)} ranks, {self.steps.height} steps, {utilization_words(self.totals)}; "
-                f"{_budget_words(self.mean_budget())} (mean over ranks); {len(self.warnings)} warnings>")
+        return (
+            f"<traceflops.Job {len(self.summaries)} ranks, {self.steps.height} steps, {utilization_words(self.totals)}; "
+            f"{_budget_words(self.mean_budget())} (mean over ranks); {len(self.warnings)} warnings>"
+        )
 
     def _repr_html_(self) -> str:
         """A notebook's view: the headline, the ranks' mean loss budget and the top of the job's "what to try"."""

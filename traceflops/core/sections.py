@@ -172,8 +172,10 @@ class UnknownKernel(Section, kw_only=True):
     family: str | None  # the kernel library's family (flops.kernels), where its name tells
     count: int
     time_us: float
-    why: Annotated[str, Meta(description="a graph replay without its capture, an op without a FLOP formula, or the op's "
-                                         "own reason")]
+    why: Annotated[
+        str,
+        Meta(description="a graph replay without its capture, an op without a FLOP formula, or the op's own reason"),
+    ]
 
 
 class BudgetUnknown(Section, kw_only=True):
@@ -195,17 +197,37 @@ class Totals(Section, kw_only=True):
     loss_budget: LossBudget | None  # shares of peak × step time; sums to exactly 1
     matmul_count: ByPhase
     flops: ByPhase  # by phase, and executed
-    flops_known: Annotated[bool, Meta(description="false: no FLOP of the trace is known (no shapes, or device activity "
-                                                  "only); FLOPs and HFU are then unknown, never 0")]
-    flops_coverage: Annotated[float | None, Meta(description="share of all matmul-class kernel time (a matmul op's "
-                                                             "kernels, and kernels a GEMM, convolution or attention library "
-                                                             "names wherever they ran) whose FLOPs are known; null without "
-                                                             "matmul time")]
-    flops_lower_bound: Annotated[bool, Meta(description="flops_coverage below 0.95: HFU, and an MFU whose model FLOPs are "
-                                                        "the trace's own, are lower bounds")]
-    unknown_matmul_kernels: Annotated[list[UnknownKernel], Meta(description="the matmul-class kernels with unknown FLOPs "
-                                                                            "taking the most time in the analysed steps (at "
-                                                                            "most 5), largest first")]
+    flops_known: Annotated[
+        bool,
+        Meta(
+            description="false: no FLOP of the trace is known (no shapes, or device activity "
+            "only); FLOPs and HFU are then unknown, never 0"
+        ),
+    ]
+    flops_coverage: Annotated[
+        float | None,
+        Meta(
+            description="share of all matmul-class kernel time (a matmul op's "
+            "kernels, and kernels a GEMM, convolution or attention library "
+            "names wherever they ran) whose FLOPs are known; null without "
+            "matmul time"
+        ),
+    ]
+    flops_lower_bound: Annotated[
+        bool,
+        Meta(
+            description="flops_coverage below 0.95: HFU, and an MFU whose model FLOPs are "
+            "the trace's own, are lower bounds"
+        ),
+    ]
+    unknown_matmul_kernels: Annotated[
+        list[UnknownKernel],
+        Meta(
+            description="the matmul-class kernels with unknown FLOPs "
+            "taking the most time in the analysed steps (at "
+            "most 5), largest first"
+        ),
+    ]
     matmul_flops_unknown_count: int
     mfu: float | None
     mfu_no_attention: float | None

@@ -53,8 +53,16 @@ OPS_SCHEMA = {
     "device": pl.Int64,  # the device whose work the op is (XLA:CPU's `device_ordinal`, a program on several devices)
 }
 
-HINT_COLUMNS = ("scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint", "feeds_forward_hint",
-                "device")
+HINT_COLUMNS = (
+    "scope",
+    "flops_hint",
+    "bytes_hint",
+    "matmul_hint",
+    "recompute_hint",
+    "mask_hint",
+    "feeds_forward_hint",
+    "device",
+)
 
 
 def with_null_hints(ops: pl.DataFrame) -> pl.DataFrame:
@@ -193,5 +201,9 @@ def thread_order(ops: pl.DataFrame) -> pl.DataFrame:
         return ops  # the Kineto parser stores this order: no copy of the table
     # Threads ranked first: faster than sorting by two text columns; checked, else a plain sort.
     thread = pl.struct("pid", "tid").rank("dense")
-    out = ops[ops.select(pl.arg_sort_by([thread, "ts", "dur", "op_id"], descending=[False, False, True, False])).to_series()]
-    return compact(out if in_thread_order(out) else out.sort(OP_ORDER[0], descending=OP_ORDER[1]))  # the gather filled null columns
+    out = ops[
+        ops.select(pl.arg_sort_by([thread, "ts", "dur", "op_id"], descending=[False, False, True, False])).to_series()
+    ]
+    return compact(
+        out if in_thread_order(out) else out.sort(OP_ORDER[0], descending=OP_ORDER[1])
+    )  # the gather filled null columns

@@ -21,7 +21,9 @@ OUTSIDE = -1  # step id of work outside every step
 
 # A step is an outlier when its window is this far from the median (metrics.stepstats); reports say which rule held.
 OUTLIER_MAD_K = 3.0
-OUTLIER_MAD_FLOOR = 0.05  # a MAD outlier must also be this far (a fraction of the median): near-identical steps have a MAD near 0
+OUTLIER_MAD_FLOOR = (
+    0.05  # a MAD outlier must also be this far (a fraction of the median): near-identical steps have a MAD near 0
+)
 OUTLIER_RELATIVE = 0.20
 OUTLIER_RULES = {
     "mad": f"more than {OUTLIER_MAD_K:g} median absolute deviations (and {OUTLIER_MAD_FLOOR:.0%}) from the median",
@@ -45,18 +47,31 @@ HOST_COMM_WORK_RE = r"^gloo:"
 HOST_COMM_CALL_RE = r"^c10d::"
 # The collective a `c10d::` call asks for; the backend may run it as another (gloo: a reduce-scatter as `gloo:all_reduce`).
 HOST_COMM_CALL_KIND = {
-    "c10d::allreduce_": "allreduce", "c10d::allreduce_coalesced_": "allreduce",
-    "c10d::_allgather_base_": "allgather", "c10d::allgather_": "allgather", "c10d::allgather_coalesced_": "allgather",
+    "c10d::allreduce_": "allreduce",
+    "c10d::allreduce_coalesced_": "allreduce",
+    "c10d::_allgather_base_": "allgather",
+    "c10d::allgather_": "allgather",
+    "c10d::allgather_coalesced_": "allgather",
     "c10d::allgather_into_tensor_coalesced_": "allgather",
-    "c10d::_reduce_scatter_base_": "reduce_scatter", "c10d::reduce_scatter_": "reduce_scatter",
+    "c10d::_reduce_scatter_base_": "reduce_scatter",
+    "c10d::reduce_scatter_": "reduce_scatter",
     "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter",
-    "c10d::alltoall_": "all_to_all", "c10d::alltoall_base_": "all_to_all", "c10d::broadcast_": "broadcast",
-    "c10d::send": "sendrecv", "c10d::recv_": "sendrecv", "c10d::recv_any_source_": "sendrecv",
+    "c10d::alltoall_": "all_to_all",
+    "c10d::alltoall_base_": "all_to_all",
+    "c10d::broadcast_": "broadcast",
+    "c10d::send": "sendrecv",
+    "c10d::recv_": "sendrecv",
+    "c10d::recv_any_source_": "sendrecv",
 }
 # A CPU backend's work as it names it (`gloo:<op>`) -> its kind; send and recv run on the calling thread, inside the call.
 HOST_COMM_WORK_KIND = {
-    "all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter", "all_to_all": "all_to_all",
-    "broadcast": "broadcast", "send": "sendrecv", "recv": "sendrecv",
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reduce_scatter",
+    "all_to_all": "all_to_all",
+    "broadcast": "broadcast",
+    "send": "sendrecv",
+    "recv": "sendrecv",
 }
 # Where a thread blocks until a collective completes (functional collectives: DTensor, TP, compiled code).
 HOST_COMM_WAIT_RE = r"^_?c10d_functional(_autograd)?::wait_tensor$"
@@ -102,6 +117,7 @@ def _whole(v) -> int | None:
             return None
     return v if isinstance(v, int) else None
 
+
 # A capture that names a device but holds none of its activity (CPU activity only, or the CUPTI range profiler):
 # its warning opens with one of these and is shown in every report's headline, not only among the warnings.
 NO_DEVICE_ACTIVITY = "no device activity in this capture"
@@ -125,4 +141,3 @@ def tells_dimensions_apart(roles) -> bool:
     any kind (`?`, no group recorded, is none); one world group says no more than the time breakdown does."""
     roles = set(roles)
     return bool(roles & set(DIMENSIONS)) or len(roles - {"?"}) >= 2
-

@@ -9,8 +9,8 @@ its mask, the mask reported beside the count).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,14 @@ def dot(out_dims: Sequence[int], lhs_dims: Sequence[int], lhs_contracting: Seque
     return 2 * math.prod(out_dims) * math.prod(lhs_dims[c] for c in lhs_contracting)
 
 
-def convolution(target: str, out_dims: Sequence[int], a_dims: Sequence[int], b_dims: Sequence[int],
-                kernel_input_feature: int, kernel_spatial: Sequence[int]) -> int:
+def convolution(
+    target: str,
+    out_dims: Sequence[int],
+    a_dims: Sequence[int],
+    b_dims: Sequence[int],
+    kernel_input_feature: int,
+    kernel_spatial: Sequence[int],
+) -> int:
     """2 · (forward output elements) · (kernel input features per group × window).
 
     cuDNN rewrites (`target`) keep the forward convolution's dimension numbers:

@@ -38,6 +38,7 @@ BAND_CAVEAT = (
 
 # --- specs ------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ModelSpec:
     params_matmul: int  # N: weights used in matmuls per token (active only, for MoE)
@@ -56,14 +57,17 @@ class ModelSpec:
     part_shapes: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def __hash__(self) -> int:
-        return hash((self.params_matmul, self.layers, self.heads, self.head_dim, self.seq_len,
-                     self.source, self.model_type))
+        return hash(
+            (self.params_matmul, self.layers, self.heads, self.head_dim, self.seq_len, self.source, self.model_type)
+        )
 
     def describe(self) -> str:
         """A few printable lines: what N counts and what it leaves out."""
-        lines = [f"N = {self.params_matmul:,} matmul weights per token "
-                 f"(L={self.layers}, H={self.heads}, Q={self.head_dim}, T={self.seq_len}; "
-                 f"from {self.source}{' ' + self.model_type if self.model_type else ''})"]
+        lines = [
+            f"N = {self.params_matmul:,} matmul weights per token "
+            f"(L={self.layers}, H={self.heads}, Q={self.head_dim}, T={self.seq_len}; "
+            f"from {self.source}{' ' + self.model_type if self.model_type else ''})"
+        ]
         for k, v in self.breakdown.items():
             lines.append(f"  counted   {k:<20} {v:>16,}")
         for k, v in self.excluded.items():
@@ -98,8 +102,10 @@ def spec_from_flags(params: int, layers: int, heads: int, head_dim: int, seq_len
         source="flags",
         breakdown={"params (as given)": n},
         total_params=None,
-        notes=("N taken as given: it should count matmul weights only (incl. the LM head, "
-               "excl. lookup embeddings); for MoE, only the active experts.",),
+        notes=(
+            "N taken as given: it should count matmul weights only (incl. the LM head, "
+            "excl. lookup embeddings); for MoE, only the active experts.",
+        ),
     )
 
 
@@ -133,19 +139,24 @@ def _family(cfg: dict) -> str:
             return mt
         raise ValueError(
             f"model_type {mt!r} is not supported by spec_from_config (supported: "
-            f"{', '.join(_SUPPORTED)}); pass --params/--layers/--heads/--head-dim/--seq-len")
+            f"{', '.join(_SUPPORTED)}); pass --params/--layers/--heads/--head-dim/--seq-len"
+        )
     if "text_config" in cfg:
-        raise ValueError("this looks like a multimodal config (it has text_config): the vision "
-                         "part would not be counted; pass the numbers with flags instead")
+        raise ValueError(
+            "this looks like a multimodal config (it has text_config): the vision "
+            "part would not be counted; pass the numbers with flags instead"
+        )
     if "n_embd" in cfg and "n_layer" in cfg:
         return "gpt2"
     if "num_local_experts" in cfg:
         return "mixtral"
     if {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers"} <= set(cfg):
         return "llama"
-    raise ValueError("config has no model_type and is neither GPT-2 style (n_embd, n_layer, "
-                     "n_head) nor Llama style (hidden_size, intermediate_size, "
-                     "num_attention_heads, num_hidden_layers)")
+    raise ValueError(
+        "config has no model_type and is neither GPT-2 style (n_embd, n_layer, "
+        "n_head) nor Llama style (hidden_size, intermediate_size, "
+        "num_attention_heads, num_hidden_layers)"
+    )
 
 
 def spec_from_config(config: dict, seq_len: int | None = None) -> ModelSpec:
@@ -175,13 +186,24 @@ def spec_from_config(config: dict, seq_len: int | None = None) -> ModelSpec:
     window = config.get("sliding_window")
     use_window = config.get("use_sliding_window", True)
     if isinstance(window, int) and not isinstance(window, bool) and use_window and 0 < window < T:
-        notes.append(f"sliding-window attention ({window}) < T: PaLM's attention term counts "
-                     f"all T={T} keys, more than the model computes")
+        notes.append(
+            f"sliding-window attention ({window}) < T: PaLM's attention term counts "
+            f"all T={T} keys, more than the model computes"
+        )
 
     return ModelSpec(
-        params_matmul=c["N"], layers=c["L"], heads=c["H"], head_dim=c["Q"], seq_len=T,
-        source="config", breakdown=c["counted"], total_params=c["total"],
-        excluded=c["excluded"], model_type=fam, notes=tuple(notes), seq_len_source=seq_len_source,
+        params_matmul=c["N"],
+        layers=c["L"],
+        heads=c["H"],
+        head_dim=c["Q"],
+        seq_len=T,
+        source="config",
+        breakdown=c["counted"],
+        total_params=c["total"],
+        excluded=c["excluded"],
+        model_type=fam,
+        notes=tuple(notes),
+        seq_len_source=seq_len_source,
         part_shapes=c["shapes"],
     )
 
@@ -224,11 +246,19 @@ def _count_gpt(cfg: dict, fam: str) -> dict:
     counted = {"attention": attn, "mlp": mlp, "lm_head": lm_head}
     N = attn + mlp + lm_head
     total = attn + mlp + sum(excluded.values()) + (0 if tied else lm_head)
-    notes = [f"{'tied' if tied else 'untied'} LM head ({V:,} x {d}) counted once in N",
-             "2-matrix GELU MLP"]
+    notes = [f"{'tied' if tied else 'untied'} LM head ({V:,} x {d}) counted once in N", "2-matrix GELU MLP"]
     shapes = {"lm_head": ((V, d),), "mlp": ((ff, d), (d, ff)), "attention": ((3 * d, d), (d, d))}
-    return {"N": N, "L": L, "H": H, "Q": Q, "counted": counted, "excluded": excluded,
-            "total": total, "notes": notes, "shapes": shapes}
+    return {
+        "N": N,
+        "L": L,
+        "H": H,
+        "Q": Q,
+        "counted": counted,
+        "excluded": excluded,
+        "total": total,
+        "notes": notes,
+        "shapes": shapes,
+    }
 
 
 def _count_decoder(cfg: dict, fam: str) -> dict:
@@ -263,18 +293,20 @@ def _count_decoder(cfg: dict, fam: str) -> dict:
         if (qk + vdim) % 2:
             raise ValueError(f"{fam} config: qk head dim {qk} + v head dim {vdim} is odd")
         Q = (qk + vdim) // 2
-        notes.append(f"MLA attention: scores use {qk}-dim q/k heads, values {vdim}-dim heads; "
-                     f"Q = ({qk}+{vdim})/2 = {Q} makes 4*H*Q*T exact")
+        notes.append(
+            f"MLA attention: scores use {qk}-dim q/k heads, values {vdim}-dim heads; "
+            f"Q = ({qk}+{vdim})/2 = {Q} makes 4*H*Q*T exact"
+        )
     else:
         K = int(_get(cfg, "num_key_value_heads", default=H))
         if K <= 0 or H % K:
-            raise ValueError(f"{fam} config: {H} attention heads are not a multiple of "
-                             f"{K} key/value heads")
+            raise ValueError(f"{fam} config: {H} attention heads are not a multiple of {K} key/value heads")
         hd = cfg.get("head_dim")
         if hd is None:
             if d % H:
-                raise ValueError(f"{fam} config: hidden_size {d} is not divisible by {H} heads "
-                                 "and there is no head_dim")
+                raise ValueError(
+                    f"{fam} config: hidden_size {d} is not divisible by {H} heads and there is no head_dim"
+                )
             hd = d // H
         Q = _pos_int("head_dim", hd)
         attn_w = d * H * Q + 2 * d * K * Q + H * Q * d
@@ -333,11 +365,12 @@ def _count_decoder(cfg: dict, fam: str) -> dict:
             if cfg.get("topk_method") == "noaux_tc":
                 router_bias = experts  # e_score_correction_bias
         if cfg.get("num_nextn_predict_layers"):
-            notes.append("multi-token-prediction layers in the checkpoint are not part of the "
-                         "Hugging Face model and are not counted")
+            notes.append(
+                "multi-token-prediction layers in the checkpoint are not part of the "
+                "Hugging Face model and are not counted"
+            )
     if experts and routed_k > experts:
-        raise ValueError(f"{fam} config: num_experts_per_tok={routed_k} exceeds the "
-                         f"{experts} experts")
+        raise ValueError(f"{fam} config: num_experts_per_tok={routed_k} exceeds the {experts} experts")
     n_moe = len(moe_layers)
     n_dense = L - n_moe
     if n_dense:
@@ -375,26 +408,36 @@ def _count_decoder(cfg: dict, fam: str) -> dict:
         excluded["biases"] = biases
     if n_moe and experts_all - experts_active:
         excluded["experts_inactive"] = experts_all - experts_active
-    total = (attn_total + dense_mlp + experts_all + shared + router + norms + biases
-             + V * d + (0 if tied else lm_head))
+    total = attn_total + dense_mlp + experts_all + shared + router + norms + biases + V * d + (0 if tied else lm_head)
 
-    notes.insert(0, f"{'tied' if tied else 'untied'} LM head ({V:,} x {d}) counted once in N; "
-                    "3-matrix gated MLP")
+    notes.insert(0, f"{'tied' if tied else 'untied'} LM head ({V:,} x {d}) counted once in N; 3-matrix gated MLP")
     if n_moe:
-        notes.append(f"MoE: {n_moe} of {L} layers route each token to {routed_k} of {experts} "
-                     f"experts (expert FFN {moe_ff})"
-                     + (f" plus shared FFN {shared_ff}" if shared_ff else "")
-                     + "; N counts the active experts, total_params all of them")
+        notes.append(
+            f"MoE: {n_moe} of {L} layers route each token to {routed_k} of {experts} "
+            f"experts (expert FFN {moe_ff})"
+            + (f" plus shared FFN {shared_ff}" if shared_ff else "")
+            + "; N counts the active experts, total_params all of them"
+        )
     shapes: dict[str, tuple[tuple[int, int], ...]] = {"lm_head": ((V, d),)}
     if not mla:
         shapes["attention"] = ((H * Q, d), (K * Q, d), (d, H * Q))
     if dense_mlp and not n_moe:
         shapes["mlp"] = ((dense_ff, d), (d, dense_ff))
-    return {"N": N, "L": L, "H": H, "Q": Q, "counted": counted, "excluded": excluded,
-            "total": total, "notes": notes, "shapes": shapes}
+    return {
+        "N": N,
+        "L": L,
+        "H": H,
+        "Q": Q,
+        "counted": counted,
+        "excluded": excluded,
+        "total": total,
+        "notes": notes,
+        "shapes": shapes,
+    }
 
 
 # --- FLOPs ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ModelFlops:
@@ -411,15 +454,14 @@ class ModelFlops:
     causal_fraction: float = 1.0
 
 
-def model_flops(spec: ModelSpec, mode: str = "training",
-                tokens_per_step: float | None = None) -> ModelFlops:
+def model_flops(spec: ModelSpec, mode: str = "training", tokens_per_step: float | None = None) -> ModelFlops:
     """PaLM appendix-B model FLOPs per token (and per step when tokens_per_step is given)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if tokens_per_step is not None:
         if isinstance(tokens_per_step, bool) or not (
-                isinstance(tokens_per_step, (int, float)) and math.isfinite(tokens_per_step)
-                and tokens_per_step > 0):
+            isinstance(tokens_per_step, (int, float)) and math.isfinite(tokens_per_step) and tokens_per_step > 0
+        ):
             raise ValueError(f"tokens_per_step must be a positive number, got {tokens_per_step!r}")
     N, L, H, Q, T = (spec.params_matmul, spec.layers, spec.heads, spec.head_dim, spec.seq_len)
     wmul, amul = (6, 12) if mode == "training" else (2, 4)
@@ -430,37 +472,50 @@ def model_flops(spec: ModelSpec, mode: str = "training",
     causal = dense + attn * frac
     what = "training (forward + backward)" if mode == "training" else "inference (forward only)"
     labels = {
-        "per_token": (f"{what} model FLOPs/token, PaLM app. B: {wmul}N + {amul}·L·H·Q·T "
-                      "(full T×T attention, as PaLM counts it)"),
+        "per_token": (
+            f"{what} model FLOPs/token, PaLM app. B: {wmul}N + {amul}·L·H·Q·T (full T×T attention, as PaLM counts it)"
+        ),
         "per_token_no_attention": f"{what} model FLOPs/token without attention: {wmul}N",
-        "per_token_causal": (f"{what} model FLOPs/token with causal-effective attention: "
-                             f"{wmul}N + {amul}·L·H·Q·T·(T+1)/(2T), (T+1)/(2T) = {frac:.4f}"),
+        "per_token_causal": (
+            f"{what} model FLOPs/token with causal-effective attention: "
+            f"{wmul}N + {amul}·L·H·Q·T·(T+1)/(2T), (T+1)/(2T) = {frac:.4f}"
+        ),
     }
     if mode == "inference":
-        labels["per_token"] += ("; assumes a full T-token forward (prefill): a decode token "
-                                "attends to its context length, not T")
+        labels["per_token"] += (
+            "; assumes a full T-token forward (prefill): a decode token attends to its context length, not T"
+        )
     if tokens_per_step is None:
         steps = (None, None, None)
     else:
         steps = (per_token * tokens_per_step, dense * tokens_per_step, causal * tokens_per_step)
         labels["per_step"] = f"per_token × {tokens_per_step:g} tokens per step"
     return ModelFlops(
-        per_token=per_token, per_token_no_attention=dense, per_token_causal=causal, mode=mode,
+        per_token=per_token,
+        per_token_no_attention=dense,
+        per_token_causal=causal,
+        mode=mode,
         tokens_per_step=None if tokens_per_step is None else float(tokens_per_step),
-        per_step=steps[0], per_step_no_attention=steps[1], per_step_causal=steps[2],
-        labels=labels, attention_per_token=attn, causal_fraction=frac,
+        per_step=steps[0],
+        per_step_no_attention=steps[1],
+        per_step_causal=steps[2],
+        labels=labels,
+        attention_per_token=attn,
+        causal_fraction=frac,
     )
 
 
-def mfu(tokens_per_second: float, flops_per_token: float, devices: int,
-        peak_flops: float) -> float:
+def mfu(tokens_per_second: float, flops_per_token: float, devices: int, peak_flops: float) -> float:
     """Model FLOPs utilization (a fraction): achieved model FLOP/s over aggregate peak.
 
     Pass executed FLOPs per token (recomputation included) instead to get HFU.
     """
-    for name, v in (("tokens_per_second", tokens_per_second),
-                    ("flops_per_token", flops_per_token), ("devices", devices),
-                    ("peak_flops", peak_flops)):
+    for name, v in (
+        ("tokens_per_second", tokens_per_second),
+        ("flops_per_token", flops_per_token),
+        ("devices", devices),
+        ("peak_flops", peak_flops),
+    ):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise ValueError(f"{name} must be a positive number, got {v!r}")
     return tokens_per_second * flops_per_token / (devices * peak_flops)

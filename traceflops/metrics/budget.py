@@ -46,8 +46,9 @@ cumulative sum: the left-to-right additions of `sum_inputs`, bit for bit), so
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -93,7 +94,7 @@ class BudgetInputs:
     attention_effective_flops: float = 0.0
     time_us: Mapping[str, float] = field(default_factory=dict)
 
-    def __add__(self, other: "BudgetInputs") -> "BudgetInputs":
+    def __add__(self, other: BudgetInputs) -> BudgetInputs:
         """Sum of two steps' inputs: the budget of a sum is the time-weighted budget.
 
         The peak must agree (one device kind); an unknown model FLOP count
@@ -105,7 +106,9 @@ class BudgetInputs:
         return BudgetInputs(
             window_us=self.window_us + other.window_us,
             peak_flops=self.peak_flops,
-            model_flops=None if self.model_flops is None or other.model_flops is None else self.model_flops + other.model_flops,
+            model_flops=None
+            if self.model_flops is None or other.model_flops is None
+            else self.model_flops + other.model_flops,
             executed_flops=self.executed_flops + other.executed_flops,
             recompute_flops=self.recompute_flops + other.recompute_flops,
             attention_full_flops=self.attention_full_flops + other.attention_full_flops,
@@ -168,7 +171,9 @@ def check_budget(budget: Mapping[str, float | None], tol: float = SUM_TOLERANCE)
         return
     total = sum(vals)
     if abs(total - 1.0) > tol:
-        raise ConservationError("loss budget", f"loss budget sums to {total!r}, not 1 (|error| > {tol}): {dict(budget)}")
+        raise ConservationError(
+            "loss budget", f"loss budget sums to {total!r}, not 1 (|error| > {tol}): {dict(budget)}"
+        )
 
 
 FLOP_TERMS = ("mfu", "extra_executed", "recompute", "attention_mask_credit", "matmul_below_peak")
@@ -191,8 +196,10 @@ def unknown_terms(budget: Mapping[str, float | None] | None, hardware: Hardware 
         if not hardware:
             why = "no peak: the hardware is unknown; give --hardware NAME or --peak-tflops N"
         else:
-            why = (f"no peak: {hardware.name} has no dense {hardware.precision} peak in the table; "
-                   "give --precision or --peak-tflops N")
+            why = (
+                f"no peak: {hardware.name} has no dense {hardware.precision} peak in the table; "
+                "give --precision or --peak-tflops N"
+            )
         rest = "matmul time with known FLOPs"
     else:
         why = "model FLOPs unknown: no FLOP of the trace is known, or no model description"
@@ -224,7 +231,9 @@ def step_inputs(step: Mapping[str, Any], peak_flops: float | None) -> BudgetInpu
     return inputs_from_row(step, time, peak_flops)
 
 
-def steps_budget(rows: Iterable[Mapping[str, Any]] | pl.DataFrame, peak_flops: float | None) -> dict[str, float | None] | None:
+def steps_budget(
+    rows: Iterable[Mapping[str, Any]] | pl.DataFrame, peak_flops: float | None
+) -> dict[str, float | None] | None:
     """The loss budget of several steps added up: their inputs summed, then one budget (the totals', the advice's).
     Given the steps as a frame, the sums are column sums in step order (the same numbers, bit for bit)."""
     if isinstance(rows, pl.DataFrame):
@@ -247,9 +256,14 @@ def _input_frame(steps: pl.DataFrame) -> pl.DataFrame:
     full, effective and one `t_<key>` per TIME_KEYS."""
     model = pl.col("model_flops").cast(pl.Float64) if "model_flops" in steps.columns else pl.lit(None, pl.Float64)
     return steps.select(
-        window=pl.col("window").cast(pl.Float64), model=model, executed=_or_zero(steps, "flops_executed"),
-        recompute=_or_zero(steps, "flops_recompute"), full=_or_zero(steps, "attention_full_flops"),
-        effective=_or_zero(steps, "attention_effective_flops"), **{f"t_{k}": _or_zero(steps, f"time_{k}") for k in TIME_KEYS})
+        window=pl.col("window").cast(pl.Float64),
+        model=model,
+        executed=_or_zero(steps, "flops_executed"),
+        recompute=_or_zero(steps, "flops_recompute"),
+        full=_or_zero(steps, "attention_full_flops"),
+        effective=_or_zero(steps, "attention_effective_flops"),
+        **{f"t_{k}": _or_zero(steps, f"time_{k}") for k in TIME_KEYS},
+    )
 
 
 def _frame_sum(steps: pl.DataFrame, peak_flops: float | None) -> BudgetInputs | None:
@@ -264,10 +278,13 @@ def _frame_sum(steps: pl.DataFrame, peak_flops: float | None) -> BudgetInputs | 
     if f["window"].null_count():
         raise TypeError("a step without a window has no loss budget")  # as float(None) in `inputs_from_row`
     return BudgetInputs(
-        window_us=total("window"), peak_flops=peak_flops,
+        window_us=total("window"),
+        peak_flops=peak_flops,
         model_flops=None if f["model"].null_count() else total("model"),
-        executed_flops=total("executed"), recompute_flops=total("recompute"),
-        attention_full_flops=total("full"), attention_effective_flops=total("effective"),
+        executed_flops=total("executed"),
+        recompute_flops=total("recompute"),
+        attention_full_flops=total("full"),
+        attention_effective_flops=total("effective"),
         time_us={k: total(f"t_{k}") for k in TIME_KEYS},
     )
 
@@ -296,8 +313,10 @@ def step_budgets(steps: pl.DataFrame, peak_flops: float | None) -> list[dict[str
             terms["matmul_below_peak"] = (c["t_matmul_known"] / t - (c["executed"] - credit) / at_peak, None)
         else:
             unknown = np.zeros(len(t), bool)
-            terms |= {k: (np.zeros(len(t)), unknown) for k in ("mfu", "extra_executed", "recompute", "attention_mask_credit",
-                                                              "matmul_below_peak")}
+            terms |= {
+                k: (np.zeros(len(t)), unknown)
+                for k in ("mfu", "extra_executed", "recompute", "attention_mask_credit", "matmul_below_peak")
+            }
         terms["matmul_flops_unknown"] = (c["t_matmul_unknown"] / t, None)
         terms["non_matmul"] = (c["t_other_compute"] / t, None)
         terms["memcpy_exposed"] = (c["t_memcpy"] / t, None)

@@ -29,7 +29,9 @@ def check_classes(kernels: pl.DataFrame, path: str | None = None) -> None:
     bad = kernels.filter(~pl.col("cls").is_in(list(CLASSES)).fill_null(False))
     if bad.height:
         seen = bad.select(pl.col("cls").cast(pl.Utf8).fill_null("null")).unique().to_series().to_list()[:5]
-        raise InternalError(path, f"{bad.height} device activities have no valid time class (cls: {', '.join(seen)})", BUG)
+        raise InternalError(
+            path, f"{bad.height} device activities have no valid time class (cls: {', '.join(seen)})", BUG
+        )
 
 
 def check_partition(part: pl.DataFrame | None, path: str | None = None) -> None:

@@ -23,7 +23,9 @@ def _input_lookups(ops: pl.DataFrame) -> list[tuple[int, list[int]]]:
     small vocabulary, but is looked up once per position, not per token); a tie
     goes to the larger table.
     """
-    emb = ops.filter((pl.col("name") == "aten::embedding") & pl.col("dims").is_not_null() & (pl.col("phase") == "forward"))
+    emb = ops.filter(
+        (pl.col("name") == "aten::embedding") & pl.col("dims").is_not_null() & (pl.col("phase") == "forward")
+    )
     by_table: dict[int, list[tuple[int, list[int]]]] = {}
     for dims, step in emb.select("dims", "step").iter_rows():
         d = orjson.loads(dims)
@@ -37,7 +39,11 @@ def _input_lookups(ops: pl.DataFrame) -> list[tuple[int, list[int]]]:
 
 def _shape(x) -> bool:
     """A plausible recorded tensor shape: a non-empty list of dimensions, each an int below 2^40 (exact products, no wrap)."""
-    return isinstance(x, list) and bool(x) and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 40 for n in x)
+    return (
+        isinstance(x, list)
+        and bool(x)
+        and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 40 for n in x)
+    )
 
 
 def infer_tokens(lookups: list[tuple[int, list[int]]]) -> int | None:
@@ -74,8 +80,15 @@ def infer_seq_len_from_attention(ops: pl.DataFrame, head_dim: int | None) -> int
     if not lengths and head_dim:
         for (dims,) in fwd.filter(pl.col("name") == "aten::bmm").select("dims").unique().iter_rows():
             d = orjson.loads(dims)
-            if (len(d) >= 2 and _shape(d[0]) and _shape(d[1]) and len(d[0]) == len(d[1]) == 3
-                    and d[0][0] == d[1][0] and d[0][2] == d[1][1] == head_dim and d[1][2] == d[0][1]):
+            if (
+                len(d) >= 2
+                and _shape(d[0])
+                and _shape(d[1])
+                and len(d[0]) == len(d[1]) == 3
+                and d[0][0] == d[1][0]
+                and d[0][2] == d[1][1] == head_dim
+                and d[1][2] == d[0][1]
+            ):
                 lengths.add(d[0][1])  # Q·Kᵀ of self-attention: S = T
     return max(lengths) if lengths else None
 
@@ -84,12 +97,16 @@ def resolve_seq_len(spec, seen: int | None, warnings: list[str]):
     """T from --seq-len, else the one the trace ran (`seen`), and only as a last resort the config's (with a warning)."""
     if spec.seq_len_source == "flag":
         if seen is not None and seen != spec.seq_len:
-            warnings.append(f"model T = {spec.seq_len} as given, but the trace's input sequences are {seen} tokens long")
+            warnings.append(
+                f"model T = {spec.seq_len} as given, but the trace's input sequences are {seen} tokens long"
+            )
         return spec
     if seen is not None:
         return replace(spec, seq_len=seen, seq_len_source="trace")
-    warnings.append(f"model T = {spec.seq_len} is the config's maximum context (the trace does not show the sequence "
-                    "length): give --seq-len")
+    warnings.append(
+        f"model T = {spec.seq_len} is the config's maximum context (the trace does not show the sequence "
+        "length): give --seq-len"
+    )
     return spec
 
 
@@ -126,15 +143,22 @@ def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int
     if not spec.part_shapes or tokens is None or steps <= 0:
         return None
     phases = ["forward"] if mode == "inference" else ["forward", "backward"]
-    work = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("phase").is_in(phases) & pl.col("dims").is_not_null()
-                      & (pl.col("step") >= 0))
+    work = ops.filter(
+        pl.col("matmul")
+        & pl.col("ran")
+        & pl.col("phase").is_in(phases)
+        & pl.col("dims").is_not_null()
+        & (pl.col("step") >= 0)
+    )
     shape_of = {}
     for part in ("lm_head", "mlp", "attention"):  # first match wins: the LM head's shape is the most distinctive
         for o, i in spec.part_shapes.get(part, ()):
             shape_of.setdefault((min(o, i), max(o, i)), part)
     seen: dict[str, float] = {}
     count: dict[str, int] = {}
-    shapes = work.group_by("name", "dims", "phase").agg(pl.col("flops").sum(), pl.len().alias("n"))  # a few distinct shapes
+    shapes = work.group_by("name", "dims", "phase").agg(
+        pl.col("flops").sum(), pl.len().alias("n")
+    )  # a few distinct shapes
     for name, dims, phase, flops, n in shapes.iter_rows():
         part = shape_of.get(weight_shape(name, dims))
         if part is None and phase == "backward":
@@ -143,9 +167,17 @@ def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int
             seen[part] = seen.get(part, 0.0) + float(flops or 0)
             count[part] = count.get(part, 0) + n
     mult = 2 if mode == "inference" else 6
-    return [ModelPart(part=part, params=spec.breakdown.get(part), model_flops_per_step=mult * spec.breakdown[part] * tokens,
-                      trace_flops_per_step=seen.get(part, 0.0) / steps, gemms_per_step=count.get(part, 0) / steps)
-            for part in ("attention", "mlp", "lm_head") if part in spec.part_shapes and spec.breakdown.get(part)]
+    return [
+        ModelPart(
+            part=part,
+            params=spec.breakdown.get(part),
+            model_flops_per_step=mult * spec.breakdown[part] * tokens,
+            trace_flops_per_step=seen.get(part, 0.0) / steps,
+            gemms_per_step=count.get(part, 0) / steps,
+        )
+        for part in ("attention", "mlp", "lm_head")
+        if part in spec.part_shapes and spec.breakdown.get(part)
+    ]
 
 
 SHORTFALL = 0.05  # model FLOPs this far above what the trace executed name a cause
@@ -157,8 +189,11 @@ def frozen_parts(model: ModelSection | None) -> list[str]:
     weight gradient (frozen weights: LoRA / peft adapters, a frozen base)."""
     if model is None or model.mode != "training":
         return []
-    return [p.part for p in model.by_part or [] if p.model_flops_per_step
-            and abs(p.trace_flops_per_step / p.model_flops_per_step - 2 / 3) <= FROZEN_TOLERANCE]
+    return [
+        p.part
+        for p in model.by_part or []
+        if p.model_flops_per_step and abs(p.trace_flops_per_step / p.model_flops_per_step - 2 / 3) <= FROZEN_TOLERANCE
+    ]
 
 
 def shortfall_warnings(model: ModelSection, steps: pl.DataFrame) -> list[str]:
@@ -174,18 +209,28 @@ def shortfall_warnings(model: ModelSection, steps: pl.DataFrame) -> list[str]:
     parts = model.by_part or []
     missing = [p.part for p in parts if p.trace_flops_per_step == 0]
     frozen = frozen_parts(model)
-    head = (f"model FLOPs per step ({share:.4g}) exceed the forward + backward FLOPs the trace executed ({executed:.4g}) "
-            f"by {share / executed - 1:.0%}")
+    head = (
+        f"model FLOPs per step ({share:.4g}) exceed the forward + backward FLOPs the trace executed ({executed:.4g}) "
+        f"by {share / executed - 1:.0%}"
+    )
     if missing:
-        return [f"{head}: the step did not run the model's {', '.join(missing)} GEMMs on every token "
-                "(e.g. an inference prefill that keeps only the last position's logits); see model.by_part"]
+        return [
+            f"{head}: the step did not run the model's {', '.join(missing)} GEMMs on every token "
+            "(e.g. an inference prefill that keeps only the last position's logits); see model.by_part"
+        ]
     if frozen:
-        return [(f"{head}: the backward ran no weight-gradient GEMMs for the model's {', '.join(frozen)} weights "
-                 "(the trace executed 2/3 of 6·N·tokens for them: forward and data gradient only): frozen weights, "
-                 "e.g. LoRA / peft adapters or a frozen base model. 6N counts weight gradients that were not computed, "
-                 "so MFU above HFU is expected here, not a counting error; see model.by_part")]
-    return [f"{head}: check T ({model.seq_len}, {model.seq_len_source}), the tokens per step "
-            f"({model.tokens_per_step}, {model.tokens_source}) and the world size against the trace; see model.by_part"]
+        return [
+            (
+                f"{head}: the backward ran no weight-gradient GEMMs for the model's {', '.join(frozen)} weights "
+                "(the trace executed 2/3 of 6·N·tokens for them: forward and data gradient only): frozen weights, "
+                "e.g. LoRA / peft adapters or a frozen base model. 6N counts weight gradients that were not computed, "
+                "so MFU above HFU is expected here, not a counting error; see model.by_part"
+            )
+        ]
+    return [
+        f"{head}: check T ({model.seq_len}, {model.seq_len_source}), the tokens per step "
+        f"({model.tokens_per_step}, {model.tokens_source}) and the world size against the trace; see model.by_part"
+    ]
 
 
 def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
@@ -208,7 +253,9 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
         m = mf.model_flops(spec, mode, tokens)
         share = None if m.per_step is None else m.per_step / world
         share_na = None if m.per_step_no_attention is None else m.per_step_no_attention / world
-        parts = by_part(spec, ops, mode, None if share is None else share / m.per_token, steps.filter(pl.col("step") >= 0).height)
+        parts = by_part(
+            spec, ops, mode, None if share is None else share / m.per_token, steps.filter(pl.col("step") >= 0).height
+        )
         model = ModelSection(
             source=spec.source,
             mode=mode,

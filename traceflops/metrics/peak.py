@@ -29,8 +29,10 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
     widened = widened_dots(ops) if trace.meta.get("format") == "xplane" and kernels.height == 0 else None
     dtype = dominant_dtype(ops, widened)
     if widened is not None and widened.height and dtype != dominant_dtype(ops) and precision is None:
-        warnings.append(f"XLA:CPU computes {dtype} dots in f32: {widened.height} f32 dot executions read {dtype} values it "
-                        f"converted to f32 (a convert of the same shape), so the program's precision is {dtype}, and its peak")
+        warnings.append(
+            f"XLA:CPU computes {dtype} dots in f32: {widened.height} f32 dot executions read {dtype} values it "
+            f"converted to f32 (a convert of the same shape), so the program's precision is {dtype}, and its peak"
+        )
     guessed = precision is None and dtype is None
     if precision is None:
         precision = dtype or "bf16"
@@ -43,14 +45,20 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
     if opt.hardware:
         h = hw.lookup(opt.hardware)
         if h is None:
-            warnings.append(f"unknown hardware '{opt.hardware}': give --peak-tflops (known: {', '.join(sorted(hw.HARDWARE))})")
+            warnings.append(
+                f"unknown hardware '{opt.hardware}': give --peak-tflops (known: {', '.join(sorted(hw.HARDWARE))})"
+            )
         elif detected is not None and detected.name != h.name:
-            warnings.append(f"--hardware {opt.hardware} ({h.name}) is not the trace's device ({detected.name}): "
-                            f"MFU and HFU are against the {h.name} peak as asked")
+            warnings.append(
+                f"--hardware {opt.hardware} ({h.name}) is not the trace's device ({detected.name}): "
+                f"MFU and HFU are against the {h.name} peak as asked"
+            )
     else:
         h = detected
         if h is None:
-            what = why or ("no device in the trace (a CPU trace)" if not kernels.height else "no deviceProperties in the trace")
+            what = why or (
+                "no device in the trace (a CPU trace)" if not kernels.height else "no deviceProperties in the trace"
+            )
             warnings.append(f"hardware unknown: {what}; give --hardware NAME or --peak-tflops N to get MFU and HFU")
         elif "assumed" in why:  # a variant the trace cannot tell apart (hw.detect says which it took)
             warnings.append(f"hardware variant assumed: {why}; give --hardware NAME if it is another")
@@ -58,7 +66,11 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
         return None, None, precision
     if guessed:
         precision = next((p for p in ("bf16", "fp16", "fp32") if h.peak(p)), precision)
-        why = "the profile's ops carry no element types" if trace.meta.get("format") == "xplane" else "no Input type in the trace"
+        why = (
+            "the profile's ops carry no element types"
+            if trace.meta.get("format") == "xplane"
+            else "no Input type in the trace"
+        )
         warnings.append(f"matmul dtypes unknown ({why}): assumed the {precision} peak; give --precision")
     peak = h.peak(precision)
     if peak is None:
@@ -80,7 +92,9 @@ def detect_device(trace: Trace, kernels: pl.DataFrame):
 
 def hardware_row(h, precision: str, source: str) -> Hardware:
     """The hardware section of one device (the pipeline sets `devices` when it knows the program's)."""
-    return Hardware(name=h.name, precision=precision, sparse=False, peak_flops=h.peak(precision), devices=1, source=source)
+    return Hardware(
+        name=h.name, precision=precision, sparse=False, peak_flops=h.peak(precision), devices=1, source=source
+    )
 
 
 def other_peaks(hardware: Hardware, totals: Totals, precision: str, opt: ModelOptions) -> dict[str, float] | None:
@@ -101,7 +115,9 @@ def other_peaks(hardware: Hardware, totals: Totals, precision: str, opt: ModelOp
         keys = ["fp8", "bf16"]
     elif precision in ("fp32", "tf32"):
         half = max(("bf16", "fp16"), key=lambda p: h.peak(p) or 0.0)
-        keys = [precision] + [p for p in (("tf32", half) if precision == "fp32" else (half,)) if (h.peak(p) or 0.0) > own]
+        keys = [precision] + [
+            p for p in (("tf32", half) if precision == "fp32" else (half,)) if (h.peak(p) or 0.0) > own
+        ]
         if len(keys) == 1:
             return None
     else:
@@ -129,8 +145,16 @@ def widened_dots(ops: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"row": pl.Int64, "dtype": pl.Utf8})
     if ops.height == 0 or not {"dims", "types", "matmul", "name", "row"} <= set(ops.columns):
         return empty
-    conv = ops.filter(~pl.col("matmul") & pl.col("name").str.contains("convert") & pl.col("dims").is_not_null()
-                      & pl.col("types").is_not_null()).select("dims", "types").unique()
+    conv = (
+        ops.filter(
+            ~pl.col("matmul")
+            & pl.col("name").str.contains("convert")
+            & pl.col("dims").is_not_null()
+            & pl.col("types").is_not_null()
+        )
+        .select("dims", "types")
+        .unique()
+    )
     narrow: dict[tuple, str] = {}
     for dims, types in conv.iter_rows():
         d, t = _json(dims), _json(types)
@@ -144,16 +168,24 @@ def widened_dots(ops: pl.DataFrame) -> pl.DataFrame:
     found: dict[tuple[str, str], str | None] = {}
     for dims, types in mm.select("dims", "types").unique().iter_rows():
         d, t = _json(dims), _json(types)
-        if not (isinstance(d, list) and isinstance(t, list)) or not t or any(dtype_of(x) != "fp32" for x in t if isinstance(x, str)):
+        if (
+            not (isinstance(d, list) and isinstance(t, list))
+            or not t
+            or any(dtype_of(x) != "fp32" for x in t if isinstance(x, str))
+        ):
             continue
         hits = [narrow[tuple(s)] for s in d if isinstance(s, list) and tuple(s) in narrow]
         if hits:
             found[(dims, types)] = hits[0]
     if not found:
         return empty
-    keys = pl.DataFrame({"dims": [k[0] for k in found], "types": [k[1] for k in found], "_w": list(found.values())},
-                        schema={"dims": pl.Utf8, "types": pl.Utf8, "_w": pl.Utf8})
-    return mm.join(keys, on=["dims", "types"], how="inner").select(pl.col("row").cast(pl.Int64), pl.col("_w").alias("dtype"))
+    keys = pl.DataFrame(
+        {"dims": [k[0] for k in found], "types": [k[1] for k in found], "_w": list(found.values())},
+        schema={"dims": pl.Utf8, "types": pl.Utf8, "_w": pl.Utf8},
+    )
+    return mm.join(keys, on=["dims", "types"], how="inner").select(
+        pl.col("row").cast(pl.Int64), pl.col("_w").alias("dtype")
+    )
 
 
 def _json(text):
@@ -170,7 +202,10 @@ def dominant_dtype(ops: pl.DataFrame, widened: pl.DataFrame | None = None) -> st
     if work.height == 0:
         return None
     if widened is not None and widened.height:
-        work = work.join(widened.rename({"dtype": "_w"}), on="row", how="left").with_columns(
-            dtype=pl.coalesce("_w", "dtype")).drop("_w")
+        work = (
+            work.join(widened.rename({"dtype": "_w"}), on="row", how="left")
+            .with_columns(dtype=pl.coalesce("_w", "dtype"))
+            .drop("_w")
+        )
     by = work.group_by("dtype").agg(pl.col("flops").sum()).sort(["flops", "dtype"], descending=[True, False])
     return by["dtype"][0]

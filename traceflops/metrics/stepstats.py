@@ -86,20 +86,22 @@ def step_stats(steps: pl.DataFrame) -> StepStats:
         row = use.row(i, named=True)
         deltas = {c: float(row[f"time_{c}"] or 0.0) - term_median[c] for c in terms}
         term = max(deltas, key=lambda c: abs(deltas[c])) if deltas else None
-        outliers.append(StepOutlier(
-            step=ids[i],
-            window_us=float(w[i]),
-            deviation_us=dev,
-            deviation_frac=dev / median if median else None,
-            rules=rules,
-            term=term,
-            term_delta_us=deltas.get(term) if term else None,
-            term_us=float(row[f"time_{term}"] or 0.0) if term else None,
-            term_median_us=term_median.get(term) if term else None,
-            deltas_us=deltas,
-            warmup=i in warm,
-            last=bool(last[i]),
-        ))
+        outliers.append(
+            StepOutlier(
+                step=ids[i],
+                window_us=float(w[i]),
+                deviation_us=dev,
+                deviation_frac=dev / median if median else None,
+                rules=rules,
+                term=term,
+                term_delta_us=deltas.get(term) if term else None,
+                term_us=float(row[f"time_{term}"] or 0.0) if term else None,
+                term_median_us=term_median.get(term) if term else None,
+                deltas_us=deltas,
+                warmup=i in warm,
+                last=bool(last[i]),
+            )
+        )
     warmup = [WarmupStep(step=ids[i], window_us=float(w[i]), ratio=float(w[i] / median)) for i in sorted(warm)]
     return StepStats(
         count=n,

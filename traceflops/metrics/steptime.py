@@ -22,7 +22,9 @@ def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None, dev
     """Each step's time partition, overlays (the mean over `devices`) and loss budget against `peak` (all of them)."""
     mine = tl.on_devices(part, devices).select(pl.exclude("start", "window", "device"))
     if len(devices) > 1:
-        mine = mine.group_by("step", maintain_order=True).agg([pl.col(c).sum() / len(devices) for c in mine.columns if c != "step"])
+        mine = mine.group_by("step", maintain_order=True).agg(
+            [pl.col(c).sum() / len(devices) for c in mine.columns if c != "step"]
+        )
     rows = mine.rename({c: f"time_{c}" for c in (*PARTITION, *OVERLAYS)})
     steps = steps.join(rows, on="step", how="left")
     return steps.with_columns(loss_budget=pl.Series(bd.step_budgets(steps, peak), dtype=pl.Object))
@@ -37,7 +39,9 @@ def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions, devices: list) 
     return {r: float(got.get(r, 0.0)) / len(devices) for r in GAP_REASONS}
 
 
-def memory_bound_us(kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions, devices: list) -> float:
+def memory_bound_us(
+    kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions, devices: list
+) -> float:
     """Device time during which a memory-bound kernel ran (union over streams, within the analysed steps; per device)."""
     bound = kernels.filter(roofline.memory_bound_overlay(roof))
     if bound.height == 0:
@@ -52,19 +56,37 @@ def attach_launch_stats(steps: pl.DataFrame, stats: pl.DataFrame | None) -> pl.D
     if stats is None:
         return steps
     return steps.join(
-        stats.select("step", pl.col("kernels").alias("launch_kernels"), pl.col("median_dur").alias("launch_median_kernel_us"),
-                     pl.col("median_launch_delay").alias("launch_median_delay_us")),
-        on="step", how="left",
+        stats.select(
+            "step",
+            pl.col("kernels").alias("launch_kernels"),
+            pl.col("median_dur").alias("launch_median_kernel_us"),
+            pl.col("median_launch_delay").alias("launch_median_delay_us"),
+        ),
+        on="step",
+        how="left",
     )
 
 
 def without_device_time(steps: pl.DataFrame, totals: Totals) -> tuple[pl.DataFrame, Totals]:
     """A trace that names a device but holds none of its activity (`timeline.device_not_captured`): each step's and
     the totals' time classes, loss budget, MFU and HFU unknown (null), never numbers made from host op durations."""
-    cols = [c for c in (*(f"time_{c}" for c in (*PARTITION, *OVERLAYS)), "mfu", "mfu_no_attention", "hfu") if c in steps.columns]
+    cols = [
+        c
+        for c in (*(f"time_{c}" for c in (*PARTITION, *OVERLAYS)), "mfu", "mfu_no_attention", "hfu")
+        if c in steps.columns
+    ]
     steps = steps.with_columns([pl.lit(None, steps.schema[c]).alias(c) for c in cols])
     if "loss_budget" in steps.columns:
         steps = steps.with_columns(loss_budget=pl.Series([None] * steps.height, dtype=pl.Object))
-    unknown = ("mfu", "mfu_no_attention", "hfu", "time_us", "overlay_us", "loss_budget", "flops_coverage", "idle_us_by_reason")
+    unknown = (
+        "mfu",
+        "mfu_no_attention",
+        "hfu",
+        "time_us",
+        "overlay_us",
+        "loss_budget",
+        "flops_coverage",
+        "idle_us_by_reason",
+    )
     # no device time: no matmul time whose FLOPs could be known or not (coverage unknown, not partial)
     return steps, sections.replace(totals, **dict.fromkeys(unknown), flops_lower_bound=False, unknown_matmul_kernels=[])

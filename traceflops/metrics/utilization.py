@@ -45,7 +45,10 @@ def phase_flops(ops: pl.DataFrame) -> pl.DataFrame:
         flops_unknown_count=pl.col("flops").is_null().sum().cast(pl.Int64),
         effective_flops=pl.col("effective_flops").sum(),
         attention_full_flops=pl.when(pl.col("mask").is_not_null()).then(pl.col("flops")).otherwise(0).sum(),
-        attention_effective_flops=pl.when(pl.col("mask").is_not_null()).then(pl.col("effective_flops")).otherwise(0).sum(),
+        attention_effective_flops=pl.when(pl.col("mask").is_not_null())
+        .then(pl.col("effective_flops"))
+        .otherwise(0)
+        .sum(),
         attention_model_flops=pl.when(pl.col("mask").is_not_null() & pl.col("phase").is_in(["forward", "backward"]))
         .then(own)
         .otherwise(0)
@@ -64,12 +67,18 @@ def suspect(mfu: float | None, hfu: float | None, frozen: list[str] | None = Non
     so, where the model's `frozen` parts ran no weight gradients)."""
     out = []
     if frozen and mfu is not None and hfu is not None and mfu > hfu * (1 + 1e-9):
-        return [f"MFU {mfu:.1%} exceeds HFU {hfu:.1%}, as expected with frozen weights ({', '.join(frozen)}: no weight "
-                "gradients ran for them, while 6N counts them); not a counting error"]
+        return [
+            f"MFU {mfu:.1%} exceeds HFU {hfu:.1%}, as expected with frozen weights ({', '.join(frozen)}: no weight "
+            "gradients ran for them, while 6N counts them); not a counting error"
+        ]
     if hfu is not None and hfu > HFU_SUSPECT:
-        out.append(f"HFU {hfu:.1%} is above {HFU_SUSPECT:.0%}: likely a counting error (wrong peak, precision or FLOPs), not a fast run")
+        out.append(
+            f"HFU {hfu:.1%} is above {HFU_SUSPECT:.0%}: likely a counting error (wrong peak, precision or FLOPs), not a fast run"
+        )
     if mfu is not None and hfu is not None and mfu > hfu * (1 + 1e-9):
-        out.append(f"MFU {mfu:.1%} exceeds HFU {hfu:.1%}: the model FLOPs exceed what was executed; check the model description or tokens per step")
+        out.append(
+            f"MFU {mfu:.1%} exceeds HFU {hfu:.1%}: the model FLOPs exceed what was executed; check the model description or tokens per step"
+        )
     return out
 
 
@@ -91,16 +100,22 @@ def with_phase_flops(steps: pl.DataFrame, ops: pl.DataFrame, kernels: pl.DataFra
     unknown = unknown_kernels_per_step(kernels)
     if unknown is None:
         return out
-    return out.join(unknown, on="step", how="left").with_columns(
-        flops_unknown_count=pl.col("flops_unknown_count") + pl.col("_unknown_kernels").fill_null(0)).drop("_unknown_kernels")
+    return (
+        out.join(unknown, on="step", how="left")
+        .with_columns(flops_unknown_count=pl.col("flops_unknown_count") + pl.col("_unknown_kernels").fill_null(0))
+        .drop("_unknown_kernels")
+    )
 
 
 def unknown_kernels_per_step(kernels: pl.DataFrame | None) -> pl.DataFrame | None:
     """Per step, the matmul kernels whose FLOPs no op gave (`matmul_row` null)."""
     if kernels is None or kernels.height == 0 or "cls" not in kernels.columns:
         return None
-    return (kernels.filter((pl.col("cls") == "matmul") & pl.col("matmul_row").is_null())
-            .group_by("step").agg(_unknown_kernels=pl.len().cast(pl.Int64)))
+    return (
+        kernels.filter((pl.col("cls") == "matmul") & pl.col("matmul_row").is_null())
+        .group_by("step")
+        .agg(_unknown_kernels=pl.len().cast(pl.Int64))
+    )
 
 
 def device_only(ops: pl.DataFrame, kernels: pl.DataFrame) -> bool:
@@ -123,7 +138,9 @@ def flops_unknown(device_only, executed, unknown_count):
     return device_only | ((executed == 0) & (unknown_count > 0))
 
 
-def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None, device_only: bool = False) -> pl.DataFrame:
+def step_metrics(
+    steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None, device_only: bool = False
+) -> pl.DataFrame:
     """Per step: executed and model FLOPs, MFU, HFU, `flops_known`. A step whose matmul FLOPs are all unknown has HFU null, never 0."""
     executed = sum(pl.col(f"flops_{p}") for p in PHASES)
     secs = pl.col("window") * 1e-6
@@ -143,7 +160,9 @@ def step_metrics(steps: pl.DataFrame, model_flops, model_no_attn, peak: float | 
     return steps.with_columns(cols)
 
 
-def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame, activities: pl.DataFrame | None = None) -> OutsideSteps | None:
+def outside_section(
+    kernels: pl.DataFrame, ops: pl.DataFrame, activities: pl.DataFrame | None = None
+) -> OutsideSteps | None:
     """Work outside every step: device activities launched there, or (no device activity) the host ops and XLA ops that ran there."""
     work = kernels if kernels.height or activities is None else activities
     out = work.filter(pl.col("step") == OUTSIDE)
@@ -157,7 +176,9 @@ def outside_section(kernels: pl.DataFrame, ops: pl.DataFrame, activities: pl.Dat
 
 
 def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
-    sel = ops.filter(pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+    sel = ops.filter(
+        pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps))
+    )
     return sel["flops"].null_count()
 
 
@@ -181,9 +202,13 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     if mfu is not None and no_attn.null_count() < use.height:
         mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
     # Coverage: share of matmul time whose FLOPs are known.
-    in_steps = ops.filter(pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0))
+    in_steps = ops.filter(
+        pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0)
+    )
     if kernels.height:
-        mk = kernels.filter((pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+        mk = kernels.filter(
+            (pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps))
+        )
         cov = coverage(mk["dur"].to_numpy(), mk["flops"].is_not_null().to_numpy())
     else:
         cov = coverage(in_steps["dur"].to_numpy(), in_steps["flops"].is_not_null().to_numpy())
@@ -213,27 +238,41 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
 def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Totals) -> list[str]:
     """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes."""
     if ops.height == 0 and kernels.height:
-        return ["the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are told by "
-                "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"]
+        return [
+            "the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are told by "
+            "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"
+        ]
     if device_only(ops, kernels):
-        return [("no device activity can be tied to a host op (the trace has no CPU ops or no runtime launch events): phases "
-                 "and FLOPs are unknown, MFU and HFU too, and GEMM kernels are told by name; profile with activities="
-                 "[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True, and keep the cuda_runtime events")]
+        return [
+            (
+                "no device activity can be tied to a host op (the trace has no CPU ops or no runtime launch events): phases "
+                "and FLOPs are unknown, MFU and HFU too, and GEMM kernels are told by name; profile with activities="
+                "[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True, and keep the cuda_runtime events"
+            )
+        ]
     out = []
     if totals.flops_lower_bound:
         top = totals.unknown_matmul_kernels
         largest = "; ".join(f"{k.time_us / 1e3:.2f} ms in {k.count} x {k.name[:80]} ({k.why})" for k in top[:2])
-        out.append(f"FLOPs known for only {totals.flops_coverage:.1%} of matmul time: {fmt.bound_words(totals)}; "
-                   f"largest unknown: {largest}")
+        out.append(
+            f"FLOPs known for only {totals.flops_coverage:.1%} of matmul time: {fmt.bound_words(totals)}; "
+            f"largest unknown: {largest}"
+        )
     n = totals.matmul_flops_unknown_count
     if not n:
         return out
     wild = ops.filter(pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).height
     if wild:
-        return out + [(f"{n} matmul ops have unknown FLOPs, {wild} of them because their shapes imply more than {OP_FLOPS_MAX:.2g} "
-                       "FLOPs in one op (corrupt or edited shapes): left uncounted")]
+        return out + [
+            (
+                f"{n} matmul ops have unknown FLOPs, {wild} of them because their shapes imply more than {OP_FLOPS_MAX:.2g} "
+                "FLOPs in one op (corrupt or edited shapes): left uncounted"
+            )
+        ]
     if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
-        return out + [f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"]
+        return out + [
+            f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"
+        ]
     return out + [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]
 
 
@@ -246,8 +285,9 @@ def rank_row(trace: Trace, totals: Totals) -> dict[str, Any]:
     }
 
 
-def window_warnings(steps: pl.DataFrame, kernels: pl.DataFrame, outside: OutsideSteps | None,
-                    last_counted: bool = True) -> list[str]:
+def window_warnings(
+    steps: pl.DataFrame, kernels: pl.DataFrame, outside: OutsideSteps | None, last_counted: bool = True
+) -> list[str]:
     """What the report's windows leave open: a counted last step with nothing to bound it, work launched outside every step."""
     out = []
     if last_counted and steps.filter(pl.col("last")).height and kernels.height:
@@ -269,20 +309,30 @@ def hook_warnings(ops: pl.DataFrame) -> list[str]:
     hooked = ops.filter(pl.col("in_hook") & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0))
     if hooked.height == 0:
         return []
-    return [f"{hooked.height} matmul ops ran inside gradient hooks (torch::autograd::AccumulateGrad, e.g. a DDP "
-            f"communication hook): {float(hooked['flops'].fill_null(0).sum()):.4g} FLOPs in phase 'other', counted in HFU, "
-            "not in model FLOPs"]
+    return [
+        f"{hooked.height} matmul ops ran inside gradient hooks (torch::autograd::AccumulateGrad, e.g. a DDP "
+        f"communication hook): {float(hooked['flops'].fill_null(0).sum()):.4g} FLOPs in phase 'other', counted in HFU, "
+        "not in model FLOPs"
+    ]
 
 
 def unnamed_xla_warnings(ops: pl.DataFrame) -> list[str]:
     """XLA matmul ops that carry no name stack: their phase came from when they ran, or is unknown ('other')."""
-    sel = ops.filter((pl.col("cat") == "xla_op") & pl.col("scope").is_null() & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0))
+    sel = ops.filter(
+        (pl.col("cat") == "xla_op")
+        & pl.col("scope").is_null()
+        & pl.col("matmul")
+        & pl.col("ran")
+        & (pl.col("step") >= 0)
+    )
     if sel.height == 0:
         return []
     bwd = sel.filter(pl.col("phase") == "backward").height
-    return [f"{sel.height} XLA matmul ops carry no op_name (XLA dropped the metadata, e.g. weight gradients in a jit of "
-            f"their own): {bwd} ran after their step's backward began and are taken as backward, {sel.height - bwd} "
-            "have an unknown phase (counted as other, in HFU only)"]
+    return [
+        f"{sel.height} XLA matmul ops carry no op_name (XLA dropped the metadata, e.g. weight gradients in a jit of "
+        f"their own): {bwd} ran after their step's backward began and are taken as backward, {sel.height - bwd} "
+        "have an unknown phase (counted as other, in HFU only)"
+    ]
 
 
 def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelOptions) -> list[UnknownKernel]:
@@ -291,19 +341,32 @@ def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelO
     Why: replayed from a CUDA/HIP graph with no op recorded for it, launched by an op without a FLOP formula (named),
     launched by a matmul op whose shapes gave no count (its reason), or no host op at all.
     """
-    sel = kernels.filter((pl.col("cls") == "matmul") & pl.col("flops").is_null() & (pl.col("step") >= 0)
-                         & ~pl.col("step").is_in(list(opt.exclude_steps)))
+    sel = kernels.filter(
+        (pl.col("cls") == "matmul")
+        & pl.col("flops").is_null()
+        & (pl.col("step") >= 0)
+        & ~pl.col("step").is_in(list(opt.exclude_steps))
+    )
     if sel.height == 0:
         return []
-    op_name = by_row(ops, sel["op_row"], "name").to_series() if ops.height else pl.Series([None] * sel.height, dtype=pl.Utf8)
+    op_name = (
+        by_row(ops, sel["op_row"], "name").to_series() if ops.height else pl.Series([None] * sel.height, dtype=pl.Utf8)
+    )
     reason = by_row(ops, sel["matmul_row"], "flops_reason").to_series() if ops.height else op_name
-    graph = sel["launch_name"].fill_null("").str.contains(GRAPH_LAUNCH_RE) if "launch_name" in sel.columns else pl.Series([False] * sel.height)
+    graph = (
+        sel["launch_name"].fill_null("").str.contains(GRAPH_LAUNCH_RE)
+        if "launch_name" in sel.columns
+        else pl.Series([False] * sel.height)
+    )
     if "from_capture" in sel.columns:
         graph = graph & ~sel["from_capture"]  # a replayed kernel tied to its captured op is told by that op
     why = (
-        pl.when(pl.col("_reason").is_not_null()).then(pl.format("{}: {}", pl.col("_op"), pl.col("_reason")))
-        .when(pl.col("_graph")).then(pl.lit("replayed from a CUDA/HIP graph: no op recorded it (give the graph's capture trace)"))
-        .when(pl.col("_op").is_not_null()).then(pl.format("launched by {}, which has no FLOP formula", pl.col("_op")))
+        pl.when(pl.col("_reason").is_not_null())
+        .then(pl.format("{}: {}", pl.col("_op"), pl.col("_reason")))
+        .when(pl.col("_graph"))
+        .then(pl.lit("replayed from a CUDA/HIP graph: no op recorded it (give the graph's capture trace)"))
+        .when(pl.col("_op").is_not_null())
+        .then(pl.format("launched by {}, which has no FLOP formula", pl.col("_op")))
         .otherwise(pl.lit("no host op launched it"))
     )
     rows = (
@@ -317,8 +380,15 @@ def unknown_matmul_kernels(kernels: pl.DataFrame, ops: pl.DataFrame, opt: ModelO
     out = []
     for r in rows.iter_rows(named=True):
         fam = family_of(r["name"])
-        out.append(UnknownKernel(name=r["name"], family=fam.name if fam else None, count=int(r["count"]),
-                                 time_us=float(r["time_us"]), why=r["why"]))
+        out.append(
+            UnknownKernel(
+                name=r["name"],
+                family=fam.name if fam else None,
+                count=int(r["count"]),
+                time_us=float(r["time_us"]),
+                why=r["why"],
+            )
+        )
     return out
 
 
@@ -330,8 +400,16 @@ def cut_without_flops(steps: pl.DataFrame, totals: Totals) -> tuple[pl.DataFrame
     cols = [c for c in ("mfu", "mfu_no_attention", "hfu") if c in steps.columns]
     steps = steps.with_columns([pl.lit(None, pl.Float64).alias(c) for c in cols])
     totals = sections.replace(totals, mfu=None, mfu_no_attention=None, hfu=None, flops_known=False)
-    return steps, totals, [("the file is cut and its steps hold no matmul FLOP: MFU and HFU are unknown (the matmuls may "
-                            "be after the cut); analyse the whole file")]
+    return (
+        steps,
+        totals,
+        [
+            (
+                "the file is cut and its steps hold no matmul FLOP: MFU and HFU are unknown (the matmuls may "
+                "be after the cut); analyse the whole file"
+            )
+        ],
+    )
 
 
 # Experts run as grouped GEMMs (torch._grouped_mm and its scaled forms: torchtitan, Megatron's grouped GEMM path) or
@@ -348,8 +426,13 @@ def expert_flops(ops: pl.DataFrame, opt: ModelOptions) -> dict[str, int] | None:
     if not is_expert.any():
         return None
     inside = nearest(ops["parent"].to_numpy(), is_expert) >= 0
-    use = ops.filter(pl.Series(inside) & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0)
-                     & ~pl.col("step").is_in(list(opt.exclude_steps)))
+    use = ops.filter(
+        pl.Series(inside)
+        & pl.col("matmul")
+        & pl.col("ran")
+        & (pl.col("step") >= 0)
+        & ~pl.col("step").is_in(list(opt.exclude_steps))
+    )
     per = dict(use.group_by("phase").agg(pl.col("flops").sum()).iter_rows())
     out = {p: int(per.get(p) or 0) for p in PHASES}
     out["executed"] = sum(out.values())

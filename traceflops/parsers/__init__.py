@@ -26,7 +26,11 @@ def detect_format(path: str) -> str:
         head = f.read(2)
     if head == GZIP_MAGIC or head[:1] in (b"{", b"["):
         return "kineto"
-    raise NotATraceError(path, "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)", "pass a PyTorch profiler or XLA profile file")
+    raise NotATraceError(
+        path,
+        "unknown trace format (expected a Kineto .json/.json.gz or an .xplane.pb)",
+        "pass a PyTorch profiler or XLA profile file",
+    )
 
 
 def parse(path: str, progress=None) -> Trace:

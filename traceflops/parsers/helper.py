@@ -36,8 +36,12 @@ _READY = b"ready"  # the helper's first frame, once its imports are done
 Decoded = tuple[dict[str, pl.DataFrame], Counter]
 
 
-def decode_in_order(make_arrays: Callable[[Callable], Iterable], helper: bool,
-                    decode_strict: Callable[[bytes], Decoded | None], decode_counted: Callable[[bytes], Decoded]) -> Iterator[Decoded]:
+def decode_in_order(
+    make_arrays: Callable[[Callable], Iterable],
+    helper: bool,
+    decode_strict: Callable[[bytes], Decoded | None],
+    decode_counted: Callable[[bytes], Decoded],
+) -> Iterator[Decoded]:
     """The tables and warning counts of each JSON array of trace entries, in order.
 
     `make_arrays(claim)` streams the arrays (see `jsonstream.stream_events`).
@@ -142,7 +146,7 @@ def _read_replies(stream, replies: queue.Queue, ready: threading.Event) -> None:
             if blob is None:
                 break
             replies.put(unpack(blob))
-    except Exception:  # noqa: BLE001 - any failure means: decode the rest in the caller
+    except Exception:
         pass
     replies.put(None)
 
@@ -182,7 +186,12 @@ def pack(decoded: Decoded) -> bytes:
         kinds = {c: str(t) for c, t in df.schema.items()}
         empty = {c: kinds[c] for c in all_null(df) if kinds[c] in _NULL_TYPES}
         rest = df.drop(list(empty))
-        out[name] = {"rows": df.height, "columns": df.columns, "nulls": empty, "values": _ipc(rest) if rest.width else None}
+        out[name] = {
+            "rows": df.height,
+            "columns": df.columns,
+            "nulls": empty,
+            "values": _ipc(rest) if rest.width else None,
+        }
     return msgspec.msgpack.encode({"counts": dict(counts), "tables": out})
 
 

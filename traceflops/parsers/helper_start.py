@@ -54,7 +54,10 @@ def start() -> subprocess.Popen | None:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "traceflops.parsers.decode_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
         )
     except OSError:
         return None

@@ -20,21 +20,45 @@ except ImportError:  # a platform without its wheel
 DEFAULT_MAX_BYTES = 32 << 30  # decompressed bytes; override with TRACEFLOPS_MAX_BYTES
 MAX_BYTES_VAR = "TRACEFLOPS_MAX_BYTES"
 GZIP_MAGIC = b"\x1f\x8b"
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)\s*")
-_KINDS = ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def parse_byte_count(text: str) -> int:
     """`32000000000`, `1e9`, `32GiB` or `4GB` as a positive whole number of bytes; OptionsError naming the variable otherwise."""
     m = _SIZE.fullmatch(text.lower())
-    number = m and (int(m.group(1)) if m.group(1).isdigit() else float(m.group(1)))  # integers exactly, `1e9` as a float
+    number = m and (
+        int(m.group(1)) if m.group(1).isdigit() else float(m.group(1))
+    )  # integers exactly, `1e9` as a float
     value = number * _UNITS[m.group(2)] if m and m.group(2) in _UNITS else None
     if value is None or value < 1 or value != value // 1 or value > 1 << 62:
-        raise OptionsError(None, f"{MAX_BYTES_VAR}={text!r} is not a positive byte count",
-                           "set it to a whole number of bytes such as 32000000000, 1e9 or 32GiB, or unset it")
+        raise OptionsError(
+            None,
+            f"{MAX_BYTES_VAR}={text!r} is not a positive byte count",
+            "set it to a whole number of bytes such as 32000000000, 1e9 or 32GiB, or unset it",
+        )
     return int(value)
 
 
@@ -51,7 +75,11 @@ def not_regular(path: str, mode: int) -> InputError | None:
     if stat.S_ISDIR(mode):
         return InputError(path, "is a directory, not a trace file", "pass the trace file itself")
     kind = next((k for test, k in _KINDS if test(mode)), "not a plain file")
-    return InputError(path, f"is {kind}, not a regular file", "save it to a file first (e.g. `cat SOURCE > trace.json`) and pass that file")
+    return InputError(
+        path,
+        f"is {kind}, not a regular file",
+        "save it to a file first (e.g. `cat SOURCE > trace.json`) and pass that file",
+    )
 
 
 def _os_error(path: str, e: OSError) -> InputError:
@@ -65,7 +93,11 @@ def _os_error(path: str, e: OSError) -> InputError:
     if e.errno == errno.ELOOP:
         return InputError(path, "is a symbolic link loop (too many levels of links)", "point at the real file")
     if e.errno == errno.ENXIO:
-        return InputError(path, "is a socket or a device without a reader, not a regular file", "save it to a file first and pass that file")
+        return InputError(
+            path,
+            "is a socket or a device without a reader, not a regular file",
+            "save it to a file first and pass that file",
+        )
     return InputError(path, f"cannot be opened ({e.strerror or e})", "check the path and the file")
 
 
@@ -110,7 +142,11 @@ def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterat
         f.seek(0)
         size = os.fstat(f.fileno()).st_size
         if not gz and size > limit:
-            raise InputError(path, f"is more than the {limit}-byte limit (a huge trace)", "raise TRACEFLOPS_MAX_BYTES if it is genuine")
+            raise InputError(
+                path,
+                f"is more than the {limit}-byte limit (a huge trace)",
+                "raise TRACEFLOPS_MAX_BYTES if it is genuine",
+            )
 
         def blocks() -> Iterator[bytes]:
             while block := f.read(chunk):
@@ -119,11 +155,14 @@ def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterat
                 yield block
 
         total = 0
-        for piece in (_gunzip(blocks(), chunk, path) if gz else blocks()):
+        for piece in _gunzip(blocks(), chunk, path) if gz else blocks():
             total += len(piece)
             if total > limit:
-                raise InputError(path, f"decompresses to more than the {limit}-byte limit (a gzip bomb or a huge trace)",
-                                 "raise TRACEFLOPS_MAX_BYTES if it is genuine")
+                raise InputError(
+                    path,
+                    f"decompresses to more than the {limit}-byte limit (a gzip bomb or a huge trace)",
+                    "raise TRACEFLOPS_MAX_BYTES if it is genuine",
+                )
             yield piece
 
 
@@ -143,8 +182,11 @@ def _gunzip(blocks: Iterator[bytes], piece: int, path: str) -> Iterator[bytes]:
                 if head is not None:
                     head += data[: 2 - len(head)]
                     if not GZIP_MAGIC.startswith(head):
-                        raise InputError(path, f"has trailing garbage after its gzip data ({done} bytes inflated)",
-                                         "re-copy or re-export the trace, or cut it at the end of the gzip data")
+                        raise InputError(
+                            path,
+                            f"has trailing garbage after its gzip data ({done} bytes inflated)",
+                            "re-copy or re-export the trace, or cut it at the end of the gzip data",
+                        )
                     head = None if len(head) == 2 else head
                 out = d.decompress(data, piece)
                 done += len(out)
@@ -155,7 +197,9 @@ def _gunzip(blocks: Iterator[bytes], piece: int, path: str) -> Iterator[bytes]:
                 else:
                     data = d.unconsumed_tail
     except (zlib.error, inflate.error) as e:
-        raise InputError(path, f"corrupt gzip data after {done} bytes ({e})", "re-copy or re-export the trace") from None
+        raise InputError(
+            path, f"corrupt gzip data after {done} bytes ({e})", "re-copy or re-export the trace"
+        ) from None
 
 
 def read_bytes(path: str, *, max_bytes: int | None = None) -> bytes:

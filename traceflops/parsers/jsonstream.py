@@ -414,8 +414,9 @@ def _skip_entry(sc: _Scanner, data: bytes) -> int | None:
     return int(struct[k]) + (1 if closed_entry else 0)
 
 
-def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, claim=None,
-                  max_entry: int = MAX_ENTRY_BYTES) -> Iterator[tuple[list, StreamResult]]:
+def stream_events(
+    path: str, limit: int, chunk: int = 8 << 20, progress=None, claim=None, max_entry: int = MAX_ENTRY_BYTES
+) -> Iterator[tuple[list, StreamResult]]:
     """The traceEvents array as JSON arrays of whole entries, chunk by chunk; the last yield carries the head.
 
     The fast path cuts each chunk at its last likely event boundary and proves
@@ -471,8 +472,11 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
             if sc.state == "before":
                 data = sc.enter(data)
                 if len(sc.prefix) + len(sc.head) > MAX_HEAD_BYTES:
-                    raise FormatError(path, f"its top-level fields beside traceEvents exceed {MAX_HEAD_BYTES >> 20} MiB",
-                                      "pass a PyTorch profiler trace as the profiler wrote it")
+                    raise FormatError(
+                        path,
+                        f"its top-level fields beside traceEvents exceed {MAX_HEAD_BYTES >> 20} MiB",
+                        "pass a PyTorch profiler trace as the profiler wrote it",
+                    )
                 if data is None:
                     return
                 data, pending = data.lstrip(SEP), b""  # the rest of the chunk takes the fast path like any other
@@ -496,7 +500,9 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
                     yield [item], res
                     return
             elif len(pending) < 4 * chunk:
-                pending = pending + data if pending else data.lstrip(SEP)  # no boundary yet: an entry longer than a chunk
+                pending = (
+                    pending + data if pending else data.lstrip(SEP)
+                )  # no boundary yet: an entry longer than a chunk
                 yield from bound_pending()
                 return
             yield scan(pending + data), res
@@ -512,7 +518,11 @@ def stream_events(path: str, limit: int, chunk: int = 8 << 20, progress=None, cl
             if not data.strip():
                 continue  # blank so far: the document starts in a later piece
             if not data.lstrip().startswith(b"{"):
-                raise FormatError(path, "not a JSON object (a Kineto trace is a JSON object with traceEvents)", "pass a PyTorch profiler trace")
+                raise FormatError(
+                    path,
+                    "not a JSON object (a Kineto trace is a JSON object with traceEvents)",
+                    "pass a PyTorch profiler trace",
+                )
             first = False
         yield from advance(data)
     if first:

@@ -107,7 +107,9 @@ class _Event(_Fields, gc=False):
 # unbuilt. Flow and instant events are close to half of a Kineto trace.
 _OTHER_PHASES = tuple(
     msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False)
-    for i, ph in enumerate(["B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c", "(", ")"])
+    for i, ph in enumerate(
+        ["B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c", "(", ")"]
+    )
 )
 
 
@@ -123,6 +125,7 @@ class _Head(msgspec.Struct):
     deviceProperties: Any = None
     distributedInfo: Any = None
     schemaVersion: Any = None
+
 
 OP_CATS = frozenset({"cpu_op", "Operator", "user_annotation"})
 KERNEL_CATS = {
@@ -154,15 +157,24 @@ IGNORED_CATS = frozenset(
 
 # The CUPTI range profiler's events: hardware counters per profiled range (kernel), no timeline. Counted, not analysed.
 PROFILER_RANGE_CAT = "cuda_profiler_range"
-_PROFILER_RANGES = "\0profiler ranges"  # their count, carried across chunks with the warning counts; build_trace moves it to meta
+_PROFILER_RANGES = (
+    "\0profiler ranges"  # their count, carried across chunks with the warning counts; build_trace moves it to meta
+)
 
-_COMM_RE = re.compile(r"(?i)nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce", re.IGNORECASE)
+_COMM_RE = re.compile(
+    r"(?i)nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce",
+    re.IGNORECASE,
+)
 
 
 def kernel_kinds(cat: pl.Expr, names: pl.Series) -> pl.Expr:
     """compute | communication | memcpy | memset, from the category and (for kernels) the name."""
     base = cat.replace_strict(KERNEL_CATS, default=None)
-    return pl.when((base == "compute") & pl.lit(name_matches(names, _COMM_RE.pattern))).then(pl.lit("communication")).otherwise(base)
+    return (
+        pl.when((base == "compute") & pl.lit(name_matches(names, _COMM_RE.pattern)))
+        .then(pl.lit("communication"))
+        .otherwise(base)
+    )
 
 
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
@@ -312,7 +324,9 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int | No
     chunk = chunk or (HELPER_CHUNK if helper else CHUNK)
 
     def arrays(claim) -> Iterator:
-        for texts, res in stream_events(path, max_bytes or max_bytes_default(), chunk=chunk, progress=progress, claim=claim):
+        for texts, res in stream_events(
+            path, max_bytes or max_bytes_default(), chunk=chunk, progress=progress, claim=claim
+        ):
             state[:] = [res]
             yield from texts
 
@@ -325,13 +339,17 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int | No
     if res.truncated and res.events_complete:
         warnings.add("the trace ends before its JSON closes, after its events: every event was read")
     elif res.truncated:
-        warnings.add(f"{CUT_FILE}: the trace ends before its JSON closes; read up to its last complete event (what came "
-                     "after the cut is not in this report: steps, and device activity recorded after the host ops)")
+        warnings.add(
+            f"{CUT_FILE}: the trace ends before its JSON closes; read up to its last complete event (what came "
+            "after the cut is not in this report: steps, and device activity recorded after the host ops)"
+        )
     warnings.add(NOT_AN_OBJECT, res.stray)
     warnings.add(OVERSIZED, res.oversized)
     warnings.add(TRAILING, res.trailing)
     if res.arrays > 1:
-        warnings.add(f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): the events of all were read")
+        warnings.add(
+            f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): the events of all were read"
+        )
     trace = build_trace(frames, head, warnings, source=str(path))
     frames.clear()
     return_freed_memory()
@@ -440,17 +458,40 @@ def _text(values):
 
 # How each column is built from its values.
 _BUILD = {
-    "name": _str_col, "cat": _text, "pid": _text_col, "tid": _text_col, "ts": _float, "dur": _float,
-    "ext_id": _integer, "correlation": _integer, "seq": _integer, "fwd_tid": _integer, "device": _integer,
-    "stream": _text_col, "bytes": _integer, "collective": _str_col, "in_nelems": _integer, "out_nelems": _integer,
-    "coll_dtype": _str_col, "pg_name": _text_col, "group_size": _integer, "kernel": _str_col,
-    "pg_desc": _str_col, "pg_ranks": _text_or_json_col, "coll_seq": _integer,
-    "dims": _json_col, "types": _json_col, "concrete": _json_col, "strides": _json_col,
+    "name": _str_col,
+    "cat": _text,
+    "pid": _text_col,
+    "tid": _text_col,
+    "ts": _float,
+    "dur": _float,
+    "ext_id": _integer,
+    "correlation": _integer,
+    "seq": _integer,
+    "fwd_tid": _integer,
+    "device": _integer,
+    "stream": _text_col,
+    "bytes": _integer,
+    "collective": _str_col,
+    "in_nelems": _integer,
+    "out_nelems": _integer,
+    "coll_dtype": _str_col,
+    "pg_name": _text_col,
+    "group_size": _integer,
+    "kernel": _str_col,
+    "pg_desc": _str_col,
+    "pg_ranks": _text_or_json_col,
+    "coll_seq": _integer,
+    "dims": _json_col,
+    "types": _json_col,
+    "concrete": _json_col,
+    "strides": _json_col,
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
 # Columns whose unread values are counted, and what those values were.
 _UNREAD = {_integer: "that are not 64-bit integers", _json_col: "with integers beyond 64 bits or nesting too deep"}
-_ARG_NAMES = {f: _Args.__struct_encode_fields__[i] for i, f in enumerate(_Args.__struct_fields__)}  # as the trace spells them
+_ARG_NAMES = {
+    f: _Args.__struct_encode_fields__[i] for i, f in enumerate(_Args.__struct_fields__)
+}  # as the trace spells them
 _COLLECTIVE = COLLECTIVE_COLUMNS
 # What each table reads; `cat` is kept until bad rows are counted by it.
 _COLUMNS = {
@@ -460,11 +501,18 @@ _COLUMNS = {
     "markers": ("name", "cat", "pid", "ts", "dur", "device"),
     "unknown": ("name", "cat", "ts", "dur"),
 }
-_TABLE_OF = {c: "ops" for c in OP_CATS} | {c: "kernels" for c in KERNEL_CATS} | {c: "launches" for c in RUNTIME_CATS} | {c: "markers" for c in MARKER_CATS}
+_TABLE_OF = (
+    {c: "ops" for c in OP_CATS}
+    | {c: "kernels" for c in KERNEL_CATS}
+    | {c: "launches" for c in RUNTIME_CATS}
+    | {c: "markers" for c in MARKER_CATS}
+)
 TABLES = ("ops", "kernels", "launches", "markers")
 
 
-def event_table(events: list, columns: tuple[str, ...] = tuple(_BUILD), warnings: Warnings | None = None) -> pl.DataFrame:
+def event_table(
+    events: list, columns: tuple[str, ...] = tuple(_BUILD), warnings: Warnings | None = None
+) -> pl.DataFrame:
     """Complete events as a typed table of `columns`, each built by one C-level map over the events.
 
     With `warnings`, integer values that could not be read are counted per field.
@@ -483,7 +531,9 @@ def event_table(events: list, columns: tuple[str, ...] = tuple(_BUILD), warnings
         data[c] = _BUILD[c](values)
         why = _UNREAD.get(_BUILD[c]) if warnings is not None else None
         if why:  # values given but not read (C-level counts, no loop over the events)
-            warnings.add(f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", data[c].null_count() - values.count(None))
+            warnings.add(
+                f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", data[c].null_count() - values.count(None)
+            )
     return pl.DataFrame(data)
 
 
@@ -512,7 +562,10 @@ def _usable(df: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
         return df  # the usual case, decided without an expression per column
     missing = df["ts"].is_null() | df["dur"].is_null() | df["name"].is_null()
     negative = (df["dur"] < 0).fill_null(False)
-    for reason, mask in (("without a numeric ts/dur or a name", missing), ("with negative duration", negative & ~missing)):
+    for reason, mask in (
+        ("without a numeric ts/dur or a name", missing),
+        ("with negative duration", negative & ~missing),
+    ):
         for cat, n in df.filter(mask).group_by("cat").len().iter_rows():
             warnings.add(f"'{cat}' events {reason} (skipped)", n)
     return df.filter(~missing & ~negative)
@@ -568,7 +621,11 @@ def build_trace(parts: list[dict[str, pl.DataFrame]], head: _Head, warnings: War
         .select(list(KERNELS_SCHEMA))
     )
     launches_df = tables["launches"].select(list(LAUNCHES_SCHEMA))
-    markers_df = tables["markers"].with_columns(device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False))).select(list(MARKERS_SCHEMA))
+    markers_df = (
+        tables["markers"]
+        .with_columns(device=pl.coalesce("device", pl.col("pid").cast(pl.Int64, strict=False)))
+        .select(list(MARKERS_SCHEMA))
+    )
     del tables
     steps_df = profiler_steps(ops_df, warnings)
 
@@ -642,7 +699,9 @@ def process_groups(config: Any, warnings: Warnings) -> list[dict[str, Any]]:
     MAX_GROUPS are read.
     """
     if isinstance(config, dict):
-        config = [dict(v, pg_name=v.get("pg_name", v.get("name", k))) if isinstance(v, dict) else v for k, v in config.items()]
+        config = [
+            dict(v, pg_name=v.get("pg_name", v.get("name", k))) if isinstance(v, dict) else v for k, v in config.items()
+        ]
     if not isinstance(config, list):
         if config is not None:
             warnings.add("distributedInfo pg_config is not a list of groups (ignored)")
@@ -660,15 +719,31 @@ def process_groups(config: Any, warnings: Warnings) -> list[dict[str, Any]]:
         if size is None and ranks:
             size = len(ranks)
         listed = x.get("ranks") not in (None, "", [], "[]")
-        if (name is None or name in seen or size is None or not 1 <= size <= MAX_RANKS
-                or (listed and ranks is None and size <= MAX_LISTED_RANKS) or (ranks and len(ranks) != size)):
+        if (
+            name is None
+            or name in seen
+            or size is None
+            or not 1 <= size <= MAX_RANKS
+            or (listed and ranks is None and size <= MAX_LISTED_RANKS)
+            or (ranks and len(ranks) != size)
+        ):
             bad += 1
             continue
         seen.add(name)
-        out.append({"name": name, "desc": _group_text(x.get("pg_desc")), "size": size, "ranks": ranks or None,
-                    "backend": _group_text(x.get("backend_config"))})
+        out.append(
+            {
+                "name": name,
+                "desc": _group_text(x.get("pg_desc")),
+                "size": size,
+                "ranks": ranks or None,
+                "backend": _group_text(x.get("backend_config")),
+            }
+        )
     warnings.add("distributedInfo pg_config entries without a usable name, size or ranks (ignored)", bad)
-    warnings.add(f"distributedInfo pg_config lists more than {MAX_GROUPS} groups (the rest ignored)", int(len(config) > MAX_GROUPS))
+    warnings.add(
+        f"distributedInfo pg_config lists more than {MAX_GROUPS} groups (the rest ignored)",
+        int(len(config) > MAX_GROUPS),
+    )
     return out
 
 
@@ -683,7 +758,9 @@ def profiler_steps(ops: pl.DataFrame, warnings: Warnings | None = None) -> pl.Da
         step=pl.col("name").str.extract(r"#(\d+)$").cast(pl.Int64, strict=False)
     )
     if warnings is not None:
-        warnings.add("ProfilerStep spans whose number is beyond 64 bits (left out: their work is outside every step)",
-                     found["step"].null_count())
+        warnings.add(
+            "ProfilerStep spans whose number is beyond 64 bits (left out: their work is outside every step)",
+            found["step"].null_count(),
+        )
     steps = found.filter(pl.col("step").is_not_null()).select(list(STEPS_SCHEMA)).sort("ts")
     return steps.cast(STEPS_SCHEMA)

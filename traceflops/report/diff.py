@@ -12,7 +12,9 @@ from traceflops.report import html as H
 
 
 def render_json(d: dict[str, Any]) -> str:
-    return orjson.dumps(d, default=json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS).decode()
+    return orjson.dumps(
+        d, default=json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    ).decode()
 
 
 def largest_change_text(d: dict[str, Any]) -> str:
@@ -54,7 +56,12 @@ def render_terminal(d: dict[str, Any], console=None) -> None:
         for col in ("before", "after", "delta"):
             kt.add_column(col, justify="right", no_wrap=True)
         for r in d["kernels"]:
-            kt.add_row(text(r["name"]), fmt.ms(r["before_per_step"]), fmt.ms(r["after_per_step"]), fmt.ms(r["delta_per_step"], True))
+            kt.add_row(
+                text(r["name"]),
+                fmt.ms(r["before_per_step"]),
+                fmt.ms(r["after_per_step"]),
+                fmt.ms(r["delta_per_step"], True),
+            )
         c.print(kt)
     if d["modules"]:
         mt = Table(title="Modules whose time per step moved most")
@@ -63,8 +70,14 @@ def render_terminal(d: dict[str, Any], console=None) -> None:
             mt.add_column(col, justify="right", no_wrap=True)
         for r in d["modules"]:
             rc = r["recompute_per_step"]
-            mt.add_row(text(r["module"]), fmt.ms(r["before_per_step"]), fmt.ms(r["after_per_step"]), fmt.ms(r["delta_per_step"], True),
-                       fmt.ms(rc["before"]), fmt.ms(rc["after"]))
+            mt.add_row(
+                text(r["module"]),
+                fmt.ms(r["before_per_step"]),
+                fmt.ms(r["after_per_step"]),
+                fmt.ms(r["delta_per_step"], True),
+                fmt.ms(rc["before"]),
+                fmt.ms(rc["after"]),
+            )
         c.print(mt)
     for n in d["notes"]:
         c.print(f"[dim]{text(n)}[/dim]")
@@ -75,4 +88,3 @@ def render_terminal(d: dict[str, Any], console=None) -> None:
 def render_diff_html(d: dict[str, Any]) -> str:
     """The diff as one self-contained HTML page (escaped, no scripts, no network): the HTML renderer's diff page."""
     return H.render_diff_html(d)
-

@@ -29,8 +29,15 @@ def report(a: Analysis) -> Report:
     path = path_text(a.meta.get("path"))
     return Report(
         schema=SCHEMA,
-        inputs=[InputRecord(path=path, format=a.meta.get("format"), rank=a.meta.get("rank"),
-                            world_size=a.meta.get("world_size"), device=a.hardware.name if a.hardware is not None else None)],
+        inputs=[
+            InputRecord(
+                path=path,
+                format=a.meta.get("format"),
+                rank=a.meta.get("rank"),
+                world_size=a.meta.get("world_size"),
+                device=a.hardware.name if a.hardware is not None else None,
+            )
+        ],
         hardware=a.hardware,
         model=a.model,
         steps=step_records(a.steps.iter_rows(named=True), a.meta.get("rank")),
@@ -43,7 +50,9 @@ def report(a: Analysis) -> Report:
         step_stats=a.step_stats,
         critical_path=a.path_summary,
         gemm_shapes=_rows(a.by_gemm_shape, 30),
-        communication=None if a.communication is None else [CommunicationRow(**r) for r in a.communication.head(100).to_dicts()],
+        communication=None
+        if a.communication is None
+        else [CommunicationRow(**r) for r in a.communication.head(100).to_dicts()],
         totals=a.totals,
         warnings=a.warnings,
     )
@@ -55,7 +64,9 @@ def to_dict(a: Analysis) -> dict[str, Any]:
 
 
 def render(a: Analysis) -> str:
-    return orjson.dumps(to_dict(a), default=json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    return orjson.dumps(
+        to_dict(a), default=json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    ).decode()
 
 
 _OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
@@ -67,13 +78,15 @@ def render_chunks(a: Analysis, rows: int = STEP_CHUNK) -> Iterator[bytes | memor
     """`render(a)` as UTF-8 bytes, in pieces (bytes, or views of one: never copied): the steps are made and dumped
     `rows` at a time, so a trace of 200 000 steps never holds every step's dict, nor the whole text, at once. The
     pieces joined are `render(a)`'s bytes."""
-    rest = orjson.dumps(to_dict(replace(a, steps=a.steps.clear())), default=json_default, option=_OPTS)  # all but the steps: one buffer
+    rest = orjson.dumps(
+        to_dict(replace(a, steps=a.steps.clear())), default=json_default, option=_OPTS
+    )  # all but the steps: one buffer
     at = rest.find(_STEPS_AT)
     if at < 0:  # the steps are not where this splice expects them: the whole report at once
         yield render(a).encode()
         return
     view = memoryview(rest)
-    head, tail = view[:at], view[at + len(_STEPS_AT):]
+    head, tail = view[:at], view[at + len(_STEPS_AT) :]
     if not a.steps.height:
         yield from (head, _STEPS_AT, tail)
         return

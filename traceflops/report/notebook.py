@@ -17,26 +17,58 @@ def card(value: Analysis | Job) -> str:
     """The card of an analysis (its file, steps, wall, hardware) or a job (its ranks and steps, the ranks' mean budget)."""
     if isinstance(value, Job):
         head = f"{len(value.summaries)} ranks, {value.steps.height} steps, wall {fmt.duration(value.totals.wall_us)}"
-        return _card("traceflops.Job", None, head, value.totals, value.mean_budget(), "loss budget, mean over ranks",
-                     value.advice, value.warnings)
+        return _card(
+            "traceflops.Job",
+            None,
+            head,
+            value.totals,
+            value.mean_budget(),
+            "loss budget, mean over ranks",
+            value.advice,
+            value.warnings,
+        )
     t, hw = value.totals, value.hardware
-    head = (f"{t.step_count.counted} of {t.step_count.in_trace} steps counted, "
-            f"wall {fmt.duration(t.wall_us)}, on {(hw.name if hw is not None else None) or 'unknown hardware'}")
-    return _card("traceflops.Analysis", value.meta.get("path"), head, t, t.loss_budget,
-                 "loss budget (share of step time at peak)", value.advice, value.warnings)
+    head = (
+        f"{t.step_count.counted} of {t.step_count.in_trace} steps counted, "
+        f"wall {fmt.duration(t.wall_us)}, on {(hw.name if hw is not None else None) or 'unknown hardware'}"
+    )
+    return _card(
+        "traceflops.Analysis",
+        value.meta.get("path"),
+        head,
+        t,
+        t.loss_budget,
+        "loss budget (share of step time at peak)",
+        value.advice,
+        value.warnings,
+    )
 
 
-def _card(kind: str, path, head: str, totals: Totals | JobTotals, budget: dict[str, Any] | None, budget_title: str,
-          advice: list[AdviceItem] | list[dict[str, Any]], warnings: list[str]) -> str:
+def _card(
+    kind: str,
+    path,
+    head: str,
+    totals: Totals | JobTotals,
+    budget: dict[str, Any] | None,
+    budget_title: str,
+    advice: list[AdviceItem] | list[dict[str, Any]],
+    warnings: list[str],
+) -> str:
     """The card's HTML; `advice` is an Analysis' items or a Job's (plain dicts, `views.job.job_advice`): read as mappings."""
     e = lambda v: html.escape(fmt.printable(v), quote=True)
-    rows = "".join(f"<tr><td>{e(k)}</td><td style='text-align:right'>{e(fmt.pct(v))}</td></tr>"
-                   for k, v in top_terms(budget, 10))
-    tips = "".join(f"<li>{e(t.get('title'))} <span style='color:#718096'>({e(fmt.pct(t.get('share')))} "
-                   f"{e(t.get('unit') or '')})</span></li>" for t in advice[:3])
+    rows = "".join(
+        f"<tr><td>{e(k)}</td><td style='text-align:right'>{e(fmt.pct(v))}</td></tr>" for k, v in top_terms(budget, 10)
+    )
+    tips = "".join(
+        f"<li>{e(t.get('title'))} <span style='color:#718096'>({e(fmt.pct(t.get('share')))} "
+        f"{e(t.get('unit') or '')})</span></li>"
+        for t in advice[:3]
+    )
     where = f" <code>{e(path)}</code>" if path else ""
-    return (f"<div class='traceflops'><b>{e(kind)}</b>{where}<br>"
-            f"<b>{e(utilization_words(totals))}</b>; {e(head)}; {len(warnings)} warnings"
-            f"<br><b>{e(budget_title)}</b><table>{rows or '<tr><td>unknown</td></tr>'}</table>"
-            f"<b>what to try</b><ol>{tips or '<li>nothing above the threshold</li>'}</ol>"
-            f"<span style='color:#718096'>the full report: .to_html(); the numbers: .to_dict(), .to_pandas()</span></div>")
+    return (
+        f"<div class='traceflops'><b>{e(kind)}</b>{where}<br>"
+        f"<b>{e(utilization_words(totals))}</b>; {e(head)}; {len(warnings)} warnings"
+        f"<br><b>{e(budget_title)}</b><table>{rows or '<tr><td>unknown</td></tr>'}</table>"
+        f"<b>what to try</b><ol>{tips or '<li>nothing above the threshold</li>'}</ol>"
+        f"<span style='color:#718096'>the full report: .to_html(); the numbers: .to_dict(), .to_pandas()</span></div>"
+    )

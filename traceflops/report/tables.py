@@ -29,8 +29,24 @@ from traceflops.core.results import Analysis
 from traceflops.core.sections import json_default
 
 # every table a report can write, one analysis's and a job's (`frames`, `job_frames`)
-TABLE_NAMES = ("kernels", "ops", "steps", "partition", "idle_gaps", "launch_stats", "collectives", "roofline", "top_kernels",
-               "by_kernel", "by_module", "ranks", "job_steps", "rank_steps", "stragglers", "pipeline")
+TABLE_NAMES = (
+    "kernels",
+    "ops",
+    "steps",
+    "partition",
+    "idle_gaps",
+    "launch_stats",
+    "collectives",
+    "roofline",
+    "top_kernels",
+    "by_kernel",
+    "by_module",
+    "ranks",
+    "job_steps",
+    "rank_steps",
+    "stragglers",
+    "pipeline",
+)
 
 # --- per-kernel frames (computed by the analysis; None on a CPU-only trace) ---
 
@@ -145,8 +161,13 @@ def spreadsheet_safe(df: pl.DataFrame) -> pl.DataFrame:
     evaluate; other columns as they are."""
     df = printable_cells(df)
     text = [n for n, t in df.schema.items() if t in (pl.Utf8, pl.Categorical) or isinstance(t, pl.Enum)]
-    guarded = (pl.when(pl.col(n).cast(pl.Utf8).str.contains(FORMULA_START)).then(pl.lit("'") + pl.col(n).cast(pl.Utf8))
-               .otherwise(pl.col(n).cast(pl.Utf8)).alias(n) for n in text)
+    guarded = (
+        pl.when(pl.col(n).cast(pl.Utf8).str.contains(FORMULA_START))
+        .then(pl.lit("'") + pl.col(n).cast(pl.Utf8))
+        .otherwise(pl.col(n).cast(pl.Utf8))
+        .alias(n)
+        for n in text
+    )
     return df.with_columns(guarded) if text else df
 
 

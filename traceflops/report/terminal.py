@@ -42,7 +42,7 @@ NAME_CUT = 60  # characters of a kernel or module name on a terminal
 # says where the bands do not apply.
 BAND_MEANING = {
     "likely broken": "under 20% MFU: for dense training something large is wrong or missing (host-bound steps, small batches, "
-                     "fp32 matmuls, unfused kernels, or a wrong peak): the loss budget and what to try below say where the time went",
+    "fp32 matmuls, unfused kernels, or a wrong peak): the loss budget and what to try below say where the time went",
     "room to improve": "20-35% MFU: typical of an untuned dense training run: the largest items of what to try below are the levers",
     "good": "35-55% MFU: a well-tuned dense training run",
     "excellent": "55-75% MFU: about the best dense training reaches on current accelerators",
@@ -138,7 +138,9 @@ def header(c: Console, a: Analysis) -> None:
         if w.startswith(HEADLINE_WARNINGS):  # what the trace cannot say at all: before any number
             c.print(f"[bold yellow]warning:[/bold yellow] {text(w)}")
     if hw is not None:
-        c.print(f"hardware: {text(hw.name)}, dense {text(hw.precision)} peak {fmt.si(hw.peak_flops, 'FLOP/s')} [dim](source in --format json)[/dim]")
+        c.print(
+            f"hardware: {text(hw.name)}, dense {text(hw.precision)} peak {fmt.si(hw.peak_flops, 'FLOP/s')} [dim](source in --format json)[/dim]"
+        )
     else:
         c.print("hardware: unknown (give --hardware or --peak-tflops)")
     m = a.model
@@ -153,13 +155,18 @@ def header(c: Console, a: Analysis) -> None:
     if low:
         unknown_lines(c, t)
     if m is not None and present(m.seq_len) is not None:
-        c.print(f"model: T = {text(m.seq_len)} (from the {text(present(m.seq_len_source))}), {fmt.si(present(m.tokens_per_step))} "
-                f"tokens per step ({text(present(m.tokens_source))}), {fmt.si(present(m.flops_per_token), 'FLOP')} per token")
+        c.print(
+            f"model: T = {text(m.seq_len)} (from the {text(present(m.seq_len_source))}), {fmt.si(present(m.tokens_per_step))} "
+            f"tokens per step ({text(present(m.tokens_source))}), {fmt.si(present(m.flops_per_token), 'FLOP')} per token"
+        )
         for note in m.notes or []:
             c.print(f"  [dim]{text(note)}[/dim]")
     if t.mfu_by_precision:
-        c.print("MFU by peak: " + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t.mfu_by_precision.items())
-                + text(fmt.precision_words(t.mfu_by_precision)))
+        c.print(
+            "MFU by peak: "
+            + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t.mfu_by_precision.items())
+            + text(fmt.precision_words(t.mfu_by_precision))
+        )
     if t.loss_budget_unknown:
         c.print(f"[yellow]{text(fmt.budget_unknown_words(t.loss_budget_unknown))}[/yellow]")
     if m is not None and m.band:
@@ -169,20 +176,28 @@ def header(c: Console, a: Analysis) -> None:
             c.print(f"  {text(meaning)}")
     devices = (hw.devices if hw is not None else None) or 1
     on = f" on {devices} devices (time per device)" if devices > 1 else ""
-    c.print(f"wall {fmt.duration(t.wall_us)} over {steps_counted(a)}{on}; FLOPs known for {fmt.pct(t.flops_coverage)} of matmul time")
+    c.print(
+        f"wall {fmt.duration(t.wall_us)} over {steps_counted(a)}{on}; FLOPs known for {fmt.pct(t.flops_coverage)} of matmul time"
+    )
 
 
 def steps_counted(a: Analysis) -> str:
     """'N step(s)', or 'N of M steps' when some are left out of the totals (asked, cut, or the unbounded last)."""
     sc = a.totals.step_count
     counted, have = sc.counted, sc.in_trace
-    return f"{counted} step(s)" if counted == have else f"{counted} of {have} steps (the others shown, left out of the totals)"
+    return (
+        f"{counted} step(s)"
+        if counted == have
+        else f"{counted} of {have} steps (the others shown, left out of the totals)"
+    )
 
 
 def unknown_lines(c: Console, t: Totals) -> None:
     """Part of the matmul work has unknown FLOPs: say it in the headline, with the largest such kernels and why."""
-    c.print(f"[bold yellow]FLOPs known for only {fmt.pct(t.flops_coverage)} of matmul time: {fmt.bound_words(t)}"
-            "[/bold yellow]; largest matmul kernels with unknown FLOPs:")
+    c.print(
+        f"[bold yellow]FLOPs known for only {fmt.pct(t.flops_coverage)} of matmul time: {fmt.bound_words(t)}"
+        "[/bold yellow]; largest matmul kernels with unknown FLOPs:"
+    )
     for k in t.unknown_matmul_kernels:
         c.print(f"  {fmt.duration(k.time_us)} in {k.count} x {text(fmt.short(k.name, 80))}: {text(k.why)}")
 
@@ -208,8 +223,11 @@ def budget_table(c: Console, a: Analysis) -> None:
     if not lb:
         return
     unknown = a.totals.loss_budget_unknown
-    bt = Table(title="Where peak x time went (loss budget, sums to 100%)" if not unknown else
-               f"Where peak x time went (loss budget; the unknown terms hold {fmt.pct(unknown['share'])}, see above)")
+    bt = Table(
+        title="Where peak x time went (loss budget, sums to 100%)"
+        if not unknown
+        else f"Where peak x time went (loss budget; the unknown terms hold {fmt.pct(unknown['share'])}, see above)"
+    )
     bt.add_column("term")
     bt.add_column("share", justify="right", no_wrap=True)
     bt.add_column("", no_wrap=True)
@@ -235,7 +253,9 @@ def start_ms(start, first) -> str:
 
 def steps_table(c: Console, a: Analysis, known: bool) -> None:
     st = Table(title="Steps (start: ms after the first step's start)")
-    st.add_column("step", no_wrap=True, overflow="fold")  # a step name is never cut: it is what --exclude-step and the trace call it
+    st.add_column(
+        "step", no_wrap=True, overflow="fold"
+    )  # a step name is never cut: it is what --exclude-step and the trace call it
     for col in ("start (ms)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
         st.add_column(col, justify="right", no_wrap=True)
     first = a.steps["start"].min() if a.steps.height else None
@@ -261,18 +281,28 @@ def steps_table(c: Console, a: Analysis, known: bool) -> None:
 def kernels_table(c: Console, a: Analysis) -> None:
     if a.top_kernels is None or not a.top_kernels.height:
         return
-    kt = Table(title="Top recoverable kernels (duration - max(FLOPs/peak, bytes/bandwidth); — = FLOPs and bytes unknown)")
+    kt = Table(
+        title="Top recoverable kernels (duration - max(FLOPs/peak, bytes/bandwidth); — = FLOPs and bytes unknown)"
+    )
     name_column(c, kt, "kernel")
     for col in ("class", "bound", "count", "time (ms)", "recov. (ms)"):
         kt.add_column(col, justify="right", no_wrap=True)
     for r in a.top_kernels.head(8).iter_rows(named=True):
         rec = r["recoverable_us"] if r.get("known", 1) else None
-        kt.add_row(name(c, r["name"]), text(r["cls"]), text(r["bound"]), str(r["count"]), f"{r['dur_us'] / 1e3:.3f}",
-                   fmt.NONE if rec is None else f"{rec / 1e3:.3f}")
+        kt.add_row(
+            name(c, r["name"]),
+            text(r["cls"]),
+            text(r["bound"]),
+            str(r["count"]),
+            f"{r['dur_us'] / 1e3:.3f}",
+            fmt.NONE if rec is None else f"{rec / 1e3:.3f}",
+        )
     c.print(kt)
 
 
-def communication_table(c: Console, rows, title: str = "Communication by dimension and phase (share of step time)") -> None:
+def communication_table(
+    c: Console, rows, title: str = "Communication by dimension and phase (share of step time)"
+) -> None:
     """Exposed and hidden communication per dimension, phase and kind, when the groups tell dimensions apart (a job
     on one group says no more than the time breakdown does)."""
     if rows is None or not rows.height:
@@ -285,8 +315,15 @@ def communication_table(c: Console, rows, title: str = "Communication by dimensi
     for col in ("calls", "time (ms)", "exposed", "hidden"):
         ct.add_column(col, justify="right", no_wrap=True)
     for r in rows.head(12).iter_rows(named=True):
-        ct.add_row(text(dimension_name(r["role"])), text(r["phase"]), text(r["kind"]),
-                   str(r["calls"]), f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["exposed_share"]), fmt.pct(r["overlapped_share"]))
+        ct.add_row(
+            text(dimension_name(r["role"])),
+            text(r["phase"]),
+            text(r["kind"]),
+            str(r["calls"]),
+            f"{r['time_us'] / 1e3:.3f}",
+            fmt.pct(r["exposed_share"]),
+            fmt.pct(r["overlapped_share"]),
+        )
     c.print(ct)
 
 
@@ -357,7 +394,11 @@ def step_flags(ss: StepStats | None, names: dict[Any, str]) -> list[str]:
             parts.append(f"a leading step {w.ratio:.2f}× the median window ({fmt.duration(w.window_us)})")
         if o:
             why = " and ".join(OUTLIER_RULES.get(r, r) for r in o.rules)
-            dev = f"{fmt.ms(o.deviation_us, True)} ({fmt.pct(o.deviation_frac)}) from the median" if o.deviation_us is not None else ""
+            dev = (
+                f"{fmt.ms(o.deviation_us, True)} ({fmt.pct(o.deviation_frac)}) from the median"
+                if o.deviation_us is not None
+                else ""
+            )
             moved = f"; {o.term} moved most ({fmt.ms(o.term_delta_us, True)} against its median)" if o.term else ""
             parts.append(f"{dev}, {why}{moved}" if dev else f"{why}{moved}")
         if w and o:

@@ -84,18 +84,26 @@ def expand_with_warnings(paths: list[str]) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     for p in paths:
         if p == "-":
-            raise InputError(p, "reading a trace from standard input is not supported", "save it to a file first and pass that file")
+            raise InputError(
+                p, "reading a trace from standard input is not supported", "save it to a file first and pass that file"
+            )
         if os.path.isdir(p):
             files, left_out = walk_traces(p)
             found = sorted(str(f) for f in profile_files(files))
             warnings += left_out
             xla = sum(1 for f in found if f.endswith(XPLANE_SUFFIXES))
             if 0 < xla < len(found):
-                warnings.append(f"{p}: mixes {xla} XLA profile(s) and {len(found) - xla} Kineto trace(s): they are read as ranks "
-                                "of one job; point at the files of one run to analyse it alone")
+                warnings.append(
+                    f"{p}: mixes {xla} XLA profile(s) and {len(found) - xla} Kineto trace(s): they are read as ranks "
+                    "of one job; point at the files of one run to analyse it alone"
+                )
             if not found:
                 why = f" ({left_out[0]})" if left_out else ""
-                raise InputError(p, f"directory holds no trace files (*.json, *.json.gz, *.xplane.pb[.gz]){why}", "point at the traces' folder")
+                raise InputError(
+                    p,
+                    f"directory holds no trace files (*.json, *.json.gz, *.xplane.pb[.gz]){why}",
+                    "point at the traces' folder",
+                )
             out += found
         elif not os.path.lexists(p) and any(ch in p for ch in "*?["):
             found = sorted(glob.glob(p, recursive=True))

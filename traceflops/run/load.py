@@ -24,7 +24,9 @@ def load(path: str, cache_dir=None, progress=None) -> Trace:
     try:
         trace_cache.store(str(path), trace, cache_dir)
     except OSError as e:
-        trace.warnings.add(f"{trace_cache.NOT_WRITTEN} ({e.strerror})")  # this run's only: never kept, retried next time
+        trace.warnings.add(
+            f"{trace_cache.NOT_WRITTEN} ({e.strerror})"
+        )  # this run's only: never kept, retried next time
     return trace
 
 
@@ -49,5 +51,10 @@ def capture_paths(path: str, options: ModelOptions) -> list[str]:
 def _traces_in(p: Path) -> list[Path]:
     if not p.is_dir():
         return [p]
-    return sorted(q for q in p.iterdir() if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))
-                  and q.name != "execution_details.json")
+    return sorted(
+        q
+        for q in p.iterdir()
+        if q.is_file()
+        and (q.name.endswith(".json") or q.name.endswith(".json.gz"))
+        and q.name != "execution_details.json"
+    )

@@ -57,7 +57,9 @@ def check_number(name: str, value: Any) -> None:
     ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
     if not ok:
         flag = "--" + name.replace("_", "-")
-        raise OptionsError(None, f"{flag} ({name}) must be {bounds_text(name)}, got {value!r}", f"give {flag} a value in that range")
+        raise OptionsError(
+            None, f"{flag} ({name}) must be {bounds_text(name)}, got {value!r}", f"give {flag} a value in that range"
+        )
 
 
 def check_numbers(**values: Any) -> None:
@@ -75,9 +77,13 @@ def read_config(model_config: str | os.PathLike | dict) -> dict[str, Any]:
     try:
         cfg = json.loads(Path(model_config).read_text())
     except (OSError, ValueError) as e:
-        raise OptionsError(str(model_config), f"cannot read a JSON config ({e})", "pass a Hugging Face style config.json") from None
+        raise OptionsError(
+            str(model_config), f"cannot read a JSON config ({e})", "pass a Hugging Face style config.json"
+        ) from None
     if not isinstance(cfg, dict):
-        raise OptionsError(str(model_config), "the config is not a JSON object", "pass a Hugging Face style config.json")
+        raise OptionsError(
+            str(model_config), "the config is not a JSON object", "pass a Hugging Face style config.json"
+        )
     return cfg
 
 
@@ -90,7 +96,9 @@ def model_spec(params=None, layers=None, heads=None, head_dim=None, seq_len=None
         except OptionsError:
             raise
         except ValueError as e:
-            raise OptionsError(where, str(e), "describe the model with --params/--layers/--heads/--head-dim/--seq-len instead") from None
+            raise OptionsError(
+                where, str(e), "describe the model with --params/--layers/--heads/--head-dim/--seq-len instead"
+            ) from None
     given = [params, layers, heads, head_dim, seq_len]
     if all(v is None for v in given):
         return None
@@ -103,16 +111,42 @@ def model_spec(params=None, layers=None, heads=None, head_dim=None, seq_len=None
     return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
 
 
-def model_options(*, params=None, layers=None, heads=None, head_dim=None, seq_len=None, model_config=None,
-                  tokens_per_step=None, world_size=None, mode=None, hardware=None, precision=None, peak_tflops=None,
-                  exclude_steps=(), graph_captures=(), keep_last_step=False, group_roles=()) -> ModelOptions:
+def model_options(
+    *,
+    params=None,
+    layers=None,
+    heads=None,
+    head_dim=None,
+    seq_len=None,
+    model_config=None,
+    tokens_per_step=None,
+    world_size=None,
+    mode=None,
+    hardware=None,
+    precision=None,
+    peak_tflops=None,
+    exclude_steps=(),
+    graph_captures=(),
+    keep_last_step=False,
+    group_roles=(),
+) -> ModelOptions:
     """The `ModelOptions` of one analysis, the same from the command line and from Python."""
     if mode not in MODES:
         raise OptionsError(None, f"mode must be 'training' or 'inference', got {mode!r}", "leave it out to detect it")
-    check_numbers(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len,
-                  tokens_per_step=tokens_per_step, world_size=world_size, peak_tflops=peak_tflops)
+    check_numbers(
+        params=params,
+        layers=layers,
+        heads=heads,
+        head_dim=head_dim,
+        seq_len=seq_len,
+        tokens_per_step=tokens_per_step,
+        world_size=world_size,
+        peak_tflops=peak_tflops,
+    )
     if hardware is not None and hw.lookup(hardware) is None:
-        raise OptionsError(None, f"unknown hardware {hardware!r}", f"give one of {', '.join(sorted(hw.HARDWARE))}, or --peak-tflops")
+        raise OptionsError(
+            None, f"unknown hardware {hardware!r}", f"give one of {', '.join(sorted(hw.HARDWARE))}, or --peak-tflops"
+        )
     return ModelOptions(
         spec=model_spec(params, layers, heads, head_dim, seq_len, model_config),
         tokens_per_step=tokens_per_step,
@@ -138,8 +172,11 @@ def parse_group_roles(given) -> tuple[tuple[str, str], ...]:
     for g in given or ():
         group, sep, role = str(g).partition("=")
         if not sep or not group.strip() or not _ROLE_RE.match(role.strip().lower()):
-            raise OptionsError(None, f"--group-role {g!r} is not GROUP=ROLE",
-                               "name the group by its description or name, and the role as dp, tp, pp, ep, cp or a short word "
-                               "(e.g. --group-role default_pg=tp)")
+            raise OptionsError(
+                None,
+                f"--group-role {g!r} is not GROUP=ROLE",
+                "name the group by its description or name, and the role as dp, tp, pp, ep, cp or a short word "
+                "(e.g. --group-role default_pg=tp)",
+            )
         out.append((group.strip(), role.strip().lower()))
     return tuple(out)

@@ -45,8 +45,17 @@ def _summarize_url(url: str, opts) -> RankSummary:
             return replace(summarize(analyze(local, opts)), path=url)
 
 
-def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "local", ray_address: str | None = None, cache_dir=None,
-                  skipped: list[str] | None = None, on_done=None) -> list[RankSummary]:
+def summarize_all(
+    paths: list[str],
+    opts,
+    jobs: int = 1,
+    *,
+    executor: str = "local",
+    ray_address: str | None = None,
+    cache_dir=None,
+    skipped: list[str] | None = None,
+    on_done=None,
+) -> list[RankSummary]:
     """Summaries of many ranks: in this process, a process pool (jobs > 1), or Ray tasks.
 
     Among several files, one that is no trace at all (a config.json beside the
@@ -69,8 +78,10 @@ def summarize_all(paths: list[str], opts, jobs: int = 1, *, executor: str = "loc
 
         # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
         workers = min(jobs, len(work)) - 1  # this process analyses ranks too: it is one of the jobs
-        with _worker_environment(), \
-                ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with (
+            _worker_environment(),
+            ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool,
+        ):
             try:
                 got = _shared(work, pool, workers, done)
             except BaseException as e:
@@ -103,7 +114,7 @@ def _shared(work: list, pool, workers: int, done) -> list:
         try:
             while (i := take()) is not None:
                 replies.put((i, pool.submit(_attempt, work[i]).result()))
-        except BaseException as e:  # noqa: BLE001 - raised in this process's thread, by the reader of replies
+        except BaseException as e:
             replies.put((None, e))
 
     finished = 0
@@ -134,9 +145,12 @@ def _shared(work: list, pool, workers: int, done) -> list:
 
 
 def _worker_died() -> InputError:
-    return InputError(None, "a worker process of the job ended before its rank was analysed (killed, e.g. for memory, or "
-                      "started by a script that calls the job outside `if __name__ == \"__main__\":`)",
-                      "rerun with fewer --jobs, or guard the script's entry point")
+    return InputError(
+        None,
+        "a worker process of the job ended before its rank was analysed (killed, e.g. for memory, or "
+        'started by a script that calls the job outside `if __name__ == "__main__":`)',
+        "rerun with fewer --jobs, or guard the script's entry point",
+    )
 
 
 def _stop_workers(pool) -> None:
@@ -186,8 +200,9 @@ _ONE_CORE = {ENV: "0", POLARS_THREADS: "1"}
 def _worker_environment():
     """The environment the rank workers started inside inherit: one core each, freed memory handed back at once
     (a user's own settings win); then this process's own again."""
-    return children_environment({**{k: os.environ.get(k, v) for k, v in _ONE_CORE.items()},
-                                 VAR: release_at_once(os.environ.get(VAR))})
+    return children_environment(
+        {**{k: os.environ.get(k, v) for k, v in _ONE_CORE.items()}, VAR: release_at_once(os.environ.get(VAR))}
+    )
 
 
 def _attempt_on_worker(args: tuple) -> RankSummary | NotATraceError:
@@ -214,8 +229,11 @@ def check_reachable(address: str | None, timeout: float = 5.0) -> None:
 
 
 def _unreachable(address: str, why: str) -> InputError:
-    return InputError(None, f"cannot reach the Ray cluster at {address!r} ({why})",
-                      "start one (`ray start --head`) or leave out --ray-address to run a local one")
+    return InputError(
+        None,
+        f"cannot reach the Ray cluster at {address!r} ({why})",
+        "start one (`ray start --head`) or leave out --ray-address to run a local one",
+    )
 
 
 def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
@@ -228,13 +246,21 @@ def _on_ray(work: list[tuple], address: str | None) -> list[RankSummary]:
     started = not ray.is_initialized()
     if started:
         try:
-            ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.ERROR)  # stderr keeps the one line of a failure
-        except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError or its own types here
+            ray.init(
+                address=address,
+                ignore_reinit_error=True,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+            )  # stderr keeps the one line of a failure
+        except Exception as e:
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             if address is None:
-                raise InputError(None, f"could not start a local Ray cluster ({first})",
-                                 "check the Ray install, or run without --executor ray") from None
+                raise InputError(
+                    None,
+                    f"could not start a local Ray cluster ({first})",
+                    "check the Ray install, or run without --executor ray",
+                ) from None
             raise _unreachable(address, first) from None
     try:
         task = ray.remote(_attempt_on_worker)

@@ -64,7 +64,9 @@ STEP_KEY = ("step", "name", "pid", "tid", "ts", "dur")
 # ---------------------------------------------------------------- before
 
 
-def drop_duplicates(frame: pl.DataFrame, key: tuple[str, ...], exempt: pl.Expr | None = None) -> tuple[pl.DataFrame, int]:
+def drop_duplicates(
+    frame: pl.DataFrame, key: tuple[str, ...], exempt: pl.Expr | None = None
+) -> tuple[pl.DataFrame, int]:
     """Keep the first copy of each identical event (nulls compare equal); `exempt` rows are always kept."""
     cols = [c for c in key if c in frame.columns]
     if frame.height < 2 or not cols:
@@ -127,7 +129,9 @@ def drop_far_from_the_rest(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, p
             out[name] = t
             continue
         end = pl.col("ts") + pl.col("dur").fill_null(0) if "dur" in t.columns else pl.col("ts")
-        far = t.select((((pl.col("ts") - center).abs() > MAX_SPREAD_US) | ((end - center).abs() > MAX_SPREAD_US)).fill_null(False)).to_series()
+        far = t.select(
+            (((pl.col("ts") - center).abs() > MAX_SPREAD_US) | ((end - center).abs() > MAX_SPREAD_US)).fill_null(False)
+        ).to_series()
         kept = t.filter(~far) if far.any() else t
         dropped += t.height - kept.height
         out[name] = kept
@@ -177,10 +181,15 @@ def clean_kernel_times(kernels: pl.DataFrame, eps: float = OVERLAP_EPS_US) -> tu
     ).row(0)
     if counts[0] or counts[1]:
         fix = s.filter(pl.col("_over")).select("_row", "_ts", "_dur")
-        k = k.join(fix, on="_row", how="left").sort("_row").with_columns(
-            ts=pl.coalesce("_ts", "ts"), dur=pl.coalesce("_dur", "dur")
-        ).drop("_ts", "_dur")
-    return k.drop("_row").select(kernels.columns), KernelTimeCounts(zero, negative, int(counts[0]), int(counts[1]), float(counts[2] or 0.0))
+        k = (
+            k.join(fix, on="_row", how="left")
+            .sort("_row")
+            .with_columns(ts=pl.coalesce("_ts", "ts"), dur=pl.coalesce("_dur", "dur"))
+            .drop("_ts", "_dur")
+        )
+    return k.drop("_row").select(kernels.columns), KernelTimeCounts(
+        zero, negative, int(counts[0]), int(counts[1]), float(counts[2] or 0.0)
+    )
 
 
 def _median_positive(frame: pl.DataFrame) -> tuple[float | None, int]:
@@ -250,7 +259,10 @@ def clean(trace: Trace) -> Trace:
             f"({c.overlap_us:.3f} us no longer double-counted)",
             c.clipped,
         )
-    w.add("device activities wholly inside an earlier one on their stream: their time is counted once, under the earlier one", c.contained)
+    w.add(
+        "device activities wholly inside an earlier one on their stream: their time is counted once, under the earlier one",
+        c.contained,
+    )
     out = dataclasses.replace(
         trace, ops=ops, kernels=kernels, launches=launches, markers=tables["markers"], steps=steps, warnings=w
     )
@@ -263,10 +275,10 @@ def clean(trace: Trace) -> Trace:
         )
     why = time_unit_suspicion(out)
     if why:
-        w.add(f"times look like nanoseconds, not microseconds ({why}); nothing was rescaled: check the tool that wrote the trace")
+        w.add(
+            f"times look like nanoseconds, not microseconds ({why}); nothing was rescaled: check the tool that wrote the trace"
+        )
     return out
 
 
 # ---------------------------------------------------------------- after
-
-

@@ -100,18 +100,26 @@ def _decode(text: str | None):
     return None if text is None else orjson.loads(text)
 
 
-def formula_table(ops: pl.DataFrame, rows: np.ndarray, out_dims: dict[int, list[int]] | None = None,
-                  contexts: dict[int, str] | None = None) -> pl.DataFrame:
+def formula_table(
+    ops: pl.DataFrame,
+    rows: np.ndarray,
+    out_dims: dict[int, list[int]] | None = None,
+    contexts: dict[int, str] | None = None,
+) -> pl.DataFrame:
     """Apply the registry once per distinct (name, dims, types, concrete, out, context) signature.
 
     `contexts`: per op row, facts recorded outside the op (JSON; `op_contexts`) that its formula needs.
     """
     sub = ops[rows].select("row", "name", "dims", "types", "concrete")
     extra = {"out": out_dims, "ctx": contexts}
-    sub = sub.with_columns([
-        pl.col("row").replace_strict(v, default=None, return_dtype=pl.Utf8).alias(k) if v else pl.lit(None, pl.Utf8).alias(k)
-        for k, v in extra.items()
-    ])
+    sub = sub.with_columns(
+        [
+            pl.col("row").replace_strict(v, default=None, return_dtype=pl.Utf8).alias(k)
+            if v
+            else pl.lit(None, pl.Utf8).alias(k)
+            for k, v in extra.items()
+        ]
+    )
     keys = ["name", "dims", "types", "concrete", *extra]
     uniq = sub.select(keys).unique()
     rows_out: dict[str, list] = {k: [] for k in FLOP_COLS}
@@ -185,12 +193,21 @@ def weight_grad_shapes(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
     wg = ops[rows].filter(pl.col("name").str.ends_with("convolution_backward_weight"))
     if wg.height == 0:
         return {}
-    parents = ops.select(pl.col("row").alias("parent"), pl.col("dims").alias("parent_dims"), pl.col("name").alias("parent_name"))
+    parents = ops.select(
+        pl.col("row").alias("parent"), pl.col("dims").alias("parent_dims"), pl.col("name").alias("parent_name")
+    )
     j = wg.select("row", "parent").join(parents, on="parent", how="left")
     out: dict[int, str] = {}
     for row, pname, pdims in j.select("row", "parent_name", "parent_dims").iter_rows():
         d = _decode(pdims)
-        if pname and pname.endswith("convolution_backward") and d and len(d) >= 3 and isinstance(d[2], list) and len(d[2]) >= 3:
+        if (
+            pname
+            and pname.endswith("convolution_backward")
+            and d
+            and len(d) >= 3
+            and isinstance(d[2], list)
+            and len(d[2]) >= 3
+        ):
             out[row] = orjson.dumps(d[2]).decode()
     return out
 
@@ -246,9 +263,15 @@ def moe_evidence(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, dict]:
         if isinstance(d, list) and len(d) > 1 and isinstance(d[1], list) and len(d[1]) == 2:
             experts[row] = d[1][1]
     found: dict[int, dict] = {r: {"topk": None, "weights": []} for r in experts}
-    sub = ops[inside].select("ts", "row", "name", "dims", "types", "concrete", "strides").with_columns(
-        owner=pl.Series(owner[inside])).sort("ts", "row")
-    for own, name, dims, types, concrete, strides in sub.select("owner", "name", "dims", "types", "concrete", "strides").iter_rows():
+    sub = (
+        ops[inside]
+        .select("ts", "row", "name", "dims", "types", "concrete", "strides")
+        .with_columns(owner=pl.Series(owner[inside]))
+        .sort("ts", "row")
+    )
+    for own, name, dims, types, concrete, strides in sub.select(
+        "owner", "name", "dims", "types", "concrete", "strides"
+    ).iter_rows():
         got = found.get(own)
         if got is None:
             continue
@@ -258,11 +281,19 @@ def moe_evidence(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, dict]:
             if isinstance(k, str) and k.isdigit():
                 got["topk"] = int(k)
         d = _decode(dims)
-        if len(got["weights"]) < 2 and isinstance(d, list) and d and isinstance(d[0], list) and len(d[0]) == 3 \
-                and d[0][0] == experts[own] and all(w[0] != d[0] for w in got["weights"]):
+        if (
+            len(got["weights"]) < 2
+            and isinstance(d, list)
+            and d
+            and isinstance(d[0], list)
+            and len(d[0]) == 3
+            and d[0][0] == experts[own]
+            and all(w[0] != d[0] for w in got["weights"])
+        ):
             t, st = _decode(types), _decode(strides)
-            got["weights"].append([d[0], t[0] if isinstance(t, list) and t else None,
-                                   st[0] if isinstance(st, list) and st else None])
+            got["weights"].append(
+                [d[0], t[0] if isinstance(t, list) and t else None, st[0] if isinstance(st, list) and st else None]
+            )
     return {r: g for r, g in found.items() if g["topk"] is not None and len(g["weights"]) == 2}
 
 
@@ -292,16 +323,31 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
     counted in HFU, not in MFU) and an attention op's mask.
     """
     given = pl.col("matmul") & pl.col("flops_hint").is_not_null()
-    in_range = pl.col("flops_hint").is_between(0, registry.OP_FLOPS_MAX) & pl.col("recompute_hint").fill_null(0).is_between(0, registry.OP_FLOPS_MAX)
+    in_range = pl.col("flops_hint").is_between(0, registry.OP_FLOPS_MAX) & pl.col("recompute_hint").fill_null(
+        0
+    ).is_between(0, registry.OP_FLOPS_MAX)
     hinted = given & in_range
     types_dtype = pl.col("types").map_elements(_first_dtype, return_dtype=pl.Utf8)
     return ops.with_columns(
         flops=pl.when(hinted).then(pl.col("flops_hint")).when(given).then(None).otherwise(pl.col("flops")),
-        effective_flops=pl.when(hinted).then(pl.col("flops_hint")).when(given).then(None).otherwise(pl.col("effective_flops")),
-        recompute_flops=pl.when(hinted).then(pl.col("recompute_hint").fill_null(0)).when(given).then(0).otherwise(pl.col("recompute_flops")),
+        effective_flops=pl.when(hinted)
+        .then(pl.col("flops_hint"))
+        .when(given)
+        .then(None)
+        .otherwise(pl.col("effective_flops")),
+        recompute_flops=pl.when(hinted)
+        .then(pl.col("recompute_hint").fill_null(0))
+        .when(given)
+        .then(0)
+        .otherwise(pl.col("recompute_flops")),
         mask=pl.when(hinted & pl.col("mask_hint").is_not_null()).then(pl.col("mask_hint")).otherwise(pl.col("mask")),
-        bytes=pl.coalesce("bytes", pl.when(pl.col("bytes_hint").is_between(0, registry.OP_FLOPS_MAX)).then(pl.col("bytes_hint"))),
-        flops_reason=pl.when(hinted).then(None).when(given).then(pl.lit(f"{registry.OUT_OF_RANGE}: the compiler's FLOPs"))
+        bytes=pl.coalesce(
+            "bytes", pl.when(pl.col("bytes_hint").is_between(0, registry.OP_FLOPS_MAX)).then(pl.col("bytes_hint"))
+        ),
+        flops_reason=pl.when(hinted)
+        .then(None)
+        .when(given)
+        .then(pl.lit(f"{registry.OUT_OF_RANGE}: the compiler's FLOPs"))
         .otherwise(pl.col("flops_reason")),
         dtype=pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
         .then(types_dtype)
@@ -316,11 +362,17 @@ def _first_dtype(types: str) -> str | None:
 
 # Kernels a GEMM or convolution library runs around its GEMM that only move data: layout transforms (cuDNN, MIOpen),
 # tensor scaling and offset tables (cuDNN), sub-tensor ops (MIOpen), copies into a contiguous operand (PyTorch).
-LAYOUT_KERNEL_RE = r"(?i)nchwToNhwc|nhwcToNchw|NCHW2CNHW|CNHW2NCHW|batched_transpose"  # NCHW <-> NHWC around a convolution
-AUX_KERNEL_RE = (LAYOUT_KERNEL_RE + r"|transpose|scalePackedTensor|compute[AB]?OffsetsKernel|SubTensorOp"
-                 r"|direct_copy_kernel|copy_device_to_device")
+LAYOUT_KERNEL_RE = (
+    r"(?i)nchwToNhwc|nhwcToNchw|NCHW2CNHW|CNHW2NCHW|batched_transpose"  # NCHW <-> NHWC around a convolution
+)
+AUX_KERNEL_RE = (
+    LAYOUT_KERNEL_RE + r"|transpose|scalePackedTensor|compute[AB]?OffsetsKernel|SubTensorOp"
+    r"|direct_copy_kernel|copy_device_to_device"
+)
 
-_SAYS_GEMM = MATMUL_KERNEL_RE + r"|(?i:gemm|triton_tem|matmul|gemv)"  # a fused GEMM template (inductor's triton_tem_*) may name a transpose
+_SAYS_GEMM = (
+    MATMUL_KERNEL_RE + r"|(?i:gemm|triton_tem|matmul|gemv)"
+)  # a fused GEMM template (inductor's triton_tem_*) may name a transpose
 
 
 def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -358,18 +410,22 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         # A framework op (not aten's) that launched named matmul kernels: its other kernels are routing, quantisation
         # or scatter work (a fused MoE's top-k, SageAttention's quantiser), not matmul time.
         op_name = by_row(ops, kernels["matmul_row"], "name").to_series().fill_null("aten::")
-        framework = op_name.str.contains("::", literal=True) & ~op_name.str.starts_with("aten::")  # vllm::, aiter::, ...
+        framework = op_name.str.contains("::", literal=True) & ~op_name.str.starts_with(
+            "aten::"
+        )  # vllm::, aiter::, ...
         kernels = kernels.with_columns(framework.alias("_framework"))
         aux = pl.col("_framework") & ~pl.col("_named") & (compute & pl.col("_named")).any().over("matmul_row")
         is_mm = is_mm & ~aux
     is_mm = is_mm | (compute & pl.col("_named"))
     kernels = kernels.with_columns(
-        cls=pl.when(is_mm).then(pl.lit("matmul")).when(pl.col("kind") == "compute").then(pl.lit("other_compute")).otherwise(pl.col("kind"))
+        cls=pl.when(is_mm)
+        .then(pl.lit("matmul"))
+        .when(pl.col("kind") == "compute")
+        .then(pl.lit("other_compute"))
+        .otherwise(pl.col("kind"))
     ).drop("_mover", "_named", "_framework", strict=False)
     # Only the op's matmul kernels share its FLOPs (a memset it launched does none).
     mm_dur = pl.when(pl.col("cls") == "matmul").then(pl.col("dur")).otherwise(0.0)
     share = pl.col("dur") / mm_dur.sum().over("matmul_row")
     op_flops = by_row(ops, kernels["matmul_row"], "flops").to_series()
-    return kernels.with_columns(
-        flops=pl.when(pl.col("cls") == "matmul").then(op_flops * share.fill_nan(1.0))
-    )
+    return kernels.with_columns(flops=pl.when(pl.col("cls") == "matmul").then(op_flops * share.fill_nan(1.0)))

@@ -37,13 +37,24 @@ from traceflops.stages.timeline import is_sync_call
 
 KINDS = PATH_KINDS  # what a segment of the path ran through
 BETWEEN_OPS = "between ops (Python)"  # host time on the path outside every op the profiler recorded
-_DEVICE_KIND = {"matmul": "device_matmul", "other_compute": "device_other", "memcpy": "memcpy", "memset": "memcpy",
-                "communication": "communication"}
+_DEVICE_KIND = {
+    "matmul": "device_matmul",
+    "other_compute": "device_other",
+    "memcpy": "memcpy",
+    "memset": "memcpy",
+    "communication": "communication",
+}
 _EPS = 0.5  # µs: ready this much after a start still counts as ready (timestamp rounding)
 _CROSS_WINDOW = 50.0  # µs: another stream's kernel ending this close before a start explains it
 
-SEGMENT_SCHEMA = {"step": pl.Int64, "start": pl.Float64, "end": pl.Float64, "dur": pl.Float64, "kind": pl.Utf8,
-                  "name": pl.Utf8}
+SEGMENT_SCHEMA = {
+    "step": pl.Int64,
+    "start": pl.Float64,
+    "end": pl.Float64,
+    "dur": pl.Float64,
+    "kind": pl.Utf8,
+    "name": pl.Utf8,
+}
 
 _STREAM, _LAUNCH, _CROSS, _NONE = 0, 1, 2, 3
 
@@ -115,25 +126,40 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
 
     syncs: dict = {}
     sync = launches.filter(is_sync_call(pl.col("name")) & pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
-    for (tid,), g in sync.with_columns(_end=pl.col("ts") + pl.col("dur")).sort("_end").group_by("tid", maintain_order=True):
+    for (tid,), g in (
+        sync.with_columns(_end=pl.col("ts") + pl.col("dur")).sort("_end").group_by("tid", maintain_order=True)
+    ):
         syncs[tid] = (g["ts"].to_numpy(), g["_end"].to_numpy(), g["name"].to_list())
 
     by_end = np.argsort(end, kind="stable")
     cls = k["cls"].fill_null("other_compute") if "cls" in k.columns else pl.Series(["other_compute"] * len(ts))
     return _Graph(
-        ts=ts, end=end, kind=_shared(cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8)),
+        ts=ts,
+        end=end,
+        kind=_shared(cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8)),
         name=_shared(k["name"].fill_null("")),
-        pred=pred, cross=cross, ready=ready, run_head=run_head, launch_ts=lts,
+        pred=pred,
+        cross=cross,
+        ready=ready,
+        run_head=run_head,
+        launch_ts=lts,
         launch_tid=_shared(k["launch_tid"]) if "launch_tid" in k.columns else np.full(len(ts), None, dtype=object),
-        launch_name=_shared(k["launch_name"].fill_null("launch")) if "launch_name" in k.columns else np.full(len(ts), "launch", dtype=object),
-        by_end=by_end, ends_sorted=end[by_end], by_start=np.argsort(ts, kind="stable"), syncs=syncs,
+        launch_name=_shared(k["launch_name"].fill_null("launch"))
+        if "launch_name" in k.columns
+        else np.full(len(ts), "launch", dtype=object),
+        by_end=by_end,
+        ends_sorted=end[by_end],
+        by_start=np.argsort(ts, kind="stable"),
+        syncs=syncs,
     )
 
 
 def _codes(values: pl.Series) -> tuple[list, np.ndarray]:
     """The distinct non-null values, and per row the index of its value among them (their count for a null)."""
     distinct = values.drop_nulls().unique(maintain_order=True)
-    at = values.replace_strict(distinct, pl.int_range(distinct.len(), eager=True), default=distinct.len(), return_dtype=pl.Int64)
+    at = values.replace_strict(
+        distinct, pl.int_range(distinct.len(), eager=True), default=distinct.len(), return_dtype=pl.Int64
+    )
     return distinct.to_list(), at.fill_null(distinct.len()).to_numpy()
 
 
@@ -253,7 +279,9 @@ def _walk(g: _Graph, start_kernel: int, p: _Path, skip_busy: bool) -> None:
         p.add(p.lo, "idle", "idle")
 
 
-def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def critical_path(
+    kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFrame, steps: pl.DataFrame
+) -> pl.DataFrame:
     """Segments of every step's critical path (SEGMENT_SCHEMA), contiguous over the step's device window.
 
     `kernels` carry `cls`, `step` and their launch (`launch_ts`, `launch_dur`,
@@ -271,7 +299,9 @@ def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFra
     n = len(g.ts)
     if n:
         at_all = np.searchsorted(g.ends_sorted, hi_all + _EPS, "right") - 1
-        first_all = np.searchsorted(g.ts, hi_all - _EPS, "left", sorter=g.by_start)  # the first kernel starting at the end
+        first_all = np.searchsorted(
+            g.ts, hi_all - _EPS, "left", sorter=g.by_start
+        )  # the first kernel starting at the end
         nxt_all = g.by_start[np.minimum(first_all, n - 1)]
         has_nxt = (first_all < n) & (g.ts[nxt_all] <= hi_all + _EPS)
         end_at = np.where(at_all >= 0, g.ends_sorted[np.maximum(at_all, 0)], -np.inf)
@@ -282,7 +312,9 @@ def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFra
     # One set of columns for every step (a frame per step cost more than the walk on traces of many small steps).
     p = _Path(0, 0.0, 0.0)
     counts = []
-    for step, lo, hi, k, skip in zip(win["step"].to_list(), lo_all.tolist(), hi_all.tolist(), start_kernel.tolist(), from_next.tolist()):
+    for step, lo, hi, k, skip in zip(
+        win["step"].to_list(), lo_all.tolist(), hi_all.tolist(), start_kernel.tolist(), from_next.tolist()
+    ):
         before = len(p.starts)
         p.step, p.lo, p.cur = step, lo, hi
         if k >= 0:
@@ -291,8 +323,10 @@ def critical_path(kernels: pl.DataFrame, launches: pl.DataFrame, ops: pl.DataFra
             p.add(lo, "idle", "idle")
         counts.append(len(p.starts) - before)
     step_col = win["step"].gather(np.repeat(np.arange(win.height), counts))
-    frame = pl.DataFrame({"step": step_col, "start": p.starts, "end": p.ends, "kind": p.kinds, "name": p.names, "tid": p.tids},
-                         schema={**_BASE, "tid": launches.schema.get("tid", pl.Utf8)})
+    frame = pl.DataFrame(
+        {"step": step_col, "start": p.starts, "end": p.ends, "kind": p.kinds, "name": p.names, "tid": p.tids},
+        schema={**_BASE, "tid": launches.schema.get("tid", pl.Utf8)},
+    )
     seg = _name_host(frame, ops)
     return seg.with_columns(dur=pl.col("end") - pl.col("start")).select(list(SEGMENT_SCHEMA)).sort("step", "start")
 
@@ -307,8 +341,11 @@ def outer_ops(ops: pl.DataFrame) -> pl.DataFrame:
     marker = ops["name"].str.contains(PROFILER_STEP_RE).fill_null(False)
     parent = ops["parent"].to_numpy()
     top = (parent < 0) | np.where(parent >= 0, marker.to_numpy()[np.maximum(parent, 0)], False)
-    return (ops.filter(pl.Series(top) & ~marker & pl.col("ts").is_not_null())
-            .select("tid", "ts", end=pl.col("ts") + pl.col("dur").fill_null(0.0), name="name").sort("tid", "ts"))
+    return (
+        ops.filter(pl.Series(top) & ~marker & pl.col("ts").is_not_null())
+        .select("tid", "ts", end=pl.col("ts") + pl.col("dur").fill_null(0.0), name="name")
+        .sort("tid", "ts")
+    )
 
 
 def _name_host(seg: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -341,9 +378,15 @@ def _name_host(seg: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         j = np.searchsorted(ots, starts, "right") - 1
         named = (j >= 0) & (oend[np.maximum(j, 0)] >= ends) if len(ots) else np.zeros(len(starts), bool)
         names = np.where(named, oname[np.maximum(j, 0)] if len(ots) else BETWEEN_OPS, BETWEEN_OPS)
-        pieces.append(pl.DataFrame({"step": h["step"].to_numpy()[seg_of], "start": starts, "end": ends,
-                                    "kind": "host", "name": names}, schema=_BASE))
-    return pl.concat([seg.filter(pl.col("kind") != "host").drop("tid"), *pieces]).filter(pl.col("end") > pl.col("start"))
+        pieces.append(
+            pl.DataFrame(
+                {"step": h["step"].to_numpy()[seg_of], "start": starts, "end": ends, "kind": "host", "name": names},
+                schema=_BASE,
+            )
+        )
+    return pl.concat([seg.filter(pl.col("kind") != "host").drop("tid"), *pieces]).filter(
+        pl.col("end") > pl.col("start")
+    )
 
 
 def _concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -363,8 +406,13 @@ def breakdown(segments: pl.DataFrame) -> pl.DataFrame:
 
 def top_segments(segments: pl.DataFrame, n: int = 5) -> pl.DataFrame:
     """Per step, the n longest (kind, name) pairs of the path, their µs summed over the path."""
-    return (segments.group_by("step", "kind", "name").agg(pl.col("dur").sum(), pl.len().alias("segments"))
-            .sort(["step", "dur"], descending=[False, True]).group_by("step", maintain_order=True).head(n))
+    return (
+        segments.group_by("step", "kind", "name")
+        .agg(pl.col("dur").sum(), pl.len().alias("segments"))
+        .sort(["step", "dur"], descending=[False, True])
+        .group_by("step", maintain_order=True)
+        .head(n)
+    )
 
 
 def with_path_columns(steps: pl.DataFrame, segments: pl.DataFrame | None) -> pl.DataFrame:

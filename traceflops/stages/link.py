@@ -113,11 +113,15 @@ class Linked:
 
 def thread_codes(ops: pl.DataFrame) -> np.ndarray:
     """An integer per (pid, tid), increasing along the ops' thread order."""
-    same = (pl.col("pid").eq_missing(pl.col("pid").shift(1)) & pl.col("tid").eq_missing(pl.col("tid").shift(1))).fill_null(False)
+    same = (
+        pl.col("pid").eq_missing(pl.col("pid").shift(1)) & pl.col("tid").eq_missing(pl.col("tid").shift(1))
+    ).fill_null(False)
     return ops.select((~same).cum_sum())[:, 0].to_numpy().astype(np.int64)
 
 
-def enclosing_op(parent: np.ndarray, op_thread: np.ndarray, op_ts: np.ndarray, op_end: np.ndarray, thread: np.ndarray, ts: np.ndarray) -> np.ndarray:
+def enclosing_op(
+    parent: np.ndarray, op_thread: np.ndarray, op_ts: np.ndarray, op_end: np.ndarray, thread: np.ndarray, ts: np.ndarray
+) -> np.ndarray:
     """Innermost op (row, or -1) whose span contains each instant, on its thread.
 
     The answer lies on the ancestor chain of the last op started at or before the
@@ -155,12 +159,19 @@ def link(trace: Trace) -> Linked:
     # A launch's op: the innermost op of its thread containing its start.
     launches = trace.launches.with_row_index("launch_row").with_columns(pl.col("launch_row").cast(pl.Int64))
     codes = ops.select("pid", "tid", pl.Series("_thread", thread)).unique(["pid", "tid"])
-    on_thread = launches.select("pid", "tid", "ts").join(codes, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left")
+    on_thread = launches.select("pid", "tid", "ts").join(
+        codes, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
+    )
     known = on_thread["_thread"].is_not_null().to_numpy()
     launch_op = np.full(launches.height, -1, dtype=np.int64)
     if known.any():
         launch_op[known] = enclosing_op(
-            op_parent, thread, ts, end, on_thread["_thread"].to_numpy()[known].astype(np.int64), on_thread["ts"].to_numpy()[known]
+            op_parent,
+            thread,
+            ts,
+            end,
+            on_thread["_thread"].to_numpy()[known].astype(np.int64),
+            on_thread["ts"].to_numpy()[known],
         )
     launches = launches.with_columns(op_row=pl.Series(launch_op))
     launch_keys = (
@@ -176,9 +187,12 @@ def link(trace: Trace) -> Linked:
         )
     )
     # Joined on the key alone, then gathered: the kernels' own columns are not copied.
-    at = trace.kernels.select("correlation").with_row_index("_k").join(
-        launch_keys.with_row_index("_l").select("correlation", "_l"), on="correlation", how="left"
-    ).sort("_k")["_l"]
+    at = (
+        trace.kernels.select("correlation")
+        .with_row_index("_k")
+        .join(launch_keys.with_row_index("_l").select("correlation", "_l"), on="correlation", how="left")
+        .sort("_k")["_l"]
+    )
     kernels = trace.kernels.with_columns(launch_keys.drop("correlation").select(pl.all().gather(at)))
     missing = kernels.filter(pl.col("launch_name").is_null() & pl.col("correlation").is_not_null()).height
     if missing:
@@ -198,20 +212,31 @@ def implausible_links(launches: pl.DataFrame, kernels: pl.DataFrame, warnings) -
     keyed = launches["correlation"].drop_nulls()
     shared = keyed.len() - keyed.n_unique()
     if shared:
-        warnings.add("runtime launches share a correlation id with an earlier launch (their device activities are "
-                     "linked to the first; phases and step assignment may be wrong)", shared)
+        warnings.add(
+            "runtime launches share a correlation id with an earlier launch (their device activities are "
+            "linked to the first; phases and step assignment may be wrong)",
+            shared,
+        )
     # One kernel launch (cudaLaunchKernel and kin; not a graph launch) makes one device activity: a second one with
     # its correlation id is another launch's, whose op then loses its FLOPs.
     once = kernels.filter(pl.col("launch_name").str.contains(_ONE_ACTIVITY_LAUNCH_RE))
     collided = once.height - once["correlation"].n_unique()
     if collided:
-        warnings.add("device activities carry the correlation id of a launch that makes one activity, already taken by "
-                     "another (corrupt or merged correlation ids: their ops' FLOPs and phases may be wrong)", collided)
+        warnings.add(
+            "device activities carry the correlation id of a launch that makes one activity, already taken by "
+            "another (corrupt or merged correlation ids: their ops' FLOPs and phases may be wrong)",
+            collided,
+        )
     # A device op's own anchor (TPU: no host launch recorded, placed inside the op) is not a launch time.
-    early = kernels.filter((pl.col("ts") < pl.col("launch_ts") - _EARLY_US) & (pl.col("launch_name") != DEVICE_SIDE_LAUNCH)).height
+    early = kernels.filter(
+        (pl.col("ts") < pl.col("launch_ts") - _EARLY_US) & (pl.col("launch_name") != DEVICE_SIDE_LAUNCH)
+    ).height
     if early:
-        warnings.add(f"device activities start more than {_EARLY_US:.0f} us before the launch their correlation id names "
-                     "(inconsistent clocks or correlation ids; linked anyway)", early)
+        warnings.add(
+            f"device activities start more than {_EARLY_US:.0f} us before the launch their correlation id names "
+            "(inconsistent clocks or correlation ids; linked anyway)",
+            early,
+        )
 
 
 def _depth(parent: np.ndarray) -> np.ndarray:

@@ -70,8 +70,9 @@ def reentrant_recompute(under_checkpoint: np.ndarray, is_node: np.ndarray) -> np
     return under_checkpoint & ~is_node
 
 
-def grad_mode_forward_in_backward(ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, parent: np.ndarray,
-                                  matmul_like: np.ndarray) -> np.ndarray:
+def grad_mode_forward_in_backward(
+    ops: pl.DataFrame, in_bwd: np.ndarray, is_node: np.ndarray, parent: np.ndarray, matmul_like: np.ndarray
+) -> np.ndarray:
     """Roots of forward ops re-run inside a backward node (non-reentrant checkpoint).
 
     Backward formulas run with grad mode off and record no sequence number; a
@@ -131,7 +132,9 @@ def _consumes_node_gradient(ops: pl.DataFrame, cand: np.ndarray, parent: np.ndar
     return out
 
 
-def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.ndarray, matmul_like: np.ndarray) -> np.ndarray:
+def compiled_recompute(
+    ops: pl.DataFrame, region: np.ndarray, region_kind: np.ndarray, matmul_like: np.ndarray
+) -> np.ndarray:
     """GEMMs in a compiled backward graph that repeat a GEMM of its own compiled forward exactly.
 
     torch.compile folds recompute into `CompiledFunctionBackward` with no marker.
@@ -189,8 +192,14 @@ def compiled_recompute(ops: pl.DataFrame, region: np.ndarray, region_kind: np.nd
 _BATCHED_GEMMS = ("aten::bmm", "aten::baddbmm")
 
 
-def _recompute_room(ops: pl.DataFrame, region: np.ndarray, region_kind: np.ndarray, matmul_like: np.ndarray,
-                    pair: np.ndarray, unpaired_regions: int) -> tuple[np.ndarray, dict[int, int]]:
+def _recompute_room(
+    ops: pl.DataFrame,
+    region: np.ndarray,
+    region_kind: np.ndarray,
+    matmul_like: np.ndarray,
+    pair: np.ndarray,
+    unpaired_regions: int,
+) -> tuple[np.ndarray, dict[int, int]]:
     """Which GEMMs are batched, and per compiled backward region how many batched GEMMs can be recompute.
 
     A batched forward GEMM of two activations has two gradient GEMMs (dA = dY·Bᵀ,
@@ -242,12 +251,19 @@ def _work_kind(name: str) -> str | None:
 
 def _fits(work_kind: str | None, call_kind: str | None, work_n: set[int], call_n: set[int]) -> bool:
     """Whether a call could have issued the work: kinds that agree (gloo runs a reduce-scatter as an all-reduce), a common payload."""
-    if work_kind and call_kind and work_kind != call_kind and not (work_kind == "allreduce" and call_kind == "reduce_scatter"):
+    if (
+        work_kind
+        and call_kind
+        and work_kind != call_kind
+        and not (work_kind == "allreduce" and call_kind == "reduce_scatter")
+    ):
         return False
     return not work_n or not call_n or bool(work_n & call_n)
 
 
-_PAIR_LOOKAHEAD = 64  # calls a work may skip over (other groups' calls in flight): bounds the pairing on a hostile trace
+_PAIR_LOOKAHEAD = (
+    64  # calls a work may skip over (other groups' calls in flight): bounds the pairing on a hostile trace
+)
 
 
 def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
@@ -304,10 +320,16 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
     nodes = node_names(ops["name"])
     is_node = (nodes != "").to_numpy()
     node_row = nearest(parent, is_node)
-    in_bwd = (node_row >= 0) | (nearest(parent, ops["name"].str.contains(_BACKWARD_CALLBACK_RE.pattern).to_numpy()) >= 0)
+    in_bwd = (node_row >= 0) | (
+        nearest(parent, ops["name"].str.contains(_BACKWARD_CALLBACK_RE.pattern).to_numpy()) >= 0
+    )
     in_bwd |= nearest(parent, ops["name"].str.contains(_COMPILED_AUTOGRAD_RE.pattern).to_numpy()) >= 0
     # String work stays in polars: numpy object arrays of names were most of this stage's time.
-    node_name = pl.select(pl.when(pl.Series(in_bwd)).then(nodes.gather(np.maximum(node_row, 0))).otherwise(pl.lit(""))).to_series().alias("node")
+    node_name = (
+        pl.select(pl.when(pl.Series(in_bwd)).then(nodes.gather(np.maximum(node_row, 0))).otherwise(pl.lit("")))
+        .to_series()
+        .alias("node")
+    )
 
     opt = in_optimizer(ops, parent)
     reentrant = reentrant_recompute((node_name == CHECKPOINT_NODE).to_numpy(), is_node)
@@ -339,8 +361,13 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
 
         phase_s = pl.coalesce(scope_phases(ops, steps), phase_s)
     issued_by = pl.Series(issuer, dtype=pl.Int64)
-    return ops.with_columns(phase=phase_s, node=node_name, is_node=pl.Series(is_node), in_hook=pl.Series(hook),
-                            comm_issuer=pl.when(issued_by >= 0).then(issued_by))
+    return ops.with_columns(
+        phase=phase_s,
+        node=node_name,
+        is_node=pl.Series(is_node),
+        in_hook=pl.Series(hook),
+        comm_issuer=pl.when(issued_by >= 0).then(issued_by),
+    )
 
 
 def tag_kernels(linked: Linked, ops: pl.DataFrame) -> pl.DataFrame:

@@ -63,7 +63,13 @@ class Captures:
     below: pl.DataFrame
 
 
-_BELOW_SCHEMA = {"op": pl.Int64, "sub": pl.Int64, "up": pl.Int64, "ts": pl.Float64, **{f"op_{c}": OPS_SCHEMA[c] for c in OP_FIELDS}}
+_BELOW_SCHEMA = {
+    "op": pl.Int64,
+    "sub": pl.Int64,
+    "up": pl.Int64,
+    "ts": pl.Float64,
+    **{f"op_{c}": OPS_SCHEMA[c] for c in OP_FIELDS},
+}
 
 
 def captured_launches(trace: Trace) -> Captures:
@@ -73,8 +79,13 @@ def captured_launches(trace: Trace) -> Captures:
     that kernel), op (a key for the captured op, unique within the trace, or null) and `OP_FIELDS` as op_*. The op
     is the matmul op above the launch, else the innermost op that made it.
     """
-    out_schema = {"graph": pl.Int64, "kernel": pl.Utf8, "occ": pl.Int64, "op": pl.Int64,
-                  **{f"op_{c}": OPS_SCHEMA[c] for c in OP_FIELDS}}
+    out_schema = {
+        "graph": pl.Int64,
+        "kernel": pl.Utf8,
+        "occ": pl.Int64,
+        "op": pl.Int64,
+        **{f"op_{c}": OPS_SCHEMA[c] for c in OP_FIELDS},
+    }
     none = Captures(pl.DataFrame(schema=out_schema), pl.DataFrame(schema=_BELOW_SCHEMA))
     launches = trace.launches
     marks = launches["name"].str.contains(_BEGIN_RE) | launches["name"].str.contains(_END_RE)
@@ -101,22 +112,32 @@ def captured_launches(trace: Trace) -> Captures:
     )
     # A launch names its kernel on ROCm; one that names none (CUDA's runtime calls may not) is kept as "": such a
     # capture is matched by the order of its launches.
-    is_launch = pl.col("kernel").is_not_null() | (pl.col("name").str.contains("Launch") & ~pl.col("name").str.contains(GRAPH_LAUNCH_RE))
-    inside = ln.filter((pl.col("opened") > pl.col("closed")) & is_launch & ~pl.col("correlation").is_in(list(ran))
-                       ).with_columns(kernel=pl.col("kernel").fill_null(""))
+    is_launch = pl.col("kernel").is_not_null() | (
+        pl.col("name").str.contains("Launch") & ~pl.col("name").str.contains(GRAPH_LAUNCH_RE)
+    )
+    inside = ln.filter(
+        (pl.col("opened") > pl.col("closed")) & is_launch & ~pl.col("correlation").is_in(list(ran))
+    ).with_columns(kernel=pl.col("kernel").fill_null(""))
     if inside.height == 0:
         return none
     keyed = inside.with_columns(graph=pl.struct("pid", "tid", "opened").rank("dense").cast(pl.Int64) - 1)
     keyed = keyed.sort(["graph", "ts"]).with_columns(occ=pl.int_range(pl.len(), dtype=pl.Int64).over("graph", "kernel"))
     fields = ops.select([pl.col(c).alias(f"op_{c}") for c in OP_FIELDS]) if ops.height else None
     rows = keyed["mm"].to_numpy()
-    gathered = (fields[np.maximum(rows, 0)] if fields is not None and len(rows) else pl.DataFrame(schema={f"op_{c}": OPS_SCHEMA[c] for c in OP_FIELDS}))
+    gathered = (
+        fields[np.maximum(rows, 0)]
+        if fields is not None and len(rows)
+        else pl.DataFrame(schema={f"op_{c}": OPS_SCHEMA[c] for c in OP_FIELDS})
+    )
     keep = pl.Series(rows >= 0)
     gathered = gathered.select([pl.when(keep).then(pl.col(c)).alias(c) for c in gathered.columns])
-    out = pl.concat([
-        keyed.select("graph", "kernel", "occ", op=pl.when(pl.col("mm") >= 0).then(pl.col("mm"))),
-        gathered,
-    ], how="horizontal").cast(out_schema)
+    out = pl.concat(
+        [
+            keyed.select("graph", "kernel", "occ", op=pl.when(pl.col("mm") >= 0).then(pl.col("mm"))),
+            gathered,
+        ],
+        how="horizontal",
+    ).cast(out_schema)
     return Captures(out, _below(ops, np.unique(rows[rows >= 0])))
 
 
@@ -133,10 +154,13 @@ def _below(ops: pl.DataFrame, roots: np.ndarray) -> pl.DataFrame:
     sub = np.flatnonzero((owner >= 0) & ~mark)
     if not len(sub):
         return pl.DataFrame(schema=_BELOW_SCHEMA)
-    return pl.concat([
-        pl.DataFrame({"op": owner[sub], "sub": sub, "up": parent[sub]}),
-        ops[sub].select("ts", *[pl.col(c).alias(f"op_{c}") for c in OP_FIELDS]),
-    ], how="horizontal").cast(_BELOW_SCHEMA)
+    return pl.concat(
+        [
+            pl.DataFrame({"op": owner[sub], "sub": sub, "up": parent[sub]}),
+            ops[sub].select("ts", *[pl.col(c).alias(f"op_{c}") for c in OP_FIELDS]),
+        ],
+        how="horizontal",
+    ).cast(_BELOW_SCHEMA)
 
 
 def merge_captures(captures: Sequence[Captures]) -> Captures:
@@ -166,26 +190,47 @@ def _match(replay: pl.DataFrame, captured: pl.DataFrame) -> tuple[pl.DataFrame, 
     replays whose candidate captures disagree on their ops, and the kernels of replays no capture holds.
     """
     if captured.height == 0:
-        return replay.clear().with_columns(graph=pl.lit(None, pl.Int64), occ=pl.lit(None, pl.Int64)), \
-            pl.DataFrame(schema={"correlation": pl.Int64}), replay
+        return (
+            replay.clear().with_columns(graph=pl.lit(None, pl.Int64), occ=pl.lit(None, pl.Int64)),
+            pl.DataFrame(schema={"correlation": pl.Int64}),
+            replay,
+        )
     # Candidate graphs per kernel set, and whether their ops agree (else the replay cannot be told apart).
     gsig = _signatures(captured, "graph", "kernel")
-    shape = captured.sort("graph", "kernel", "occ").group_by("graph", maintain_order=True).agg(
-        fp=pl.concat_str([pl.col("kernel"), *[pl.col(f"op_{c}").fill_null("") for c in OP_FIELDS]], separator=_SEP)
-        .str.join(_SEP).hash())
-    cand = gsig.join(shape, on="graph").sort("graph").with_columns(
-        slot=pl.int_range(pl.len(), dtype=pl.Int64).over("sig"), n=pl.len().over("sig"),
-        agree=pl.col("fp").n_unique().over("sig") == 1)
-    rsig = _signatures(replay, "correlation", "mkey").join(
-        replay.group_by("correlation").agg(first=pl.col("ts").min()), on="correlation").sort("first")
+    shape = (
+        captured.sort("graph", "kernel", "occ")
+        .group_by("graph", maintain_order=True)
+        .agg(
+            fp=pl.concat_str([pl.col("kernel"), *[pl.col(f"op_{c}").fill_null("") for c in OP_FIELDS]], separator=_SEP)
+            .str.join(_SEP)
+            .hash()
+        )
+    )
+    cand = (
+        gsig.join(shape, on="graph")
+        .sort("graph")
+        .with_columns(
+            slot=pl.int_range(pl.len(), dtype=pl.Int64).over("sig"),
+            n=pl.len().over("sig"),
+            agree=pl.col("fp").n_unique().over("sig") == 1,
+        )
+    )
+    rsig = (
+        _signatures(replay, "correlation", "mkey")
+        .join(replay.group_by("correlation").agg(first=pl.col("ts").min()), on="correlation")
+        .sort("first")
+    )
     rsig = rsig.join(cand.select("sig", "n", "agree").unique("sig"), on="sig", how="left")
     ambiguous = rsig.filter(pl.col("n").is_not_null() & ~pl.col("agree")).select("correlation")
     rsig = rsig.filter(pl.col("n").is_not_null() & pl.col("agree")).with_columns(
-        slot=pl.int_range(pl.len(), dtype=pl.Int64).over("sig") % pl.col("n"))
+        slot=pl.int_range(pl.len(), dtype=pl.Int64).over("sig") % pl.col("n")
+    )
     rsig = rsig.join(cand.select("sig", "slot", "graph"), on=["sig", "slot"], how="left")
     matched = replay.join(rsig.select("correlation", "graph"), on="correlation", how="inner")
     matched = matched.sort("ts").with_columns(occ=pl.int_range(pl.len(), dtype=pl.Int64).over("correlation", "mkey"))
-    rest = replay.join(rsig.select("correlation"), on="correlation", how="anti").join(ambiguous, on="correlation", how="anti")
+    rest = replay.join(rsig.select("correlation"), on="correlation", how="anti").join(
+        ambiguous, on="correlation", how="anti"
+    )
     return matched, ambiguous, rest
 
 
@@ -195,8 +240,9 @@ def attribute_replays(linked: Linked, captures: Captures, warnings: Warnings) ->
     k = linked.kernels
     if k.height == 0 or "launch_name" not in k.columns:
         return linked
-    replay = k.with_row_index("_k").filter(pl.col("launch_name").fill_null("").str.contains(GRAPH_LAUNCH_RE)
-                                           & (pl.col("kind") == "compute"))
+    replay = k.with_row_index("_k").filter(
+        pl.col("launch_name").fill_null("").str.contains(GRAPH_LAUNCH_RE) & (pl.col("kind") == "compute")
+    )
     if replay.height and linked.ops.height:  # a replay under a matmul op is that op's work: left to it
         ops = linked.ops
         counted = nearest(ops["parent"].to_numpy(), has_formula(ops["name"], ops["matmul_hint"]))
@@ -217,16 +263,22 @@ def attribute_replays(linked: Linked, captures: Captures, warnings: Warnings) ->
         matched = pl.concat([matched, got], how="diagonal_relaxed")
         ambiguous = pl.concat([ambiguous, amb2])
         rest = rest.join(got.select("correlation").unique(), on="correlation", how="anti").join(
-            amb2, on="correlation", how="anti")
+            amb2, on="correlation", how="anti"
+        )
     if ambiguous.height:
-        _warn_unmatched(replay.join(ambiguous, on="correlation", how="semi"), warnings,
-                        "their kernels match captures whose ops' shapes differ (graphs of several sizes)")
+        _warn_unmatched(
+            replay.join(ambiguous, on="correlation", how="semi"),
+            warnings,
+            "their kernels match captures whose ops' shapes differ (graphs of several sizes)",
+        )
         rest = rest.join(ambiguous, on="correlation", how="anti")
     if rest.height:
         _warn_unmatched(rest, warnings, "no captured graph holds the same kernels")
     if matched.height == 0:
         return linked
-    hit = matched.join(captured.rename({"kernel": "mkey"}), on=["graph", "mkey", "occ"], how="left").filter(pl.col("op").is_not_null())
+    hit = matched.join(captured.rename({"kernel": "mkey"}), on=["graph", "mkey", "occ"], how="left").filter(
+        pl.col("op").is_not_null()
+    )
     if hit.height == 0:
         return linked
     return _with_replayed_ops(linked, hit, captures.below, warnings)
@@ -238,18 +290,34 @@ def _with_replayed_ops(linked: Linked, hit: pl.DataFrame, below: pl.DataFrame, w
     ops = linked.ops
     n = ops.height
     roots = hit.group_by("correlation", "op", maintain_order=True).agg(
-        ts=pl.col("launch_ts").first(), tid=pl.col("launch_tid").first(), outer=pl.col("op_row").first(),
+        ts=pl.col("launch_ts").first(),
+        tid=pl.col("launch_tid").first(),
+        outer=pl.col("op_row").first(),
         **{f"op_{c}": pl.col(f"op_{c}").first() for c in OP_FIELDS},
     )
     # Every node: the root (sub = op, up = null) and the copies below it, numbered root first, then in capture order.
-    nodes = pl.concat([
-        roots.select("correlation", "op", pl.col("op").alias("sub"), pl.lit(None, pl.Int64).alias("up"),
-                     pl.lit(-np.inf).alias("order"), *[f"op_{c}" for c in OP_FIELDS]),
-        roots.select("correlation", "op").join(below, on="op").select(
-            "correlation", "op", "sub", "up", pl.col("ts").alias("order"), *[f"op_{c}" for c in OP_FIELDS]),
-    ], how="vertical_relaxed").sort("correlation", "op", "order", "sub", maintain_order=True)
-    nodes = nodes.join(roots.select("correlation", "op", "ts", "tid", "outer"), on=["correlation", "op"], how="left",
-                       maintain_order="left").with_columns(row=pl.int_range(n, n + pl.len(), dtype=pl.Int64))
+    nodes = pl.concat(
+        [
+            roots.select(
+                "correlation",
+                "op",
+                pl.col("op").alias("sub"),
+                pl.lit(None, pl.Int64).alias("up"),
+                pl.lit(-np.inf).alias("order"),
+                *[f"op_{c}" for c in OP_FIELDS],
+            ),
+            roots.select("correlation", "op")
+            .join(below, on="op")
+            .select("correlation", "op", "sub", "up", pl.col("ts").alias("order"), *[f"op_{c}" for c in OP_FIELDS]),
+        ],
+        how="vertical_relaxed",
+    ).sort("correlation", "op", "order", "sub", maintain_order=True)
+    nodes = nodes.join(
+        roots.select("correlation", "op", "ts", "tid", "outer"),
+        on=["correlation", "op"],
+        how="left",
+        maintain_order="left",
+    ).with_columns(row=pl.int_range(n, n + pl.len(), dtype=pl.Int64))
     ups = nodes.select("correlation", "op", pl.col("sub").alias("up"), pl.col("row").alias("up_row"))
     nodes = nodes.join(ups, on=["correlation", "op", "up"], how="left", maintain_order="left")
     parent = nodes.select(pl.coalesce("up_row", "outer").fill_null(-1))[:, 0].to_numpy()
@@ -259,16 +327,29 @@ def _with_replayed_ops(linked: Linked, hit: pl.DataFrame, below: pl.DataFrame, w
     if n and (outer >= 0).any():
         pid[outer >= 0] = ops["pid"].gather(outer[outer >= 0]).to_numpy()
     first_id = int(ops["op_id"].max() or 0) + 1 if n else 0
-    rows = pl.DataFrame({
-        "op_id": pl.int_range(first_id, first_id + nodes.height, dtype=pl.Int64, eager=True),
-        "cat": pl.Series(["cpu_op"] * nodes.height, dtype=pl.Utf8),
-        "pid": pl.Series(pid.tolist(), dtype=pl.Utf8),
-        "tid": nodes["tid"], "ts": nodes["ts"], "dur": pl.Series(np.zeros(nodes.height)),
-        **{c: nodes[f"op_{c}"] for c in OP_FIELDS},
-        "row": nodes["row"], "parent": pl.Series(parent, dtype=pl.Int64), "depth": pl.Series(depth, dtype=pl.Int64),
-    })
-    ops = pl.concat([ops, rows.with_columns([pl.lit(None, ops.schema[c]).alias(c) for c in ops.columns if c not in rows.columns])
-                     .select(ops.columns).cast(ops.schema)], how="vertical")
+    rows = pl.DataFrame(
+        {
+            "op_id": pl.int_range(first_id, first_id + nodes.height, dtype=pl.Int64, eager=True),
+            "cat": pl.Series(["cpu_op"] * nodes.height, dtype=pl.Utf8),
+            "pid": pl.Series(pid.tolist(), dtype=pl.Utf8),
+            "tid": nodes["tid"],
+            "ts": nodes["ts"],
+            "dur": pl.Series(np.zeros(nodes.height)),
+            **{c: nodes[f"op_{c}"] for c in OP_FIELDS},
+            "row": nodes["row"],
+            "parent": pl.Series(parent, dtype=pl.Int64),
+            "depth": pl.Series(depth, dtype=pl.Int64),
+        }
+    )
+    ops = pl.concat(
+        [
+            ops,
+            rows.with_columns([pl.lit(None, ops.schema[c]).alias(c) for c in ops.columns if c not in rows.columns])
+            .select(ops.columns)
+            .cast(ops.schema),
+        ],
+        how="vertical",
+    )
     ops = ops.with_columns(replayed=pl.int_range(ops.height, dtype=pl.Int64) >= n)  # not events of the file (annotate)
     at_root = nodes.filter(pl.col("up").is_null()).select("correlation", "op", "row")
     where = hit.join(at_root, on=["correlation", "op"]).select("_k", "row")
@@ -276,9 +357,12 @@ def _with_replayed_ops(linked: Linked, hit: pl.DataFrame, below: pl.DataFrame, w
     op_row[where["_k"].to_numpy()] = where["row"].to_numpy()
     captured = np.zeros(len(op_row), dtype=bool)
     captured[where["_k"].to_numpy()] = True
-    kernels = linked.kernels.with_columns(op_row=pl.when(pl.Series(op_row) >= 0).then(pl.Series(op_row)),
-                                          from_capture=pl.Series(captured))
-    warnings.add("kernels replayed from CUDA/HIP graphs, attributed to the captured ops that recorded them", where.height)
+    kernels = linked.kernels.with_columns(
+        op_row=pl.when(pl.Series(op_row) >= 0).then(pl.Series(op_row)), from_capture=pl.Series(captured)
+    )
+    warnings.add(
+        "kernels replayed from CUDA/HIP graphs, attributed to the captured ops that recorded them", where.height
+    )
     return Linked(ops=ops, kernels=kernels, launches=linked.launches)
 
 
@@ -303,6 +387,8 @@ def _warn_unmatched(replay: pl.DataFrame, warnings: Warnings, why: str) -> None:
     if replay.height == 0:
         return
     ms = float(replay["dur"].sum()) / 1e3
-    warnings.add(f"kernels replayed from {replay['correlation'].n_unique()} CUDA/HIP graph launch(es) ({ms:.2f} ms) have "
-                 f"no op: {why}; their matmul kernels are told by name with unknown FLOPs. To count them, {HOW_TO_CAPTURE}",
-                 replay.height)
+    warnings.add(
+        f"kernels replayed from {replay['correlation'].n_unique()} CUDA/HIP graph launch(es) ({ms:.2f} ms) have "
+        f"no op: {why}; their matmul kernels are told by name with unknown FLOPs. To count them, {HOW_TO_CAPTURE}",
+        replay.height,
+    )

@@ -91,15 +91,21 @@ def _arity(n: int, names: str) -> dict[str, int]:
 # Elementwise ops -> how many leading arguments may be input tensors; a tensor argument past
 # them is an `out=` tensor (written, not read), as in `aten::mul(self, other, out)`.
 _ELEMENTWISE: dict[str, int] = {
-    **_arity(1, """neg abs exp exp2 expm1 log log1p log2 log10 sqrt rsqrt reciprocal square sigmoid
+    **_arity(
+        1,
+        """neg abs exp exp2 expm1 log log1p log2 log10 sqrt rsqrt reciprocal square sigmoid
         tanh relu relu6 gelu silu mish elu selu celu leaky_relu hardtanh hardswish hardsigmoid
         softplus threshold sin cos tan erf erfc erfinv floor ceil round trunc frac sign sgn
-        nan_to_num logical_not bitwise_not isnan isinf isfinite"""),
-    **_arity(2, """add sub rsub mul div true_divide pow maximum minimum fmax fmin fmod remainder
+        nan_to_num logical_not bitwise_not isnan isinf isfinite""",
+    ),
+    **_arity(
+        2,
+        """add sub rsub mul div true_divide pow maximum minimum fmax fmin fmod remainder
         clamp_min clamp_max eq ne lt le gt ge logical_and logical_or logical_xor bitwise_and
         bitwise_or bitwise_xor threshold_backward gelu_backward silu_backward sigmoid_backward
         tanh_backward leaky_relu_backward hardtanh_backward hardswish_backward softplus_backward
-        mish_backward"""),
+        mish_backward""",
+    ),
     **_arity(3, "clamp clip where masked_fill addcmul addcdiv lerp mse_loss_backward"),
     "elu_backward": 6,
 }
@@ -124,7 +130,7 @@ def family(name: str) -> tuple[str | None, str, bool]:
         return None, "", False
     n = name.strip()
     if n.startswith("aten::"):
-        n = n[len("aten::"):]
+        n = n[len("aten::") :]
     elif "::" in n:
         return None, n, False
     if n in _COPY:
@@ -221,7 +227,13 @@ def op_estimate(name: str, dims, types) -> tuple[float | None, float | None, str
 
 def estimate_table(ops: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
     """op_estimate once per distinct (name, dims, types) among `rows` of ops."""
-    schema = {"row": pl.Int64, "_e_bytes": pl.Float64, "_e_flops": pl.Float64, "_e_bbasis": pl.Utf8, "_e_fbasis": pl.Utf8}
+    schema = {
+        "row": pl.Int64,
+        "_e_bytes": pl.Float64,
+        "_e_flops": pl.Float64,
+        "_e_bbasis": pl.Utf8,
+        "_e_fbasis": pl.Utf8,
+    }
     sub = ops.filter(pl.col("row").is_in(rows.drop_nulls().unique().implode())).select("row", "name", "dims", "types")
     if sub.height == 0:
         return pl.DataFrame(schema=schema)
@@ -268,8 +280,12 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
         _col(ops, "bytes_hint", pl.Float64).alias("_o_bhint"),
     )
     k = kernels.select(
-        "kernel_id", "name", "cls", pl.col("dur").cast(pl.Float64),
-        pl.col("op_row").cast(pl.Int64), pl.col("matmul_row").cast(pl.Int64),
+        "kernel_id",
+        "name",
+        "cls",
+        pl.col("dur").cast(pl.Float64),
+        pl.col("op_row").cast(pl.Int64),
+        pl.col("matmul_row").cast(pl.Int64),
     )
     est = estimate_table(ops, k.filter(pl.col("cls") == "other_compute")["op_row"])
     # Op columns at the kernels' op rows by position (linked ops keep row == position): no joins.
@@ -277,9 +293,8 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     at_mm = by_row(opc, k["matmul_row"], *values)
     at_op = by_row(opc, k["op_row"], *values)
     at_est = spread(est, ops.height).select(pl.all().gather(row_index(k["op_row"])))
-    k = (
-        pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal")
-        .with_columns(_mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute"))
+    k = pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal").with_columns(
+        _mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute")
     )
     mm = pl.col("cls") == "matmul"
     oc = pl.col("cls") == "other_compute"
@@ -287,18 +302,30 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     oc_flops = pl.coalesce("_e_flops", "_o_fhint")
     oc_bytes = pl.coalesce("_e_bytes", "_o_bhint")
     k = k.with_columns(
-        roof_flops=pl.when(mm).then(pl.coalesce(mm_flops, "m_o_fhint") * pl.col("_mm_share"))
-        .when(oc).then(oc_flops * pl.col("_oc_share")),
-        flops_basis=pl.when(mm & mm_flops.is_not_null()).then(pl.lit("shapes"))
-        .when(mm & pl.col("m_o_fhint").is_not_null()).then(pl.lit("compiler"))
-        .when(oc & pl.col("_e_flops").is_not_null()).then(pl.col("_e_fbasis"))
-        .when(oc & pl.col("_o_fhint").is_not_null()).then(pl.lit("compiler")),
-        roof_bytes=pl.when(mm).then(pl.coalesce("m_o_bytes", "m_o_bhint") * pl.col("_mm_share"))
-        .when(oc).then(oc_bytes * pl.col("_oc_share")),
-        bytes_basis=pl.when(mm & pl.col("m_o_bytes").is_not_null()).then(pl.lit("shapes"))
-        .when(mm & pl.col("m_o_bhint").is_not_null()).then(pl.lit("compiler"))
-        .when(oc & pl.col("_e_bytes").is_not_null()).then(pl.col("_e_bbasis"))
-        .when(oc & pl.col("_o_bhint").is_not_null()).then(pl.lit("compiler")),
+        roof_flops=pl.when(mm)
+        .then(pl.coalesce(mm_flops, "m_o_fhint") * pl.col("_mm_share"))
+        .when(oc)
+        .then(oc_flops * pl.col("_oc_share")),
+        flops_basis=pl.when(mm & mm_flops.is_not_null())
+        .then(pl.lit("shapes"))
+        .when(mm & pl.col("m_o_fhint").is_not_null())
+        .then(pl.lit("compiler"))
+        .when(oc & pl.col("_e_flops").is_not_null())
+        .then(pl.col("_e_fbasis"))
+        .when(oc & pl.col("_o_fhint").is_not_null())
+        .then(pl.lit("compiler")),
+        roof_bytes=pl.when(mm)
+        .then(pl.coalesce("m_o_bytes", "m_o_bhint") * pl.col("_mm_share"))
+        .when(oc)
+        .then(oc_bytes * pl.col("_oc_share")),
+        bytes_basis=pl.when(mm & pl.col("m_o_bytes").is_not_null())
+        .then(pl.lit("shapes"))
+        .when(mm & pl.col("m_o_bhint").is_not_null())
+        .then(pl.lit("compiler"))
+        .when(oc & pl.col("_e_bytes").is_not_null())
+        .then(pl.col("_e_bbasis"))
+        .when(oc & pl.col("_o_bhint").is_not_null())
+        .then(pl.lit("compiler")),
         peak_flops=pl.when(mm).then(pl.lit(tensor_peak, pl.Float64)).when(oc).then(pl.lit(vector_peak, pl.Float64)),
         peak_bytes_per_s=pl.when(mm | oc).then(pl.lit(hbm, pl.Float64)),
     )
@@ -312,8 +339,10 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
         achieved_bw_frac=pl.col("roof_bytes") / secs / pl.col("peak_bytes_per_s"),
         floor_us=pl.max_horizontal(flops_us, bytes_us),
     ).with_columns(
-        bound=pl.when(pl.col("intensity").is_null() | pl.col("ridge").is_null()).then(None)
-        .when(pl.col("intensity") < pl.col("ridge")).then(pl.lit("memory"))
+        bound=pl.when(pl.col("intensity").is_null() | pl.col("ridge").is_null())
+        .then(None)
+        .when(pl.col("intensity") < pl.col("ridge"))
+        .then(pl.lit("memory"))
         .otherwise(pl.lit("compute")),
         recoverable_us=(pl.col("dur") - pl.col("floor_us")).clip(lower_bound=0.0),
     )
@@ -348,8 +377,10 @@ def top_recoverable(frame: pl.DataFrame, n: int = 20) -> pl.DataFrame:
             pl.col("bound").is_not_null().any().alias("_any"),
         )
         .with_columns(
-            bound=pl.when(~pl.col("_any")).then(None)
-            .when(pl.col("_mem") >= pl.col("_cmp")).then(pl.lit("memory"))
+            bound=pl.when(~pl.col("_any"))
+            .then(None)
+            .when(pl.col("_mem") >= pl.col("_cmp"))
+            .then(pl.lit("memory"))
             .otherwise(pl.lit("compute"))
         )
         .drop("_mem", "_cmp", "_any")

@@ -45,7 +45,9 @@ def distinct_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, list[in
         .with_columns(_k=pl.col("_later").cast(pl.Int64).cum_sum())
     )
     kept = ordered.filter(~pl.col("_later") | (pl.col("_k") <= room))
-    kept = kept.with_columns(_new=pl.when("_later").then(pl.lit(top, pl.Int64) + pl.col("_k")).otherwise(pl.col("step")))
+    kept = kept.with_columns(
+        _new=pl.when("_later").then(pl.lit(top, pl.Int64) + pl.col("_k")).otherwise(pl.col("step"))
+    )
     mapping: dict[int, list[int]] = {}
     for old, num in kept.filter("_later").select("step", "_new").iter_rows():  # the few repeated spans only
         mapping.setdefault(old, []).append(num)
@@ -59,11 +61,17 @@ def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
     if trace.steps.height:
         spans, renumbered, left_out = distinct_steps(trace.steps.select("step", "name", "ts", "dur"))
         if renumbered:
-            shown = "; ".join(f"{old} → {', '.join(map(str, nums[:3]))}{', …' if len(nums) > 3 else ''}"
-                              for old, nums in list(renumbered.items())[:5])
-            trace.warnings.add(f"step numbers used by more than one step span: the later spans renumbered after the largest ({shown})",
-                               sum(map(len, renumbered.values())))
-        trace.warnings.add("step spans whose new number would pass 64 bits (left out: their work is outside every step)", left_out)
+            shown = "; ".join(
+                f"{old} → {', '.join(map(str, nums[:3]))}{', …' if len(nums) > 3 else ''}"
+                for old, nums in list(renumbered.items())[:5]
+            )
+            trace.warnings.add(
+                f"step numbers used by more than one step span: the later spans renumbered after the largest ({shown})",
+                sum(map(len, renumbered.values())),
+            )
+        trace.warnings.add(
+            "step spans whose new number would pass 64 bits (left out: their work is outside every step)", left_out
+        )
         return spans, "ProfilerStep"
     opt = trace.ops.filter(pl.col("name").str.starts_with("Optimizer.step#")).sort("ts")
     if opt.height:
@@ -82,8 +90,14 @@ def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
             "Optimizer.step",
         )
     t0 = min(x for x in [trace.ops["ts"].min(), trace.kernels["ts"].min()] if x is not None)
-    t1 = max(x for x in [(trace.ops["ts"] + trace.ops["dur"]).max(), (trace.kernels["ts"] + trace.kernels["dur"]).max()] if x is not None)
-    return pl.DataFrame({"step": [0], "name": ["whole trace"], "ts": [float(t0)], "dur": [float(t1 - t0)]}), "whole trace"
+    t1 = max(
+        x
+        for x in [(trace.ops["ts"] + trace.ops["dur"]).max(), (trace.kernels["ts"] + trace.kernels["dur"]).max()]
+        if x is not None
+    )
+    return pl.DataFrame(
+        {"step": [0], "name": ["whole trace"], "ts": [float(t0)], "dur": [float(t1 - t0)]}
+    ), "whole trace"
 
 
 def assign(times: pl.DataFrame, col: str, steps: pl.DataFrame) -> pl.Series:
@@ -92,7 +106,11 @@ def assign(times: pl.DataFrame, col: str, steps: pl.DataFrame) -> pl.Series:
     The latest step starting at or before each time (a binary search over the
     few step starts), kept if the time is before that step's end.
     """
-    spans = steps.filter(pl.col("ts").is_not_null()).select("ts", "step", (pl.col("ts") + pl.col("dur")).alias("_end")).sort("ts", maintain_order=True)
+    spans = (
+        steps.filter(pl.col("ts").is_not_null())
+        .select("ts", "step", (pl.col("ts") + pl.col("dur")).alias("_end"))
+        .sort("ts", maintain_order=True)
+    )
     starts = spans["ts"].cast(pl.Float64).to_numpy()
     ends = spans["_end"].cast(pl.Float64).to_numpy()
     ids = spans["step"].cast(pl.Int64).to_numpy()
@@ -141,10 +159,14 @@ def device_windows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
 
 
 # Runtime calls that put work on the device: each should have a device activity with its correlation.
-DEVICE_WORK_LAUNCH = r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|MemsetAsync|MemcpyPeerAsync|ExtModuleLaunch"
+DEVICE_WORK_LAUNCH = (
+    r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|MemcpyAsync|MemsetAsync|MemcpyPeerAsync|ExtModuleLaunch"
+)
 
 
-def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.DataFrame) -> tuple[dict[int, int], set[int]]:
+def incomplete_steps(
+    steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.DataFrame
+) -> tuple[dict[int, int], set[int]]:
     """Steps of a cut trace whose numbers may differ from the whole file's.
 
     Returns (step → launches that lost their device activity, steps whose
@@ -170,7 +192,9 @@ def incomplete_steps(steps: pl.DataFrame, launches: pl.DataFrame, kernels: pl.Da
         cut.setdefault(st, 0)
     if not cut:
         return {}, unsure
-    first_kept = dict(work.join(found, on="correlation", how="semi").group_by("step").agg(pl.col("ts").min()).iter_rows())
+    first_kept = dict(
+        work.join(found, on="correlation", how="semi").group_by("step").agg(pl.col("ts").min()).iter_rows()
+    )
     first_lost = dict(lost.group_by("step").agg(pl.col("ts").min()).iter_rows())
     for prev, nxt in pairwise(order):
         if nxt in cut and (nxt not in first_kept or nxt not in first_lost or first_lost[nxt] <= first_kept[nxt]):
@@ -190,10 +214,14 @@ def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> 
         cut, unbounded = {int(st): 0 for st in host["step"].to_list()}, set()
     else:
         cut, unbounded = incomplete_steps(host, trace.launches, trace.kernels)
-    notes = [f"step {st} is incomplete in the cut file ({n or 'all'} launches lost their device activity): left out"
-             for st, n in sorted(cut.items())]
-    notes += [f"step {st} may end differently in the whole file (the cut may have taken what bounds it): left out"
-              for st in sorted(unbounded)]
+    notes = [
+        f"step {st} is incomplete in the cut file ({n or 'all'} launches lost their device activity): left out"
+        for st, n in sorted(cut.items())
+    ]
+    notes += [
+        f"step {st} may end differently in the whole file (the cut may have taken what bounds it): left out"
+        for st in sorted(unbounded)
+    ]
     dropped = set(cut) | unbounded
     trace.meta["cut_steps"] = sorted(dropped)
     return replace(opt, exclude_steps=tuple(sorted(set(opt.exclude_steps) | dropped))), notes
@@ -201,7 +229,9 @@ def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> 
 
 def counted_steps(steps: pl.DataFrame, exclude_steps) -> pl.DataFrame:
     """The steps a report's totals and advice count: not left out, with a positive window."""
-    return steps.filter(~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0))
+    return steps.filter(
+        ~pl.col("step").is_in(list(exclude_steps)) & pl.col("window").is_not_null() & (pl.col("window") > 0)
+    )
 
 
 def leave_out_unbounded_last(steps: pl.DataFrame, opt: ModelOptions) -> tuple[ModelOptions, list[str]]:
@@ -213,8 +243,10 @@ def leave_out_unbounded_last(steps: pl.DataFrame, opt: ModelOptions) -> tuple[Mo
     if opt.keep_last_step or not last or last[0] not in counted or len(counted) < 2:
         return opt, []
     n = last[0]
-    note = (f"step {n}, the last, ends at its last device activity, without the time up to a next step that the others "
-            f"hold: shown, left out of the totals (over the {len(counted) - 1} complete steps); --keep-last-step counts it")
+    note = (
+        f"step {n}, the last, ends at its last device activity, without the time up to a next step that the others "
+        f"hold: shown, left out of the totals (over the {len(counted) - 1} complete steps); --keep-last-step counts it"
+    )
     return replace(opt, exclude_steps=tuple(sorted({*opt.exclude_steps, n}))), [note]
 
 
@@ -225,7 +257,9 @@ def excluded_steps(host: pl.DataFrame, opt: ModelOptions) -> list[str]:
     if not missing:
         return []
     shown = f"{min(have)}..{max(have)}" if have else "none"
-    return [f"--exclude-step {', '.join(map(str, missing))}: no such step in the trace (its steps: {shown}); nothing left out for it"]
+    return [
+        f"--exclude-step {', '.join(map(str, missing))}: no such step in the trace (its steps: {shown}); nothing left out for it"
+    ]
 
 
 def step_count(steps: pl.DataFrame, opt: ModelOptions) -> dict:
@@ -239,7 +273,10 @@ def step_warnings(trace: Trace, steps: pl.DataFrame, step_source: str, cut_notes
     """The trace's own warnings, then what the step windows showed: clamped windows, cut steps, the step markers used."""
     clamped = steps.filter((pl.col("window_source") == "device") & (pl.col("window") <= 0) & ~pl.col("last")).height
     if clamped:
-        trace.warnings.add("steps whose first device activity precedes the previous step's (clock or ordering problem): window set to 0", clamped)
+        trace.warnings.add(
+            "steps whose first device activity precedes the previous step's (clock or ordering problem): window set to 0",
+            clamped,
+        )
     warnings = list(trace.warnings.lines()) + cut_notes
     if step_source != "ProfilerStep":
         warnings.append(f"no ProfilerStep markers: steps taken from {step_source}")
@@ -260,12 +297,16 @@ def by_execution(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.S
     if host.height == 0 or not ((step == OUTSIDE) & xla).any():
         return step
     order = host.sort("ts")["step"].to_list()
-    frame = pl.DataFrame({"_i": pl.int_range(ops.height, eager=True), "name": ops["name"], "ts": ops["ts"],
-                          "xla": xla, "step": step})
+    frame = pl.DataFrame(
+        {"_i": pl.int_range(ops.height, eager=True), "name": ops["name"], "ts": ops["ts"], "xla": xla, "step": step}
+    )
     moved = (
         frame.filter("xla")
-        .with_columns(_out=(pl.col("step") == OUTSIDE).any().over("name"), _n=pl.len().over("name"),
-                      _k=pl.col("ts").rank("ordinal").over("name") - 1)
+        .with_columns(
+            _out=(pl.col("step") == OUTSIDE).any().over("name"),
+            _n=pl.len().over("name"),
+            _k=pl.col("ts").rank("ordinal").over("name") - 1,
+        )
         .filter(pl.col("_out") & (pl.col("_n") % len(order) == 0))
         .with_columns(_s=(pl.col("_k") // (pl.col("_n") // len(order))).cast(pl.Int64))
         .with_columns(step=pl.col("_s").replace_strict(dict(enumerate(order)), return_dtype=pl.Int64))
@@ -273,9 +314,12 @@ def by_execution(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.S
     )
     if moved.height == 0:
         return step
-    return frame.join(moved, on="_i", how="left", suffix="_new").sort("_i").select(
-        pl.coalesce("step_new", "step").alias(step.name)
-    ).to_series()
+    return (
+        frame.join(moved, on="_i", how="left", suffix="_new")
+        .sort("_i")
+        .select(pl.coalesce("step_new", "step").alias(step.name))
+        .to_series()
+    )
 
 
 def by_run(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.Series:
@@ -297,10 +341,18 @@ def by_run(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.Series:
         return step
     spans = host.sort("ts")
     m = spans.height
-    order = pl.DataFrame({"_k": pl.int_range(m, eager=True), "_to": spans["step"].cast(pl.Int64),
-                          "_start": spans["ts"].cast(pl.Float64)})
-    frame = pl.DataFrame({"_i": pl.int_range(ops.height, eager=True), "_run": ops["ext_id"], "name": ops["name"],
-                          "ts": ops["ts"], "_x": runs_of}).filter("_x")
+    order = pl.DataFrame(
+        {"_k": pl.int_range(m, eager=True), "_to": spans["step"].cast(pl.Int64), "_start": spans["ts"].cast(pl.Float64)}
+    )
+    frame = pl.DataFrame(
+        {
+            "_i": pl.int_range(ops.height, eager=True),
+            "_run": ops["ext_id"],
+            "name": ops["name"],
+            "ts": ops["ts"],
+            "_x": runs_of,
+        }
+    ).filter("_x")
     runs = (
         frame.group_by("_run")
         .agg(_sig=pl.col("name").unique().sort().str.join("\n").hash(), _t0=pl.col("ts").min())
@@ -316,7 +368,8 @@ def by_run(ops: pl.DataFrame, step: pl.Series, host: pl.DataFrame) -> pl.Series:
     moved = frame.join(runs, on="_run", how="inner").select("_i", "_to")
     return (
         pl.DataFrame({"_i": pl.int_range(ops.height, eager=True), "step": step})
-        .join(moved, on="_i", how="left").sort("_i")
+        .join(moved, on="_i", how="left")
+        .sort("_i")
         .select(pl.coalesce("_to", "step").alias(step.name))
         .to_series()
     )

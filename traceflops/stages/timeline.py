@@ -103,11 +103,15 @@ class _Sweep:
 
 def _windows(steps: pl.DataFrame) -> _Windows:
     """Step windows as sorted numpy arrays, shifted to a near-zero origin for precision."""
-    w = steps.select(
-        pl.col("step").cast(pl.Int64),
-        pl.col("start").cast(pl.Float64),
-        pl.col("window").cast(pl.Float64).fill_null(0.0).clip(lower_bound=0.0),
-    ).filter(pl.col("start").is_not_null()).sort("start", "step")
+    w = (
+        steps.select(
+            pl.col("step").cast(pl.Int64),
+            pl.col("start").cast(pl.Float64),
+            pl.col("window").cast(pl.Float64).fill_null(0.0).clip(lower_bound=0.0),
+        )
+        .filter(pl.col("start").is_not_null())
+        .sort("start", "step")
+    )
     start = w["start"].to_numpy()
     origin = float(start[0]) if len(start) else 0.0
     shifted = start - origin
@@ -188,12 +192,16 @@ def _sweep(kernels: pl.DataFrame, steps: pl.DataFrame) -> _Sweep:
     k = _usable(kernels)
     devices, codes = _device_codes(k)
     nw, nd = len(w.start), len(devices)
-    ks, ke, weight = _kernel_arrays(k, w.origin) if k.height else (np.empty(0), np.empty(0), np.empty((0, _NCOLS), bool))
+    ks, ke, weight = (
+        _kernel_arrays(k, w.origin) if k.height else (np.empty(0), np.empty(0), np.empty((0, _NCOLS), bool))
+    )
     ki, wi = _window_pairs(ks, ke, w)
     kg = codes[ki] * nw + wi
     gid = np.arange(nd * nw)
     group = np.concatenate([kg, kg, gid, gid])
-    time = np.concatenate([np.maximum(ks[ki], w.start[wi]), np.minimum(ke[ki], w.end[wi]), np.tile(w.start, nd), np.tile(w.end, nd)])
+    time = np.concatenate(
+        [np.maximum(ks[ki], w.start[wi]), np.minimum(ke[ki], w.end[wi]), np.tile(w.start, nd), np.tile(w.end, nd)]
+    )
     order = np.lexsort((time, group))
     group, time = group[order], time[order]
     # event → (kernel row, +1 start / -1 end); window edges add nothing
@@ -210,7 +218,7 @@ def _sweep(kernels: pl.DataFrame, steps: pl.DataFrame) -> _Sweep:
     length = np.where(same, np.r_[time[1:], 0.0] - time, 0.0)
     at = np.empty(len(order), np.int64)
     at[order] = np.arange(len(order))
-    return _Sweep(group, time, length, count, devices, w, weight, ki, at[:len(ki)], at[len(ki):n_ev])
+    return _Sweep(group, time, length, count, devices, w, weight, ki, at[: len(ki)], at[len(ki) : n_ev])
 
 
 def _group_sums(s: _Sweep, values: np.ndarray) -> np.ndarray:
@@ -321,8 +329,12 @@ def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         before = np.where(is_wait[:, None], for_waits[np.c_[s.first, s.stop]], for_all[np.c_[s.first, s.stop]])
         out[name] = (before[:, 1] - before[:, 0])[mine]
     rows = k["row"].to_numpy()[s.pair[mine]]
-    return (pl.DataFrame({"row": rows, **out}).group_by("row").agg(pl.col("total", "exposed", "overlapped").sum())
-            .sort("row"))
+    return (
+        pl.DataFrame({"row": rows, **out})
+        .group_by("row")
+        .agg(pl.col("total", "exposed", "overlapped").sum())
+        .sort("row")
+    )
 
 
 def with_comm_exposure(frame: pl.DataFrame, activities: pl.DataFrame, steps: pl.DataFrame, by_op: bool) -> pl.DataFrame:
@@ -330,13 +342,21 @@ def with_comm_exposure(frame: pl.DataFrame, activities: pl.DataFrame, steps: pl.
     `comm_overlapped` µs (`comm_exposure`); activities are the frame's rows themselves, or ops by `op_row`."""
     e = comm_exposure(activities, steps)
     if by_op:
-        e = (e.join(activities.select("op_row").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)), on="row")
-             .group_by("op_row").agg(pl.col("exposed", "overlapped").sum()).rename({"op_row": "row"}))
+        e = (
+            e.join(
+                activities.select("op_row").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)), on="row"
+            )
+            .group_by("op_row")
+            .agg(pl.col("exposed", "overlapped").sum())
+            .rename({"op_row": "row"})
+        )
     exposed = np.full(frame.height, np.nan)
     overlapped = np.full(frame.height, np.nan)
     at = e["row"].to_numpy()
     exposed[at], overlapped[at] = e["exposed"].to_numpy(), e["overlapped"].to_numpy()
-    return frame.with_columns(comm_exposed=pl.Series(exposed).fill_nan(None), comm_overlapped=pl.Series(overlapped).fill_nan(None))
+    return frame.with_columns(
+        comm_exposed=pl.Series(exposed).fill_nan(None), comm_overlapped=pl.Series(overlapped).fill_nan(None)
+    )
 
 
 def check_partition(frame: pl.DataFrame, rel: float = 1e-6) -> None:
@@ -348,11 +368,16 @@ def check_partition(frame: pl.DataFrame, rel: float = 1e-6) -> None:
     total = pl.sum_horizontal([pl.col(c) for c in PARTITION])
     err = frame.select(
         bad=((total - pl.col("window")).abs() > rel * pl.max_horizontal(pl.col("window"), pl.lit(1.0))).any(),
-        split=((pl.col("matmul_known") + pl.col("matmul_unknown") - pl.col("matmul")).abs()
-               > rel * pl.max_horizontal(pl.col("window"), pl.lit(1.0))).any(),
+        split=(
+            (pl.col("matmul_known") + pl.col("matmul_unknown") - pl.col("matmul")).abs()
+            > rel * pl.max_horizontal(pl.col("window"), pl.lit(1.0))
+        ).any(),
     )
     if frame.height and (err["bad"][0] or err["split"][0]):
-        raise ConservationError("time partition", "time partition does not sum to the step window; this is a bug in traceflops.stages.timeline")
+        raise ConservationError(
+            "time partition",
+            "time partition does not sum to the step window; this is a bug in traceflops.stages.timeline",
+        )
 
 
 # ---------------------------------------------------------------- idle gaps
@@ -442,7 +467,9 @@ def _next_kernels(kdev: np.ndarray, kt: np.ndarray, kl: np.ndarray, qdev: np.nda
     return out
 
 
-def _next_kernel_launch(kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray, origin: float) -> tuple[np.ndarray, pl.Series]:
+def _next_kernel_launch(
+    kernels: pl.DataFrame, gdev: np.ndarray, ge: np.ndarray, origin: float
+) -> tuple[np.ndarray, pl.Series]:
     """Launch time (NaN: none) and name (null: none) of the kernel that ends each gap (starts at or after its end)."""
     launch_ts = np.full(len(ge), np.nan)
     k = _usable(kernels)
@@ -472,10 +499,14 @@ def _gap_reasons(gs, ge, launch_ts, launches, ops, origin) -> np.ndarray:
     queued = known & (launch_ts - origin <= gs)
     sync = _overlaps_any(gs, ge, *_host_intervals(launches, is_sync_call, origin))
     loader = _overlaps_any(gs, ge, *_host_intervals(ops, is_dataloader, origin))
-    return np.select([queued, sync, loader, known], ["launch_gap", "sync", "input_pipeline", "host_bound"], default="unknown")
+    return np.select(
+        [queued, sync, loader, known], ["launch_gap", "sync", "input_pipeline", "host_bound"], default="unknown"
+    )
 
 
-def idle_gaps(kernels: pl.DataFrame, launches: pl.DataFrame | None, ops: pl.DataFrame | None, steps: pl.DataFrame) -> pl.DataFrame:
+def idle_gaps(
+    kernels: pl.DataFrame, launches: pl.DataFrame | None, ops: pl.DataFrame | None, steps: pl.DataFrame
+) -> pl.DataFrame:
     """Every maximal idle interval of a device inside a step window, with why it was idle.
 
     Idle means no device activity of any class on any stream of the device.
@@ -537,7 +568,11 @@ def launch_stats(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """
     base = steps.select(pl.col("step").cast(pl.Int64), pl.col("name").cast(pl.Utf8))
     if kernels.height == 0:
-        return base.with_columns(kernels=pl.lit(0, pl.Int64), median_dur=pl.lit(None, pl.Float64), median_launch_delay=pl.lit(None, pl.Float64))
+        return base.with_columns(
+            kernels=pl.lit(0, pl.Int64),
+            median_dur=pl.lit(None, pl.Float64),
+            median_launch_delay=pl.lit(None, pl.Float64),
+        )
     delay = (pl.col("ts") - pl.col("launch_ts")) if "launch_ts" in kernels.columns else pl.lit(None, pl.Float64)
     per = kernels.group_by(pl.col("step").cast(pl.Int64)).agg(
         kernels=pl.len().cast(pl.Int64),
@@ -566,8 +601,10 @@ def device_not_captured(trace: Trace) -> str | None:
         return None
     ranges = trace.meta.get("profiler_ranges") or 0
     if ranges:
-        return (f"{RANGE_PROFILER_CAPTURE}: {ranges} profiled ranges with hardware counters, no kernel timeline; "
-                f"MFU/HFU need a trace with ProfilerActivity.CUDA ({PROFILE_THE_DEVICE})")
+        return (
+            f"{RANGE_PROFILER_CAPTURE}: {ranges} profiled ranges with hardware counters, no kernel timeline; "
+            f"MFU/HFU need a trace with ProfilerActivity.CUDA ({PROFILE_THE_DEVICE})"
+        )
     props = [p for p in trace.meta.get("device_properties") or [] if isinstance(p, dict)]
     names = trace.ops["name"].drop_nulls().unique()
     named_ops = sorted(names.filter(names.str.contains(DEVICE_HOST_OPS_RE)).to_list())
@@ -577,16 +614,25 @@ def device_not_captured(trace: Trace) -> str | None:
         gpus = sorted({fmt.short(p["name"], 60) for p in props if isinstance(p.get("name"), str)})
         seen.append(f"deviceProperties lists {len(props)} device(s){': ' + ', '.join(gpus[:3]) if gpus else ''}")
     if named_ops:
-        seen.append(f"{', '.join(fmt.short(n, 60) for n in named_ops[:3])}{' and more' if len(named_ops) > 3 else ''} ops")
+        seen.append(
+            f"{', '.join(fmt.short(n, 60) for n in named_ops[:3])}{' and more' if len(named_ops) > 3 else ''} ops"
+        )
     if launches:
         seen.append(f"{launches} device launches")
     if not seen:
         return None
-    how = ("the file is cut before its device activity" if trace.meta.get("truncated")
-           else "its device activity was not recorded" if launches else "captured with CPU activity only")
-    return (f"{NO_DEVICE_ACTIVITY}: the trace names a device ({'; '.join(seen)}) but holds no kernel, memcpy or memset "
-            f"({how}), so MFU, HFU and the device time breakdown are unknown (host op durations are not device time); "
-            f"add ProfilerActivity.CUDA: {PROFILE_THE_DEVICE}")
+    how = (
+        "the file is cut before its device activity"
+        if trace.meta.get("truncated")
+        else "its device activity was not recorded"
+        if launches
+        else "captured with CPU activity only"
+    )
+    return (
+        f"{NO_DEVICE_ACTIVITY}: the trace names a device ({'; '.join(seen)}) but holds no kernel, memcpy or memset "
+        f"({how}), so MFU, HFU and the device time breakdown are unknown (host op durations are not device time); "
+        f"add ProfilerActivity.CUDA: {PROFILE_THE_DEVICE}"
+    )
 
 
 def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
@@ -606,14 +652,20 @@ def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
     comm = ops.select(is_comm.fill_null(False)).to_series().to_numpy()
     is_wait = pl.col("name").str.contains(HOST_COMM_WAIT_RE)
     wait = ops.select(is_wait.fill_null(False)).to_series().to_numpy() & is_op
-    acts = ops.with_columns(_row=pl.int_range(pl.len())).filter(pl.Series(mm | top | comm | wait)).with_columns(
-        cls=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.lit("matmul"))
-        .when(is_comm | is_wait).then(pl.lit("communication"))
-        .otherwise(pl.lit("other_compute")),
-        device=pl.col("device").cast(pl.Int64) if "device" in ops.columns else pl.lit(None, pl.Int64),
-        stream=pl.col("tid"),
-        flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
-        op_row=pl.col("_row").cast(pl.Int64),
+    acts = (
+        ops.with_columns(_row=pl.int_range(pl.len()))
+        .filter(pl.Series(mm | top | comm | wait))
+        .with_columns(
+            cls=pl.when(pl.col("matmul") & pl.col("ran"))
+            .then(pl.lit("matmul"))
+            .when(is_comm | is_wait)
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("other_compute")),
+            device=pl.col("device").cast(pl.Int64) if "device" in ops.columns else pl.lit(None, pl.Int64),
+            stream=pl.col("tid"),
+            flops=pl.when(pl.col("matmul") & pl.col("ran")).then(pl.col("flops").cast(pl.Float64)),
+            op_row=pl.col("_row").cast(pl.Int64),
+        )
     )
     host_comm = ops.select(pl.col("name").str.contains(HOST_COMM_WORK_RE).fill_null(False)).to_series().to_numpy()
     acts = without_blocked(acts, ops, nearest(parent, top), wait | host_comm)
@@ -639,21 +691,32 @@ def without_blocked(acts: pl.DataFrame, ops: pl.DataFrame, top_of: np.ndarray, b
     tops = top_of[inner]
     # Interval algebra per top-level op: the blocked spans sorted by start; what was covered before each is the
     # running maximum of the earlier ends (or the op's start); a gap before a span, and the tail after the last, stay.
-    b = pl.DataFrame({"_row": tops, "s": start[inner], "e": np.minimum(end[inner], end[tops]),
-                      "lo": start[tops], "hi": end[tops]}).sort("_row", "s")
+    b = pl.DataFrame(
+        {"_row": tops, "s": start[inner], "e": np.minimum(end[inner], end[tops]), "lo": start[tops], "hi": end[tops]}
+    ).sort("_row", "s")
     b = b.with_columns(at=pl.max_horizontal("lo", pl.col("e").cum_max().shift(1).over("_row")))
     gaps = b.filter(pl.col("s") > pl.col("at")).select("_row", _start="at", _end=pl.min_horizontal("s", "hi"))
-    tails = (b.group_by("_row").agg(pl.col("lo").first(), pl.col("hi").first(), pl.col("e").max())
-             .select("_row", _start=pl.max_horizontal("lo", "e"), _end="hi").filter(pl.col("_end") > pl.col("_start")))
+    tails = (
+        b.group_by("_row")
+        .agg(pl.col("lo").first(), pl.col("hi").first(), pl.col("e").max())
+        .select("_row", _start=pl.max_horizontal("lo", "e"), _end="hi")
+        .filter(pl.col("_end") > pl.col("_start"))
+    )
     pieces = pl.concat([gaps, tails]).with_columns(pl.col("_row").cast(pl.Int64))
     cut = pl.Series(np.unique(tops), dtype=pl.Int64)
-    kept = (acts.with_columns(pl.col("_row").cast(pl.Int64)).join(pieces, on="_row")
-            .with_columns(ts=pl.col("_start"), dur=pl.col("_end") - pl.col("_start")).drop("_start", "_end"))
+    kept = (
+        acts.with_columns(pl.col("_row").cast(pl.Int64))
+        .join(pieces, on="_row")
+        .with_columns(ts=pl.col("_start"), dur=pl.col("_end") - pl.col("_start"))
+        .drop("_start", "_end")
+    )
     whole = acts.with_columns(pl.col("_row").cast(pl.Int64)).filter(~pl.col("_row").is_in(cut.implode()))
     return pl.concat([whole, kept.select(whole.columns)]).sort("_row", "ts", maintain_order=True).drop("_row")
 
 
-PROGRAM_SHARE = 0.5  # a device busy for less than this share of the busiest one ran other work (initialization, a side program)
+PROGRAM_SHARE = (
+    0.5  # a device busy for less than this share of the busiest one ran other work (initialization, a side program)
+)
 
 
 def program_devices(part: pl.DataFrame, activities: pl.DataFrame | None = None) -> list:
@@ -673,9 +736,13 @@ def program_devices(part: pl.DataFrame, activities: pl.DataFrame | None = None) 
         return dev.head(1)["device"].to_list()
     keep = pl.col("_busy") >= PROGRAM_SHARE * top
     if activities is not None and activities.height and dev.height > 1:
-        ran = (activities.filter(pl.col("step").is_in(part["step"].unique().to_list())
-                                 & pl.col("cls").is_in(["matmul", "other_compute"]))
-               .group_by("device").agg(pl.len().alias("_n")))
+        ran = (
+            activities.filter(
+                pl.col("step").is_in(part["step"].unique().to_list()) & pl.col("cls").is_in(["matmul", "other_compute"])
+            )
+            .group_by("device")
+            .agg(pl.len().alias("_n"))
+        )
         dev = dev.join(ran, on="device", how="left", nulls_equal=True, maintain_order="left")
         most = dev["_n"].max() or 0
         if most:
@@ -692,5 +759,3 @@ def on_devices(frame: pl.DataFrame, devices: list) -> pl.DataFrame:
     if None in devices:
         sel = sel | pl.col("device").is_null()
     return frame.filter(sel)
-
-

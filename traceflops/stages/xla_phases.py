@@ -151,7 +151,9 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
             "_shape": ops["dims"].fill_null("") + "|" + ops["types"].fill_null(""),
             "cand": r["cand"],
             "base": r["base"],
-            "_ff": ops["feeds_forward_hint"] if "feeds_forward_hint" in ops.columns else pl.Series([None] * ops.height, dtype=pl.Boolean),
+            "_ff": ops["feeds_forward_hint"]
+            if "feeds_forward_hint" in ops.columns
+            else pl.Series([None] * ops.height, dtype=pl.Boolean),
         }
     )
     if not df["cand"].any():
@@ -166,7 +168,8 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
     cands = scoped.filter("cand").join(plain, on=group, how="left")
     # Per group with no plain op: the candidate instruction that runs first stands in for the forward.
     first = (
-        cands.group_by(group + ["name"]).agg(_first=pl.col("ts").min())
+        cands.group_by(group + ["name"])
+        .agg(_first=pl.col("ts").min())
         .sort("_first")
         .group_by(group, maintain_order=True)
         .agg(_standin=pl.col("name").first())
@@ -174,8 +177,10 @@ def tag(ops: pl.DataFrame, steps: pl.DataFrame | None = None) -> pl.Series:
     # Where the HLO's dataflow tells which copies the forward reads, it decides, copy by copy.
     told = pl.col("_ff").fill_null(False)
     cands = cands.join(first, on=group, how="left").with_columns(
-        phase=pl.when(told).then(pl.col("base"))
-        .when(told.any().over(group)).then(pl.lit("recompute"))
+        phase=pl.when(told)
+        .then(pl.col("base"))
+        .when(told.any().over(group))
+        .then(pl.lit("recompute"))
         .when((pl.col("_plain") == 0) & (pl.col("name") == pl.col("_standin")))
         .then(pl.col("base"))
         .otherwise(pl.lit("recompute"))
@@ -200,7 +205,10 @@ def unnamed_matmuls(ops: pl.DataFrame, step: pl.Series, phase: pl.Series) -> pl.
     first_bwd = f.filter(pl.col("phase") == "backward").group_by("step").agg(_bwd=pl.col("ts").min())
     f = f.join(first_bwd, on="step", how="left", maintain_order="left")
     return f.select(
-        pl.when(~pl.col("unnamed")).then(pl.col("phase"))
-        .when(pl.col("_bwd").is_not_null() & (pl.col("ts") >= pl.col("_bwd"))).then(pl.lit("backward"))
-        .otherwise(pl.lit("other")).alias("phase")
+        pl.when(~pl.col("unnamed"))
+        .then(pl.col("phase"))
+        .when(pl.col("_bwd").is_not_null() & (pl.col("ts") >= pl.col("_bwd")))
+        .then(pl.lit("backward"))
+        .otherwise(pl.lit("other"))
+        .alias("phase")
     )["phase"]

@@ -32,7 +32,10 @@ def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[s
 
     def write(tmp: Path) -> None:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
-            z.writestr("meta.json", orjson.dumps(meta, default=json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
+            z.writestr(
+                "meta.json",
+                orjson.dumps(meta, default=json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
+            )
             for name, df in tables.items():
                 buf = io.BytesIO()
                 df.write_parquet(buf, compression="zstd")
@@ -59,7 +62,11 @@ def open_regular(path: str | Path, max_bytes: int):
 
 def _members_fit(infos: list[zipfile.ZipInfo], max_bytes: int) -> bool:
     """Few members, each and all together within bounds, by what the zip declares (zipfile reads no more than that)."""
-    return len(infos) <= MAX_MEMBERS and all(i.file_size <= MAX_MEMBER_BYTES for i in infos) and sum(i.file_size for i in infos) <= max_bytes
+    return (
+        len(infos) <= MAX_MEMBERS
+        and all(i.file_size <= MAX_MEMBER_BYTES for i in infos)
+        and sum(i.file_size for i in infos) <= max_bytes
+    )
 
 
 def _table(data: bytes, max_rows: int | None) -> pl.DataFrame:
@@ -74,8 +81,9 @@ def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())[:200]
 
 
-def read_bundle(path, *, max_bytes: int = MAX_BUNDLE_BYTES, max_rows: int | None = None,
-                name: str | None = None) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+def read_bundle(
+    path, *, max_bytes: int = MAX_BUNDLE_BYTES, max_rows: int | None = None, name: str | None = None
+) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     """A bundle's tables and metadata; `path` is a path (opened as a regular file) or an open binary file named `name`.
 
     `max_bytes` bounds the file and its members inflated together; `max_rows`, each table.
@@ -98,6 +106,6 @@ def read_bundle(path, *, max_bytes: int = MAX_BUNDLE_BYTES, max_rows: int | None
         try:
             meta = orjson.loads(z.read("meta.json"))
             tables = {n[: -len(".parquet")]: _table(z.read(n), max_rows) for n in names if n.endswith(".parquet")}
-        except Exception as e:  # noqa: BLE001 - any decoding failure of an untrusted bundle is a format error
+        except Exception as e:
             raise FormatError(where, f"bundle cannot be read ({type(e).__name__}: {_one_line(e)})", _REDO) from None
     return tables, meta

@@ -39,16 +39,30 @@ from traceflops.storage.trace_cache import (
 REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape", "communication")
 REPORT_SHAPE = 5  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
 # The Analysis' fields kept, each with the type it is read back as.
-REPORT_FIELDS = {"hardware": Hardware | None, "model": ModelSection | None, "totals": Totals, "outside_steps": OutsideSteps | None,
-                 "warnings": list[str], "ranks": list[dict[str, Any]], "advice": list[AdviceItem], "step_stats": StepStats | None,
-                 "path_summary": PathSummary | None}
+REPORT_FIELDS = {
+    "hardware": Hardware | None,
+    "model": ModelSection | None,
+    "totals": Totals,
+    "outside_steps": OutsideSteps | None,
+    "warnings": list[str],
+    "ranks": list[dict[str, Any]],
+    "advice": list[AdviceItem],
+    "step_stats": StepStats | None,
+    "path_summary": PathSummary | None,
+}
 
 
 def report_key(path: str, options) -> str | None:
     """The trace's content key (`trace_cache.key`) with the options: None, and no report kept, when the trace cannot be read."""
     k = key(path)
     # The fields kept are part of the key: a report of another shape is never served.
-    return None if k is None else hashlib.sha256(f"{k}|{options!r}|{REPORT_SHAPE}|{tuple(REPORT_FIELDS)}|{REPORT_TABLES}".encode()).hexdigest()[:32]
+    return (
+        None
+        if k is None
+        else hashlib.sha256(
+            f"{k}|{options!r}|{REPORT_SHAPE}|{tuple(REPORT_FIELDS)}|{REPORT_TABLES}".encode()
+        ).hexdigest()[:32]
+    )
 
 
 def store_report(path: str, options, a, cache_dir: Path) -> None:
@@ -58,8 +72,12 @@ def store_report(path: str, options, a, cache_dir: Path) -> None:
     tables |= {t: getattr(a, t) for t in REPORT_TABLES[1:] if getattr(a, t) is not None}
     meta = {f: encode(getattr(a, f)) for f in REPORT_FIELDS}
     meta["warnings"] = [w for w in a.warnings if not is_transient(w)]  # this run's cache trouble, not the trace's
-    meta |= {"_meta": {k: v for k, v in a.meta.items() if k in ("format", "rank", "world_size", "schema_version", "truncated")},
-             "_loss_budgets": budgets}
+    meta |= {
+        "_meta": {
+            k: v for k, v in a.meta.items() if k in ("format", "rank", "world_size", "schema_version", "truncated")
+        },
+        "_loss_budgets": budgets,
+    }
     k = report_key(path, options)
     if k is not None:
         entry = writable_entry(cache_dir / f"{k}.tfreport")
@@ -87,6 +105,14 @@ def load_report(path: str, options, cache_dir: Path):
         return None
     if isinstance(fields["warnings"], list):  # kept by a build that stored this run's cache trouble too
         fields["warnings"] = [w for w in fields["warnings"] if not (isinstance(w, str) and is_transient(w))]
-    return Analysis(trace=trace, ops=empty({}), kernels=empty({}), steps=steps,
-                    top_kernels=tables.get("top_kernels"), by_module=tables.get("by_module"), by_gemm_shape=tables.get("by_gemm_shape"),
-                    communication=tables.get("communication"), **fields)
+    return Analysis(
+        trace=trace,
+        ops=empty({}),
+        kernels=empty({}),
+        steps=steps,
+        top_kernels=tables.get("top_kernels"),
+        by_module=tables.get("by_module"),
+        by_gemm_shape=tables.get("by_gemm_shape"),
+        communication=tables.get("communication"),
+        **fields,
+    )

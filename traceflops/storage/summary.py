@@ -76,8 +76,11 @@ _TEXT = {"name", "window_source", "pg", "kind", "pg_desc", "role", "p2p", "group
 _FLAGS = {"last"}
 _WHOLE = {"step", "seq", "bytes", "group_size", "peer"}
 _WHOLE_PREFIX = ("flops_", "count_")
-_REQUIRED = {"idle": ("step", "reason", "dur"), "path_comm": ("step", "start", "end"),
-             "collectives": ("pg", "seq", "kind", "ts", "end", "step")}
+_REQUIRED = {
+    "idle": ("step", "reason", "dur"),
+    "path_comm": ("step", "start", "end"),
+    "collectives": ("pg", "seq", "kind", "ts", "end", "step"),
+}
 
 
 class _Mistyped(ValueError):
@@ -195,10 +198,14 @@ def read_summary(path: str | Path) -> RankSummary:
         model=meta.get("model"),
         steps=tables["steps"],
         collectives=tables["collectives"],
-        idle=tables["idle"] if tables["idle"].width else pl.DataFrame(schema={"step": pl.Int64, "reason": pl.Utf8, "dur": pl.Float64}),
+        idle=tables["idle"]
+        if tables["idle"].width
+        else pl.DataFrame(schema={"step": pl.Int64, "reason": pl.Utf8, "dur": pl.Float64}),
         totals=totals,
         warnings=[*notes, *(meta.get("warnings") or [])],
-        path_comm=tables["path_comm"] if {"step", "start", "end"} <= set(tables.get("path_comm", pl.DataFrame()).columns) else None,
+        path_comm=tables["path_comm"]
+        if {"step", "start", "end"} <= set(tables.get("path_comm", pl.DataFrame()).columns)
+        else None,
         advice=[a for a in meta.get("advice") or [] if isinstance(a, dict) and isinstance(a.get("title"), str)],
         communication=_communication(tables.get("communication"), path),
     )

@@ -75,7 +75,9 @@ def default_dir() -> Path:
     return Path(base) / "traceflops"
 
 
-_DIGESTS: dict[tuple[int, ...], str] = {}  # this process's content hashes, by file identity and times: one read per file per run
+_DIGESTS: dict[
+    tuple[int, ...], str
+] = {}  # this process's content hashes, by file identity and times: one read per file per run
 
 
 def _content_digest(f, st: os.stat_result) -> str:
@@ -178,7 +180,10 @@ def load(path: str, cache_dir: Path) -> Trace | None:
         return None  # written by a build whose Trace model had other columns: a miss, parsed again
     warnings = Warnings(Counter(meta.pop("_warnings", {})))
     meta["path"] = str(path)
-    tables = {t: compact(f.with_columns(_one_copy_each(f["name"])) if "name" in f.columns and f.height else f) for t, f in tables.items()}
+    tables = {
+        t: compact(f.with_columns(_one_copy_each(f["name"])) if "name" in f.columns and f.height else f)
+        for t, f in tables.items()
+    }
     return Trace(*(tables[t] for t in TABLES), meta=meta, warnings=warnings)
 
 
@@ -191,7 +196,9 @@ def _one_copy_each(names):
     import polars as pl
 
     distinct = names.unique(maintain_order=True)
-    at = names.to_frame("v").join(distinct.to_frame("v").with_row_index("i"), on="v", how="left", nulls_equal=True, maintain_order="left")["i"]
+    at = names.to_frame("v").join(
+        distinct.to_frame("v").with_row_index("i"), on="v", how="left", nulls_equal=True, maintain_order="left"
+    )["i"]
     return distinct.gather(at).alias(names.name).cast(pl.Utf8)
 
 

@@ -40,19 +40,57 @@ KIND_RE = [
 ]
 
 # The columns of a trace's collectives (and of a rank summary's).
-COLUMNS = ("pg", "seq", "kind", "name", "ts", "end", "dur", "bytes", "group_size", "step", "pg_desc", "role", "group_ranks",
-           "phase", "exposed", "overlapped")
+COLUMNS = (
+    "pg",
+    "seq",
+    "kind",
+    "name",
+    "ts",
+    "end",
+    "dur",
+    "bytes",
+    "group_size",
+    "step",
+    "pg_desc",
+    "role",
+    "group_ranks",
+    "phase",
+    "exposed",
+    "overlapped",
+)
 
 
 # What a group is for, by the words of its description: PyTorch DeviceMesh dimensions (`mesh_<name>`, torchtitan's
 # dp_replicate, dp_shard, dp_shard_cp, cp, tp, pp, ep, ...) and Megatron-Core's `group_desc` names
 # (TENSOR_MODEL_PARALLEL_GROUP, DATA_PARALLEL_GROUP_WITH_CP, EXPERT_MODEL_PARALLEL_GROUP, ...).
-_MESH_ROLES = {"dp": "dp", "fsdp": "dp", "hsdp": "dp", "ddp": "dp", "replicate": "dp", "shard": "dp", "tp": "tp", "sp": "tp",
-               "pp": "pp", "ep": "ep", "etp": "tp", "edp": "dp", "efsdp": "dp", "cp": "cp"}
-_MEGATRON_ROLES = {"TENSOR_MODEL_PARALLEL_GROUP": "tp", "PIPELINE_MODEL_PARALLEL_GROUP": "pp", "DATA_PARALLEL_GROUP": "dp",
-                   "CONTEXT_PARALLEL_GROUP": "cp", "EXPERT_MODEL_PARALLEL_GROUP": "ep", "EXPERT_TENSOR_PARALLEL_GROUP": "tp",
-                   "EXPERT_DATA_PARALLEL_GROUP": "dp", "INTRA_PARTIAL_DATA_PARALLEL_GROUP": "dp",
-                   "INTER_PARTIAL_DATA_PARALLEL_GROUP": "dp", "INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP": "dp"}
+_MESH_ROLES = {
+    "dp": "dp",
+    "fsdp": "dp",
+    "hsdp": "dp",
+    "ddp": "dp",
+    "replicate": "dp",
+    "shard": "dp",
+    "tp": "tp",
+    "sp": "tp",
+    "pp": "pp",
+    "ep": "ep",
+    "etp": "tp",
+    "edp": "dp",
+    "efsdp": "dp",
+    "cp": "cp",
+}
+_MEGATRON_ROLES = {
+    "TENSOR_MODEL_PARALLEL_GROUP": "tp",
+    "PIPELINE_MODEL_PARALLEL_GROUP": "pp",
+    "DATA_PARALLEL_GROUP": "dp",
+    "CONTEXT_PARALLEL_GROUP": "cp",
+    "EXPERT_MODEL_PARALLEL_GROUP": "ep",
+    "EXPERT_TENSOR_PARALLEL_GROUP": "tp",
+    "EXPERT_DATA_PARALLEL_GROUP": "dp",
+    "INTRA_PARTIAL_DATA_PARALLEL_GROUP": "dp",
+    "INTER_PARTIAL_DATA_PARALLEL_GROUP": "dp",
+    "INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP": "dp",
+}
 
 
 def group_role(desc) -> str | None:
@@ -74,8 +112,11 @@ def group_role(desc) -> str | None:
 def member_groups(a: Analysis) -> list[dict]:
     """The groups of pg_config this rank belongs to that can communicate (more than one rank), in creation order."""
     rank = a.meta.get("rank")
-    return [g for g in a.meta.get("process_groups") or []
-            if g["size"] > 1 and (rank is None or g["ranks"] is None or rank in g["ranks"])]
+    return [
+        g
+        for g in a.meta.get("process_groups") or []
+        if g["size"] > 1 and (rank is None or g["ranks"] is None or rank in g["ranks"])
+    ]
 
 
 def _tensor_sizes(dims) -> list[int]:
@@ -176,7 +217,9 @@ def _host_groups(a: Analysis, w: pl.DataFrame, calls: list, call_dims: list) -> 
     if len(groups) == 1:
         of_thread = {t: groups[0] for t in runloop}
     elif runloop:
-        pick = thread_groups([_tid_number(t) for t in runloop], [hints[t] for t in runloop], [g["size"] for g in groups])
+        pick = thread_groups(
+            [_tid_number(t) for t in runloop], [hints[t] for t in runloop], [g["size"] for g in groups]
+        )
         of_thread = {t: groups[i] for t, i in zip(runloop, pick)} if pick else {}
     pp = [g for g in groups if group_role(g.get("desc")) == "pp"]
     inline_group = groups[0] if len(groups) == 1 else pp[0] if len(pp) == 1 else None
@@ -197,8 +240,12 @@ def host_work(a: Analysis) -> pl.DataFrame:
     issuers = w["comm_issuer"].to_list() if "comm_issuer" in w.columns else [None] * w.height
     at = [i if i is not None else 0 for i in issuers]
     # the issuing c10d call records output and input (an all-gather's work only its input)
-    call_dims = [c if i is not None else None for c, i in zip(a.ops["dims"].gather(at).to_list(), issuers)] if w.height else []
-    calls = [c if i is not None else None for c, i in zip(a.ops["name"].gather(at).to_list(), issuers)] if w.height else []
+    call_dims = (
+        [c if i is not None else None for c, i in zip(a.ops["dims"].gather(at).to_list(), issuers)] if w.height else []
+    )
+    calls = (
+        [c if i is not None else None for c, i in zip(a.ops["name"].gather(at).to_list(), issuers)] if w.height else []
+    )
     nelems, dtype = [], []
     for dims, types, call in zip(w["dims"].to_list(), w["types"].to_list(), call_dims):
         t = orjson.loads(types) if types else None
@@ -212,12 +259,15 @@ def host_work(a: Analysis) -> pl.DataFrame:
         world = None  # a work whose group is not told may be in a smaller group: its size is unknown, not the world's
     return w.with_columns(
         collective=pl.col("name").str.replace(HOST_COMM_WORK_RE, ""),
-        in_nelems=pl.Series(nelems, dtype=pl.Int64), out_nelems=pl.lit(None, pl.Int64),
+        in_nelems=pl.Series(nelems, dtype=pl.Int64),
+        out_nelems=pl.lit(None, pl.Int64),
         coll_dtype=pl.Series(dtype, dtype=pl.Utf8),
         pg_name=pl.Series([g["name"] if g else None for g in group], dtype=pl.Utf8),
         group_size=pl.Series([g["size"] if g else world for g in group], dtype=pl.Int64),
         pg_desc=pl.Series([g["desc"] if g else None for g in group], dtype=pl.Utf8),
-        pg_ranks=pl.Series([orjson.dumps(g["ranks"]).decode() if g and g["ranks"] else None for g in group], dtype=pl.Utf8),
+        pg_ranks=pl.Series(
+            [orjson.dumps(g["ranks"]).decode() if g and g["ranks"] else None for g in group], dtype=pl.Utf8
+        ),
         coll_seq=pl.lit(None, pl.Int64),
         call_kind=pl.Series([HOST_COMM_CALL_KIND.get(c) if c else None for c in calls], dtype=pl.Utf8),
         **p2p.call_args(a, w),
@@ -267,29 +317,49 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
     kind = pl.lit(None, pl.Utf8)
     for name, pat in reversed(KIND_RE):
         kind = pl.when(pl.coalesce("collective", "name").str.contains(pat)).then(pl.lit(name)).otherwise(kind)
-    if "call_kind" in k.columns:  # the collective the issuing call asked for (gloo runs a reduce-scatter as an all-reduce)
+    if (
+        "call_kind" in k.columns
+    ):  # the collective the issuing call asked for (gloo runs a reduce-scatter as an all-reduce)
         kind = pl.coalesce("call_kind", kind)
     dtypes = k["coll_dtype"].drop_nulls().unique().to_list() if k.height else []
-    k = k.with_columns(
-        kind=kind,
-        pg=pl.col("pg_name").fill_null("?"),
-        end=pl.col("ts") + pl.col("dur"),
-        elem_bytes=pl.col("coll_dtype").replace_strict(dtypes, [collective_itemsize(d) for d in dtypes], default=None,
-                                                       return_dtype=pl.Int64),
-        role=_role(k, dict(a.meta.get("group_roles") or {})),
-    ).with_columns(
-        bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("elem_bytes"),
-    ).sort("ts")
+    k = (
+        k.with_columns(
+            kind=kind,
+            pg=pl.col("pg_name").fill_null("?"),
+            end=pl.col("ts") + pl.col("dur"),
+            elem_bytes=pl.col("coll_dtype").replace_strict(
+                dtypes, [collective_itemsize(d) for d in dtypes], default=None, return_dtype=pl.Int64
+            ),
+            role=_role(k, dict(a.meta.get("group_roles") or {})),
+        )
+        .with_columns(
+            bytes=pl.max_horizontal("in_nelems", "out_nelems") * pl.col("elem_bytes"),
+        )
+        .sort("ts")
+    )
     order = pl.int_range(pl.len()).over("pg")
-    recorded = pl.col("coll_seq").is_not_null().all().over("pg") & (pl.col("coll_seq").n_unique().over("pg") == pl.len().over("pg"))
+    recorded = pl.col("coll_seq").is_not_null().all().over("pg") & (
+        pl.col("coll_seq").n_unique().over("pg") == pl.len().over("pg")
+    )
     k = k.with_columns(seq=pl.when(recorded).then(pl.col("coll_seq")).otherwise(order))
     listed = k["pg_ranks"].drop_nulls().unique().to_list() if k.height else []
     # the share of the step time each exposed and compute hid (stages.timeline.comm_exposure), µs
-    shares = [pl.col(c).cast(pl.Float64).alias(n) if c in k.columns else pl.lit(None, pl.Float64).alias(n)
-              for c, n in (("comm_exposed", "exposed"), ("comm_overlapped", "overlapped"))]
-    issuer = [pl.col("comm_issuer").cast(pl.Int64).alias("issuer") if "comm_issuer" in k.columns and not device
-              else pl.lit(None, pl.Int64).alias("issuer")] if with_issuer else []
-    ranks = pl.col("pg_ranks").replace_strict(listed, [ranks_text(v) for v in listed], default=None, return_dtype=pl.Utf8)
+    shares = [
+        pl.col(c).cast(pl.Float64).alias(n) if c in k.columns else pl.lit(None, pl.Float64).alias(n)
+        for c, n in (("comm_exposed", "exposed"), ("comm_overlapped", "overlapped"))
+    ]
+    issuer = (
+        [
+            pl.col("comm_issuer").cast(pl.Int64).alias("issuer")
+            if "comm_issuer" in k.columns and not device
+            else pl.lit(None, pl.Int64).alias("issuer")
+        ]
+        if with_issuer
+        else []
+    )
+    ranks = pl.col("pg_ranks").replace_strict(
+        listed, [ranks_text(v) for v in listed], default=None, return_dtype=pl.Utf8
+    )
     phase = pl.col("phase") if "phase" in k.columns else pl.lit(None, pl.Utf8)
     return k.select(*COLUMNS[:12], ranks.alias("group_ranks"), phase.alias("phase"), *shares, *p2p.P2P_COLUMNS, *issuer)
 
@@ -307,13 +377,17 @@ def ranks_text(v: str) -> str | None:
 def _role(k: pl.DataFrame, by_hand: dict[str, str]) -> pl.Expr:
     """A collective's role: given by hand for its group's description or name (`--group-role`), else its description's."""
     descs = k["pg_desc"].drop_nulls().unique().to_list() if k.height else []
-    described = pl.col("pg_desc").replace_strict(descs, [by_hand.get(d) or group_role(d) for d in descs], default=None,
-                                                 return_dtype=pl.Utf8)
+    described = pl.col("pg_desc").replace_strict(
+        descs, [by_hand.get(d) or group_role(d) for d in descs], default=None, return_dtype=pl.Utf8
+    )
     if not by_hand:
         return described
     named = pl.col("pg_name").replace_strict(list(by_hand), list(by_hand.values()), default=None, return_dtype=pl.Utf8)
-    return pl.coalesce(pl.col("pg_desc").replace_strict(list(by_hand), list(by_hand.values()), default=None,
-                                                        return_dtype=pl.Utf8), named, described)
+    return pl.coalesce(
+        pl.col("pg_desc").replace_strict(list(by_hand), list(by_hand.values()), default=None, return_dtype=pl.Utf8),
+        named,
+        described,
+    )
 
 
 # --- communication by dimension -------------------------------------------
@@ -336,29 +410,57 @@ def by_dimension(coll: pl.DataFrame, waits: pl.DataFrame, steps: pl.DataFrame) -
     ids = steps["step"].to_list()
     window = float(steps["window"].sum()) if steps.height else 0.0
     c = coll.filter(pl.col("step").is_in(ids)).select(
-        role=pl.coalesce("role", "pg_desc", pl.lit("?")), phase=pl.col("phase").fill_null("other"), kind=pl.col("kind").fill_null("?"),
-        dur=pl.col("dur").cast(pl.Float64), exposed=pl.col("exposed").fill_null(0.0), overlapped=pl.col("overlapped").fill_null(0.0))
+        role=pl.coalesce("role", "pg_desc", pl.lit("?")),
+        phase=pl.col("phase").fill_null("other"),
+        kind=pl.col("kind").fill_null("?"),
+        dur=pl.col("dur").cast(pl.Float64),
+        exposed=pl.col("exposed").fill_null(0.0),
+        overlapped=pl.col("overlapped").fill_null(0.0),
+    )
     w = waits.filter(pl.col("step").is_in(ids) & (pl.col("exposed") > 0)).select(
-        role=pl.coalesce("role", "pg_desc", pl.lit("?")), phase=pl.col("phase").fill_null("other"),
-        kind=pl.col("kind").fill_null("wait"), dur=pl.col("exposed"),
-        exposed=pl.col("exposed"), overlapped=pl.col("overlapped").fill_null(0.0), calls=pl.lit(0))
+        role=pl.coalesce("role", "pg_desc", pl.lit("?")),
+        phase=pl.col("phase").fill_null("other"),
+        kind=pl.col("kind").fill_null("wait"),
+        dur=pl.col("exposed"),
+        exposed=pl.col("exposed"),
+        overlapped=pl.col("overlapped").fill_null(0.0),
+        calls=pl.lit(0),
+    )
     rows = pl.concat([c.with_columns(calls=pl.lit(1)), w])
     if rows.height == 0 or window <= 0:
         return None
-    return (rows.group_by("role", "phase", "kind").agg(calls=pl.col("calls").sum(), time_us=pl.col("dur").sum(),
-                                                       exposed_us=pl.col("exposed").sum(), overlapped_us=pl.col("overlapped").sum())
-            .with_columns(calls=pl.col("calls").cast(pl.Int64), window_us=pl.lit(window),
-                          exposed_share=pl.col("exposed_us") / window, overlapped_share=pl.col("overlapped_us") / window)
-            .sort(["exposed_us", "time_us", "role", "phase", "kind"], descending=[True, True, False, False, False])
-            .select(DIMENSION_COLUMNS))
+    return (
+        rows.group_by("role", "phase", "kind")
+        .agg(
+            calls=pl.col("calls").sum(),
+            time_us=pl.col("dur").sum(),
+            exposed_us=pl.col("exposed").sum(),
+            overlapped_us=pl.col("overlapped").sum(),
+        )
+        .with_columns(
+            calls=pl.col("calls").cast(pl.Int64),
+            window_us=pl.lit(window),
+            exposed_share=pl.col("exposed_us") / window,
+            overlapped_share=pl.col("overlapped_us") / window,
+        )
+        .sort(["exposed_us", "time_us", "role", "phase", "kind"], descending=[True, True, False, False, False])
+        .select(DIMENSION_COLUMNS)
+    )
 
 
 def host_waits(a: Analysis, coll: pl.DataFrame) -> pl.DataFrame:
     """A CPU trace's waits on collectives (`_c10d_functional::wait_tensor`) with the exposed time no collective
     took, each tied to the collective its thread issued last before it (its group's role, its kind); `coll` is
     `collectives(a, with_issuer=True)`."""
-    schema = {"step": pl.Int64, "phase": pl.Utf8, "exposed": pl.Float64, "overlapped": pl.Float64, "role": pl.Utf8,
-              "pg_desc": pl.Utf8, "kind": pl.Utf8}
+    schema = {
+        "step": pl.Int64,
+        "phase": pl.Utf8,
+        "exposed": pl.Float64,
+        "overlapped": pl.Float64,
+        "role": pl.Utf8,
+        "pg_desc": pl.Utf8,
+        "kind": pl.Utf8,
+    }
     if "comm_exposed" not in a.ops.columns or a.kernels.height:
         return pl.DataFrame(schema=schema)
     waits = a.ops.filter(pl.col("name").str.contains(HOST_COMM_WAIT_RE) & pl.col("comm_exposed").is_not_null())
@@ -366,10 +468,19 @@ def host_waits(a: Analysis, coll: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     coll = coll.filter(pl.col("issuer").is_not_null())
     issuers = a.ops.select("tid", "ts")[coll["issuer"].to_numpy()]  # the issuing call's thread and start
-    calls = (coll.select("role", "pg_desc", "kind").with_columns(tid=issuers["tid"], ts=issuers["ts"].cast(pl.Float64))
-             .sort("ts"))
-    w = waits.select("tid", pl.col("ts").cast(pl.Float64), pl.col("step").cast(pl.Int64), "phase",
-                     exposed=pl.col("comm_exposed"), overlapped=pl.col("comm_overlapped")).sort("ts")
+    calls = (
+        coll.select("role", "pg_desc", "kind")
+        .with_columns(tid=issuers["tid"], ts=issuers["ts"].cast(pl.Float64))
+        .sort("ts")
+    )
+    w = waits.select(
+        "tid",
+        pl.col("ts").cast(pl.Float64),
+        pl.col("step").cast(pl.Int64),
+        "phase",
+        exposed=pl.col("comm_exposed"),
+        overlapped=pl.col("comm_overlapped"),
+    ).sort("ts")
     return w.join_asof(calls, on="ts", by="tid", strategy="backward", check_sortedness=False).select(list(schema))
 
 
@@ -388,12 +499,22 @@ def across_ranks(tables: dict[int | None, pl.DataFrame | None]) -> tuple[pl.Data
         return None, None
     per = pl.concat(frames, how="vertical_relaxed")
     window = float(per.group_by("rank").agg(pl.col("window_us").first())["window_us"].sum())
-    job = (per.sort("exposed_share", "rank", descending=[True, False])
-           .group_by("role", "phase", "kind")
-           .agg(pl.col("calls").sum(), pl.col("time_us", "exposed_us", "overlapped_us").sum(), ranks=pl.col("rank").n_unique(),
-                max_exposed_share=pl.col("exposed_share").first(), max_rank=pl.col("rank").first())
-           .with_columns(window_us=pl.lit(window), exposed_share=pl.col("exposed_us") / window,
-                         overlapped_share=pl.col("overlapped_us") / window)
-           .sort(["exposed_us", "time_us", "role", "phase", "kind"], descending=[True, True, False, False, False])
-           .select(*DIMENSION_COLUMNS, "ranks", "max_exposed_share", "max_rank"))
+    job = (
+        per.sort("exposed_share", "rank", descending=[True, False])
+        .group_by("role", "phase", "kind")
+        .agg(
+            pl.col("calls").sum(),
+            pl.col("time_us", "exposed_us", "overlapped_us").sum(),
+            ranks=pl.col("rank").n_unique(),
+            max_exposed_share=pl.col("exposed_share").first(),
+            max_rank=pl.col("rank").first(),
+        )
+        .with_columns(
+            window_us=pl.lit(window),
+            exposed_share=pl.col("exposed_us") / window,
+            overlapped_share=pl.col("overlapped_us") / window,
+        )
+        .sort(["exposed_us", "time_us", "role", "phase", "kind"], descending=[True, True, False, False, False])
+        .select(*DIMENSION_COLUMNS, "ranks", "max_exposed_share", "max_rank")
+    )
     return job, per.sort("rank", "exposed_us", descending=[False, True]).select("rank", *DIMENSION_COLUMNS)

@@ -105,7 +105,15 @@ def _largest_change(by_phase: dict[str, dict], basis: str) -> dict[str, Any] | N
     return best
 
 
-def _moved(fa: pl.DataFrame | None, fb: pl.DataFrame | None, key: str, value: str, na: int, nb: int, extra: tuple[str, ...] = ()) -> list[dict]:
+def _moved(
+    fa: pl.DataFrame | None,
+    fb: pl.DataFrame | None,
+    key: str,
+    value: str,
+    na: int,
+    nb: int,
+    extra: tuple[str, ...] = (),
+) -> list[dict]:
     """Rows of two roll-ups joined on `key`, per-step `value` before/after/delta, by |delta|."""
     if fa is None or fb is None:
         return []
@@ -128,13 +136,19 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     warnings = []
     sa, sb = _side(a), _side(b)
     if sa["peak_flops"] != sb["peak_flops"]:
-        warnings.append(f"the peaks differ ({sa['hardware']} {sa['precision']} vs {sb['hardware']} {sb['precision']}): utilization deltas mix hardware and code")
+        warnings.append(
+            f"the peaks differ ({sa['hardware']} {sa['precision']} vs {sb['hardware']} {sb['precision']}): utilization deltas mix hardware and code"
+        )
     if sa["model_source"] != sb["model_source"]:
         warnings.append("model FLOPs come from different sources: MFU deltas are not like for like")
     if na != nb:
         warnings.append(f"different numbers of steps ({na} vs {nb}): times and FLOPs are compared per step")
-    headline = {"mfu": _pair(ta.mfu, tb.mfu), "mfu_no_attention": _pair(ta.mfu_no_attention, tb.mfu_no_attention),
-                "hfu": _pair(ta.hfu, tb.hfu), "flops_coverage": _pair(ta.flops_coverage, tb.flops_coverage)}
+    headline = {
+        "mfu": _pair(ta.mfu, tb.mfu),
+        "mfu_no_attention": _pair(ta.mfu_no_attention, tb.mfu_no_attention),
+        "hfu": _pair(ta.hfu, tb.hfu),
+        "flops_coverage": _pair(ta.flops_coverage, tb.flops_coverage),
+    }
     headline["step_us"] = _pair(_per_step(ta.wall_us, na), _per_step(tb.wall_us, nb))
     fa, fb = _known_flops(a), _known_flops(b)
     for side, f in (("before", fa), ("after", fb)):
@@ -160,13 +174,17 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     la, lb = ta.loss_budget or {}, tb.loss_budget or {}
     terms = [{"term": k, **_pair(la.get(k), lb.get(k))} for k in dict.fromkeys([*la, *lb])]
     terms.sort(key=lambda r: (r["delta"] is None, -abs(r["delta"] or 0.0)))
-    time_us = {c: _pair(_per_step((ta.time_us or {}).get(c), na), _per_step((tb.time_us or {}).get(c), nb)) for c in PARTITION}
+    time_us = {
+        c: _pair(_per_step((ta.time_us or {}).get(c), na), _per_step((tb.time_us or {}).get(c), nb)) for c in PARTITION
+    }
     ka, kb = a.steps.height, b.steps.height  # the roll-ups cover every step of the trace
     kernels = _moved(a.by_kernel, b.by_kernel, "name", "total_us", ka, kb, ("count", "cls"))
     modules = _moved(a.by_module, b.by_module, "module", "time_us", ka, kb, ("time_recompute", "recompute_share"))
     for m in modules:
-        m["recompute_per_step"] = _pair(_per_step(m.get("time_recompute_before"), ka) if m.get("time_recompute_before") is not None else None,
-                                        _per_step(m.get("time_recompute_after"), kb) if m.get("time_recompute_after") is not None else None)
+        m["recompute_per_step"] = _pair(
+            _per_step(m.get("time_recompute_before"), ka) if m.get("time_recompute_before") is not None else None,
+            _per_step(m.get("time_recompute_after"), kb) if m.get("time_recompute_after") is not None else None,
+        )
     notes = []
     if not kernels:
         notes.append("no device kernels in one or both traces: no per-kernel comparison")
@@ -189,5 +207,3 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
 
 
 # --- renderers --------------------------------------------------------------------
-
-

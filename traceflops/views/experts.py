@@ -17,8 +17,15 @@ import polars as pl
 from traceflops.core import fmt
 from traceflops.core.results import RankSummary
 
-EXPERT_COLUMNS = ("rank", "ep_group", "steps", "expert_flops_per_step", "a2a_bytes_per_step", "flops_vs_group_mean",
-                  "bytes_vs_group_mean")
+EXPERT_COLUMNS = (
+    "rank",
+    "ep_group",
+    "steps",
+    "expert_flops_per_step",
+    "a2a_bytes_per_step",
+    "flops_vs_group_mean",
+    "bytes_vs_group_mean",
+)
 IMBALANCED = 1.25  # a rank this far above its EP group's mean expert FLOPs is named in the advice
 
 
@@ -29,8 +36,12 @@ def _ep_traffic(s: RankSummary) -> tuple[str | None, float | None]:
         return None, None
     counted = s.steps["step"].to_list() if s.steps.height else []
     excluded = set((s.totals.get("step_count") or {}).get("excluded") or [])
-    a2a = c.filter((pl.col("role") == "ep") & (pl.col("kind") == "all_to_all") & pl.col("step").is_in(counted)
-                   & ~pl.col("step").is_in(list(excluded)))
+    a2a = c.filter(
+        (pl.col("role") == "ep")
+        & (pl.col("kind") == "all_to_all")
+        & pl.col("step").is_in(counted)
+        & ~pl.col("step").is_in(list(excluded))
+    )
     if a2a.height == 0:
         return None, None
     group = a2a["group_ranks"].drop_nulls().mode().to_list() if "group_ranks" in a2a.columns else []
@@ -49,22 +60,40 @@ def experts(summaries: list[RankSummary]) -> pl.DataFrame | None:
             continue
         steps = (s.totals.get("step_count") or {}).get("counted") or 0
         flops = ef.get("executed") if ef else None
-        rows.append({"rank": s.rank, "ep_group": group, "steps": int(steps),
-                     "expert_flops_per_step": float(flops) / steps if flops is not None and steps else None,
-                     "a2a_bytes_per_step": nbytes / steps if nbytes is not None and steps else None})
+        rows.append(
+            {
+                "rank": s.rank,
+                "ep_group": group,
+                "steps": int(steps),
+                "expert_flops_per_step": float(flops) / steps if flops is not None and steps else None,
+                "a2a_bytes_per_step": nbytes / steps if nbytes is not None and steps else None,
+            }
+        )
     if not rows:
         return None
-    t = pl.DataFrame(rows, schema={"rank": pl.Int64, "ep_group": pl.Utf8, "steps": pl.Int64,
-                                   "expert_flops_per_step": pl.Float64, "a2a_bytes_per_step": pl.Float64})
+    t = pl.DataFrame(
+        rows,
+        schema={
+            "rank": pl.Int64,
+            "ep_group": pl.Utf8,
+            "steps": pl.Int64,
+            "expert_flops_per_step": pl.Float64,
+            "a2a_bytes_per_step": pl.Float64,
+        },
+    )
     by = pl.col("ep_group").fill_null("?")
-    return t.with_columns(
-        flops_vs_group_mean=pl.col("expert_flops_per_step") / pl.col("expert_flops_per_step").mean().over(by),
-        bytes_vs_group_mean=pl.col("a2a_bytes_per_step") / pl.col("a2a_bytes_per_step").mean().over(by),
-    ).sort("ep_group", "rank", nulls_last=True).select(EXPERT_COLUMNS)
+    return (
+        t.with_columns(
+            flops_vs_group_mean=pl.col("expert_flops_per_step") / pl.col("expert_flops_per_step").mean().over(by),
+            bytes_vs_group_mean=pl.col("a2a_bytes_per_step") / pl.col("a2a_bytes_per_step").mean().over(by),
+        )
+        .sort("ep_group", "rank", nulls_last=True)
+        .select(EXPERT_COLUMNS)
+    )
 
 
 def imbalance_advice(t: pl.DataFrame | None) -> dict[str, Any] | None:
-    """"Experts are imbalanced" when a rank runs IMBALANCED× or more of its EP group's mean expert FLOPs."""
+    """ "Experts are imbalanced" when a rank runs IMBALANCED× or more of its EP group's mean expert FLOPs."""
     if t is None or t.height < 2 or t["flops_vs_group_mean"].drop_nulls().len() == 0:
         return None
     worst = t.sort("flops_vs_group_mean", descending=True, nulls_last=True).row(0, named=True)
@@ -72,17 +101,30 @@ def imbalance_advice(t: pl.DataFrame | None) -> dict[str, Any] | None:
     if ratio is None or ratio < IMBALANCED:
         return None
     group = t.filter(pl.col("ep_group").fill_null("?") == (worst["ep_group"] or "?"))
-    ev = [f"rank {worst['rank']} runs {ratio:.2f}× the mean expert FLOPs of its EP group {worst['ep_group'] or '?'} "
-          f"({fmt.si(worst['expert_flops_per_step'], 'FLOP')} per step); the group's all-to-alls wait for it"]
-    ev += [f"rank {r['rank']}: {fmt.si(r['expert_flops_per_step'], 'FLOP')} per step ({r['flops_vs_group_mean']:.2f}× the mean), "
-           f"all-to-all {fmt.nbytes(r['a2a_bytes_per_step'])} per step" for r in group.iter_rows(named=True)
-           if r["expert_flops_per_step"] is not None and r["a2a_bytes_per_step"] is not None]
+    ev = [
+        f"rank {worst['rank']} runs {ratio:.2f}× the mean expert FLOPs of its EP group {worst['ep_group'] or '?'} "
+        f"({fmt.si(worst['expert_flops_per_step'], 'FLOP')} per step); the group's all-to-alls wait for it"
+    ]
+    ev += [
+        f"rank {r['rank']}: {fmt.si(r['expert_flops_per_step'], 'FLOP')} per step ({r['flops_vs_group_mean']:.2f}× the mean), "
+        f"all-to-all {fmt.nbytes(r['a2a_bytes_per_step'])} per step"
+        for r in group.iter_rows(named=True)
+        if r["expert_flops_per_step"] is not None and r["a2a_bytes_per_step"] is not None
+    ]
     share = 1.0 - 1.0 / ratio  # of the busiest rank's expert time, what an even split would save
-    return {"kind": "expert_imbalance", "term": "communication_exposed",
-            "title": "Experts are imbalanced: the busiest EP rank sets the pace",
-            "share": share, "recoverable": share, "unit": "of the busiest rank's expert time", "evidence": ev,
-            "remedies": ["Balance the router's load: an auxiliary load-balancing loss (or aux-loss-free bias updates), "
-                         "a capacity factor that drops or reroutes overflow tokens",
-                         "Place experts by measured load (replicate the hot experts, as EPLB does) so each EP rank "
-                         "runs about the same tokens"],
-            "data": {"rank": worst["rank"], "ep_group": worst["ep_group"], "flops_vs_group_mean": ratio}}
+    return {
+        "kind": "expert_imbalance",
+        "term": "communication_exposed",
+        "title": "Experts are imbalanced: the busiest EP rank sets the pace",
+        "share": share,
+        "recoverable": share,
+        "unit": "of the busiest rank's expert time",
+        "evidence": ev,
+        "remedies": [
+            "Balance the router's load: an auxiliary load-balancing loss (or aux-loss-free bias updates), "
+            "a capacity factor that drops or reroutes overflow tokens",
+            "Place experts by measured load (replicate the hot experts, as EPLB does) so each EP rank "
+            "runs about the same tokens",
+        ],
+        "data": {"rank": worst["rank"], "ep_group": worst["ep_group"], "flops_vs_group_mean": ratio},
+    }

@@ -83,8 +83,11 @@ def share(text: str, what: str, lo: float = 0.0, hi: float = 1.0) -> float:
     t = text.strip()
     v = _number(t[:-1], what) / 100 if t.endswith("%") else _number(t, what)
     if not lo <= v <= hi:
-        raise OptionsError(None, f"{what}: {text} is outside {lo:g}..{hi:g} (as a fraction; {lo:.0%}..{hi:.0%})",
-                           "give a fraction such as 0.35, or a percentage such as 35%")
+        raise OptionsError(
+            None,
+            f"{what}: {text} is outside {lo:g}..{hi:g} (as a fraction; {lo:.0%}..{hi:.0%})",
+            "give a fraction such as 0.35, or a percentage such as 35%",
+        )
     return v
 
 
@@ -106,11 +109,15 @@ def check_rules(min_mfu: str | None = None, min_hfu: str | None = None, max_loss
         if not sep:
             raise OptionsError(None, f"--max-loss {item}: no '='", "write TERM=SHARE, e.g. communication_exposed=0.15")
         term = _term(term.strip(), f"--max-loss {item}")
-        rules.append(Rule(f"{term}<={value.strip()}", f"loss:{term}", "max", share(value, f"--max-loss {item}", -1.0, 1.0)))
+        rules.append(
+            Rule(f"{term}<={value.strip()}", f"loss:{term}", "max", share(value, f"--max-loss {item}", -1.0, 1.0))
+        )
     return rules
 
 
-_DIFF_RULE = re.compile(r"^\s*(mfu-drop|hfu-drop|step-time-rise|loss-rise:([A-Za-z_]+))\s*>\s*([0-9.eE+-]+)\s*(%|pp|ms|us|µs|s)?\s*$")
+_DIFF_RULE = re.compile(
+    r"^\s*(mfu-drop|hfu-drop|step-time-rise|loss-rise:([A-Za-z_]+))\s*>\s*([0-9.eE+-]+)\s*(%|pp|ms|us|µs|s)?\s*$"
+)
 _TIME_UNITS = {"ms": 1e3, "us": 1.0, "µs": 1.0, "s": 1e6}
 
 
@@ -118,12 +125,17 @@ def parse_diff_rule(text: str) -> Rule:
     """One `--fail-if` rule (the grammar in the module's docstring)."""
     m = _DIFF_RULE.match(text)
     if not m:
-        raise OptionsError(None, f"--fail-if '{text}': not a rule",
-                           "write METRIC>LIMIT: mfu-drop>2%, hfu-drop>1pp, step-time-rise>5% (or >3ms), loss-rise:TERM>0.03")
+        raise OptionsError(
+            None,
+            f"--fail-if '{text}': not a rule",
+            "write METRIC>LIMIT: mfu-drop>2%, hfu-drop>1pp, step-time-rise>5% (or >3ms), loss-rise:TERM>0.03",
+        )
     name, term, number, unit = m.group(1), m.group(2), m.group(3), m.group(4)
     value = _number(number, f"--fail-if '{text}'")
     if value < 0:
-        raise OptionsError(None, f"--fail-if '{text}': a negative limit", "give the change that fails the gate as a positive number")
+        raise OptionsError(
+            None, f"--fail-if '{text}': a negative limit", "give the change that fails the gate as a positive number"
+        )
     metric = {"mfu-drop": "mfu", "hfu-drop": "hfu", "step-time-rise": "step_time"}.get(name)
     if metric is None:
         metric = f"loss:{_term(term, f'--fail-if {text!r}')}"
@@ -132,10 +144,18 @@ def parse_diff_rule(text: str) -> Rule:
         return Rule(text.strip(), metric, bound, value / 100, relative=True)
     if metric == "step_time":
         if unit not in _TIME_UNITS:
-            raise OptionsError(None, f"--fail-if '{text}': a step time needs a unit", "write step-time-rise>5% (relative) or >3ms, >500us, >0.1s")
+            raise OptionsError(
+                None,
+                f"--fail-if '{text}': a step time needs a unit",
+                "write step-time-rise>5% (relative) or >3ms, >500us, >0.1s",
+            )
         return Rule(text.strip(), metric, bound, value * _TIME_UNITS[unit])
     if unit in _TIME_UNITS:
-        raise OptionsError(None, f"--fail-if '{text}': a time unit on a share", "write a share as 0.03, 3pp, or 5% (relative to before)")
+        raise OptionsError(
+            None,
+            f"--fail-if '{text}': a time unit on a share",
+            "write a share as 0.03, 3pp, or 5% (relative to before)",
+        )
     return Rule(text.strip(), metric, bound, value / 100 if unit == "pp" else value)
 
 
@@ -173,8 +193,12 @@ def measure(a: Analysis, metric: str, exclude_steps=()) -> dict[str, Any]:
     rows, left_out = measured_steps(a, exclude_steps)
     ids = rows["step"].to_list()
     known = [(s, float(v)) for s, v in zip(ids, _values(rows, metric)) if v is not None and math.isfinite(float(v))]
-    out = {"value": statistics.median(v for _, v in known) if known else None, "steps": [s for s, _ in known],
-           "counted": ids, "left_out": left_out}
+    out = {
+        "value": statistics.median(v for _, v in known) if known else None,
+        "steps": [s for s, _ in known],
+        "counted": ids,
+        "left_out": left_out,
+    }
     if not known:
         out["why"] = _unknown_why(a, metric) if ids else "no counted step"
     return out
@@ -207,8 +231,10 @@ def _too_few(m: dict[str, Any], min_steps: int, side: str = "") -> str | None:
     n = len(m["steps"])
     if len(m["counted"]) < min_steps:
         left = f"; left out: {', '.join(map(str, m['left_out']))}" if m["left_out"] else ""
-        return (f"{side}only {len(m['counted'])} counted step{'s' if len(m['counted']) != 1 else ''}{left}, and --min-steps is "
-                f"{min_steps}: profile more active steps, or lower --min-steps")
+        return (
+            f"{side}only {len(m['counted'])} counted step{'s' if len(m['counted']) != 1 else ''}{left}, and --min-steps is "
+            f"{min_steps}: profile more active steps, or lower --min-steps"
+        )
     if m["value"] is not None and n < min_steps:
         return f"{side}known in only {n} of {len(m['counted'])} counted steps, and --min-steps is {min_steps}"
     return None
@@ -228,8 +254,18 @@ def judge_one(a: Analysis, rule: Rule, tolerance: float, min_steps: int, exclude
     m = measure(a, rule.metric, exclude_steps)
     tol = tolerance if is_share(rule.metric) else 0.0
     op = ">=" if rule.bound == "min" else "<="
-    out = {"rule": rule.text, "metric": rule.metric, "op": op, "threshold": rule.threshold, "tolerance": tol,
-           "measured": m["value"], "steps": m["steps"], "status": UNKNOWN, "cause": None, "why": ""}
+    out = {
+        "rule": rule.text,
+        "metric": rule.metric,
+        "op": op,
+        "threshold": rule.threshold,
+        "tolerance": tol,
+        "measured": m["value"],
+        "steps": m["steps"],
+        "status": UNKNOWN,
+        "cause": None,
+        "why": "",
+    }
     few = _too_few(m, min_steps)
     name, v = _name(rule.metric), m["value"]
     if few:
@@ -239,7 +275,9 @@ def judge_one(a: Analysis, rule: Rule, tolerance: float, min_steps: int, exclude
     else:
         limit = rule.threshold - tol if rule.bound == "min" else rule.threshold + tol
         ok = v >= limit if rule.bound == "min" else v <= limit
-        word = ("at least" if rule.bound == "min" else "within") if ok else ("below" if rule.bound == "min" else "above")
+        word = (
+            ("at least" if rule.bound == "min" else "within") if ok else ("below" if rule.bound == "min" else "above")
+        )
         slack = f" {'-' if rule.bound == 'min' else '+'} {fmt.pp(tol, True).lstrip('+')} tolerance" if tol else ""
         why = f"median {name} {_show(rule.metric, v)} over {_steps_words(m['steps'])} is {word} {_show(rule.metric, rule.threshold)}{slack}"
         out.update(status=PASS if ok else FAIL, why=_with_warmup(a, why, m["steps"]))
@@ -255,30 +293,68 @@ def result_of(rules: list[dict[str, Any]], allow_unknown: bool) -> str:
     return PASS
 
 
-def check(analyses: list[Analysis], rules: list[Rule], tolerance: float = DEFAULT_TOLERANCE, min_steps: int = DEFAULT_MIN_STEPS,
-          allow_unknown: bool = False, exclude_steps=()) -> dict[str, Any]:
+def check(
+    analyses: list[Analysis],
+    rules: list[Rule],
+    tolerance: float = DEFAULT_TOLERANCE,
+    min_steps: int = DEFAULT_MIN_STEPS,
+    allow_unknown: bool = False,
+    exclude_steps=(),
+) -> dict[str, Any]:
     """Every rule on every trace (each judged on its own): `traceflops check`'s result (`schema: traceflops.check/1`)."""
     traces, judged = [], []
     for a in analyses:
         path = path_text(a.meta.get("path"))
         rows, left_out = measured_steps(a, exclude_steps)
-        traces.append({"path": path, "steps_in_trace": a.steps.height, "steps_counted": rows["step"].to_list(), "steps_left_out": left_out,
-                       "warmup": _warmup_steps(a)})
+        traces.append(
+            {
+                "path": path,
+                "steps_in_trace": a.steps.height,
+                "steps_counted": rows["step"].to_list(),
+                "steps_left_out": left_out,
+                "warmup": _warmup_steps(a),
+            }
+        )
         judged += [{"trace": path, **judge_one(a, r, tolerance, min_steps, exclude_steps)} for r in rules]
     result = result_of(judged, allow_unknown)
-    return {"schema": CHECK_SCHEMA, "result": result, "exit_code": EXIT_CODES[result], "tolerance": tolerance, "min_steps": min_steps,
-            "allow_unknown": allow_unknown, "measure": "median over the counted steps", "traces": traces, "rules": judged}
+    return {
+        "schema": CHECK_SCHEMA,
+        "result": result,
+        "exit_code": EXIT_CODES[result],
+        "tolerance": tolerance,
+        "min_steps": min_steps,
+        "allow_unknown": allow_unknown,
+        "measure": "median over the counted steps",
+        "traces": traces,
+        "rules": judged,
+    }
 
 
-def judge_change(a: Analysis, b: Analysis, rule: Rule, tolerance: float, min_steps: int, exclude_steps=()) -> dict[str, Any]:
+def judge_change(
+    a: Analysis, b: Analysis, rule: Rule, tolerance: float, min_steps: int, exclude_steps=()
+) -> dict[str, Any]:
     """One `--fail-if` rule on the change from `a` (before) to `b` (after)."""
     ma, mb = measure(a, rule.metric, exclude_steps), measure(b, rule.metric, exclude_steps)
     tol = tolerance if is_share(rule.metric) else 0.0
     va, vb = ma["value"], mb["value"]
     change = None if va is None or vb is None else (va - vb if rule.bound == "drop" else vb - va)
-    out = {"rule": rule.text, "metric": rule.metric, "direction": rule.bound, "before": va, "after": vb, "change": change,
-           "threshold": rule.threshold, "relative": rule.relative, "tolerance": tol, "limit": None,
-           "steps_before": ma["steps"], "steps_after": mb["steps"], "status": UNKNOWN, "cause": None, "why": ""}
+    out = {
+        "rule": rule.text,
+        "metric": rule.metric,
+        "direction": rule.bound,
+        "before": va,
+        "after": vb,
+        "change": change,
+        "threshold": rule.threshold,
+        "relative": rule.relative,
+        "tolerance": tol,
+        "limit": None,
+        "steps_before": ma["steps"],
+        "steps_after": mb["steps"],
+        "status": UNKNOWN,
+        "cause": None,
+        "why": "",
+    }
     name = _name(rule.metric)
     few = _too_few(ma, min_steps, "before: ") or _too_few(mb, min_steps, "after: ")
     if few:
@@ -293,19 +369,43 @@ def judge_change(a: Analysis, b: Analysis, rule: Rule, tolerance: float, min_ste
     moved = "fell" if rule.bound == "drop" else "rose"
     if change < 0:
         moved = "rose" if rule.bound == "drop" else "fell"
-    amount = (lambda v: _show(rule.metric, v, True).lstrip("+")) if is_share(rule.metric) else (lambda v: _show(rule.metric, v))
-    how = f"{rule.threshold * 100:g}% of before = {amount(rule.threshold * abs(va))}" if rule.relative else amount(rule.threshold)
+    amount = (
+        (lambda v: _show(rule.metric, v, True).lstrip("+"))
+        if is_share(rule.metric)
+        else (lambda v: _show(rule.metric, v))
+    )
+    how = (
+        f"{rule.threshold * 100:g}% of before = {amount(rule.threshold * abs(va))}"
+        if rule.relative
+        else amount(rule.threshold)
+    )
     slack = f" + tolerance {fmt.pp(tol, True).lstrip('+')}" if tol else ""
-    why = (f"median {name} {moved} from {_show(rule.metric, va)} to {_show(rule.metric, vb)} "
-           f"({_show(rule.metric, vb - va, True)}); fails above a {rule.bound} of {how}{slack}")
+    why = (
+        f"median {name} {moved} from {_show(rule.metric, va)} to {_show(rule.metric, vb)} "
+        f"({_show(rule.metric, vb - va, True)}); fails above a {rule.bound} of {how}{slack}"
+    )
     out.update(status=FAIL if failed else PASS, limit=limit, why=why)
     return out
 
 
-def diff_gate(a: Analysis, b: Analysis, rules: list[Rule], tolerance: float = DEFAULT_TOLERANCE, min_steps: int = DEFAULT_MIN_STEPS,
-              allow_unknown: bool = False, exclude_steps=()) -> dict[str, Any]:
+def diff_gate(
+    a: Analysis,
+    b: Analysis,
+    rules: list[Rule],
+    tolerance: float = DEFAULT_TOLERANCE,
+    min_steps: int = DEFAULT_MIN_STEPS,
+    allow_unknown: bool = False,
+    exclude_steps=(),
+) -> dict[str, Any]:
     """`diff --fail-if`: every rule on the change from `a` to `b` (the diff's `gate`)."""
     judged = [judge_change(a, b, r, tolerance, min_steps, exclude_steps) for r in rules]
     result = result_of(judged, allow_unknown)
-    return {"result": result, "exit_code": EXIT_CODES[result], "tolerance": tolerance, "min_steps": min_steps,
-            "allow_unknown": allow_unknown, "measure": "median over the counted steps of each side", "rules": judged}
+    return {
+        "result": result,
+        "exit_code": EXIT_CODES[result],
+        "tolerance": tolerance,
+        "min_steps": min_steps,
+        "allow_unknown": allow_unknown,
+        "measure": "median over the counted steps of each side",
+        "rules": judged,
+    }

@@ -33,9 +33,14 @@ def call_args(a: Analysis, w: pl.DataFrame) -> dict[str, pl.Expr | pl.Series]:
     p2p = pl.when(name == "gloo:send").then(pl.lit("send")).when(name == "gloo:recv").then(pl.lit("recv"))
     if "comm_issuer" not in w.columns or "concrete" not in a.ops.columns or w.height == 0:
         return {"p2p": p2p, "peer_local": pl.lit(None, pl.Int64)}
-    call = a.ops.select("name", "concrete")[w["comm_issuer"].fill_null(0)].with_columns(ok=w["comm_issuer"].is_not_null())
-    peer = call.select(pl.when(pl.col("ok") & pl.col("name").is_in(P2P_CALLS))
-                       .then(pl.col("concrete").str.json_path_match("$[2]").str.to_integer(strict=False))).to_series()
+    call = a.ops.select("name", "concrete")[w["comm_issuer"].fill_null(0)].with_columns(
+        ok=w["comm_issuer"].is_not_null()
+    )
+    peer = call.select(
+        pl.when(pl.col("ok") & pl.col("name").is_in(P2P_CALLS)).then(
+            pl.col("concrete").str.json_path_match("$[2]").str.to_integer(strict=False)
+        )
+    ).to_series()
     return {"p2p": p2p, "peer_local": peer.cast(pl.Int64)}
 
 
@@ -53,22 +58,39 @@ def keyed(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     backward gradients. A phase autograd gave (backward, recompute) is kept.
     """
     if "p2p" not in k.columns or k.height == 0 or k["p2p"].is_null().all():
-        return k.with_columns(p2p=pl.col("p2p") if "p2p" in k.columns else pl.lit(None, pl.Utf8),
-                              peer=pl.lit(None, pl.Int64), blocked_us=pl.lit(None, pl.Float64))
+        return k.with_columns(
+            p2p=pl.col("p2p") if "p2p" in k.columns else pl.lit(None, pl.Utf8),
+            peer=pl.lit(None, pl.Int64),
+            blocked_us=pl.lit(None, pl.Float64),
+        )
     rank = a.meta.get("rank")
     listed = pl.col("pg_ranks").str.json_decode(pl.List(pl.Int64))
-    peer = pl.when(pl.col("pg_ranks").is_not_null()).then(listed.list.get(pl.col("peer_local"), null_on_oob=True)) \
+    peer = (
+        pl.when(pl.col("pg_ranks").is_not_null())
+        .then(listed.list.get(pl.col("peer_local"), null_on_oob=True))
         .otherwise(pl.col("peer_local"))
-    k = k.with_columns(peer=pl.when(pl.col("p2p").is_not_null()).then(peer).cast(pl.Int64),
-                       blocked_us=pl.Series(recv_blocked(a, k), dtype=pl.Float64, nan_to_null=True))
-    first = (k.filter(pl.col("peer").is_not_null()).sort("ts").group_by("step", "peer", maintain_order=True)
-             .agg(pl.col("p2p").first()).group_by("peer").agg(down=(pl.col("p2p") == "send").mean() > 0.5))
+    )
+    k = k.with_columns(
+        peer=pl.when(pl.col("p2p").is_not_null()).then(peer).cast(pl.Int64),
+        blocked_us=pl.Series(recv_blocked(a, k), dtype=pl.Float64, nan_to_null=True),
+    )
+    first = (
+        k.filter(pl.col("peer").is_not_null())
+        .sort("ts")
+        .group_by("step", "peer", maintain_order=True)
+        .agg(pl.col("p2p").first())
+        .group_by("peer")
+        .agg(down=(pl.col("p2p") == "send").mean() > 0.5)
+    )
     down = pl.col("peer").replace_strict(first["peer"], first["down"], default=None, return_dtype=pl.Boolean)
     forward = (pl.col("p2p") == "send") == down
     if "phase" in k.columns:
         kept = pl.col("phase").is_in(["backward", "recompute"])
-        k = k.with_columns(phase=pl.when(down.is_null() | kept).then(pl.col("phase"))
-                           .otherwise(pl.when(forward).then(pl.lit("forward")).otherwise(pl.lit("backward"))))
+        k = k.with_columns(
+            phase=pl.when(down.is_null() | kept)
+            .then(pl.col("phase"))
+            .otherwise(pl.when(forward).then(pl.lit("forward")).otherwise(pl.lit("backward")))
+        )
     if rank is None:
         return k
     me = pl.lit(rank, pl.Int64)
@@ -76,10 +98,19 @@ def keyed(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     dst = pl.when(pl.col("p2p") == "send").then(pl.col("peer")).otherwise(me).cast(pl.Utf8)
     pair = pl.col("p2p").is_not_null() & pl.col("peer").is_not_null()
     return k.with_columns(
-        pg_name=pl.when(pair).then(pl.concat_str(pl.col("pg_name").fill_null("?"), pl.lit(":"), src, pl.lit("->"), dst))
+        pg_name=pl.when(pair)
+        .then(pl.concat_str(pl.col("pg_name").fill_null("?"), pl.lit(":"), src, pl.lit("->"), dst))
         .otherwise(pl.col("pg_name")),
-        pg_ranks=pl.when(pair).then(pl.concat_str(pl.lit("["), pl.min_horizontal(me, "peer").cast(pl.Utf8), pl.lit(","),
-                                                  pl.max_horizontal(me, "peer").cast(pl.Utf8), pl.lit("]")))
+        pg_ranks=pl.when(pair)
+        .then(
+            pl.concat_str(
+                pl.lit("["),
+                pl.min_horizontal(me, "peer").cast(pl.Utf8),
+                pl.lit(","),
+                pl.max_horizontal(me, "peer").cast(pl.Utf8),
+                pl.lit("]"),
+            )
+        )
         .otherwise(pl.col("pg_ranks")),
     )
 
@@ -125,9 +156,25 @@ def recv_blocked(a: Analysis, k: pl.DataFrame) -> np.ndarray:
 
 # --- the pipeline across ranks ------------------------------------------------
 
-PIPELINE_COLUMNS = ("rank", "step", "stage", "stages", "microbatches", "stages_source", "sends", "recvs", "matched",
-                    "forward_p2p", "backward_p2p", "p2p_us", "recv_blocked_us", "window", "bubble", "bubble_source",
-                    "ideal_bubble")
+PIPELINE_COLUMNS = (
+    "rank",
+    "step",
+    "stage",
+    "stages",
+    "microbatches",
+    "stages_source",
+    "sends",
+    "recvs",
+    "matched",
+    "forward_p2p",
+    "backward_p2p",
+    "p2p_us",
+    "recv_blocked_us",
+    "window",
+    "bubble",
+    "bubble_source",
+    "ideal_bubble",
+)
 
 
 def ideal_bubble(p, m) -> float | None:
@@ -144,10 +191,18 @@ def _stages(c: pl.DataFrame) -> tuple[dict[int, int], dict[int, int]]:
     Stage = the longest chain of upstream ranks before a rank; a pipeline's
     stages = its longest chain.
     """
-    first = (c.sort("ts").group_by("rank", "step", "peer", maintain_order=True).agg(pl.col("p2p").first())
-             .with_columns(lo=pl.min_horizontal("rank", "peer"), hi=pl.max_horizontal("rank", "peer"),
-                           vote=pl.when((pl.col("p2p") == "send") == (pl.col("rank") < pl.col("peer"))).then(1).otherwise(-1))
-             .group_by("lo", "hi").agg(pl.col("vote").sum()))
+    first = (
+        c.sort("ts")
+        .group_by("rank", "step", "peer", maintain_order=True)
+        .agg(pl.col("p2p").first())
+        .with_columns(
+            lo=pl.min_horizontal("rank", "peer"),
+            hi=pl.max_horizontal("rank", "peer"),
+            vote=pl.when((pl.col("p2p") == "send") == (pl.col("rank") < pl.col("peer"))).then(1).otherwise(-1),
+        )
+        .group_by("lo", "hi")
+        .agg(pl.col("vote").sum())
+    )
     edges = [(lo, hi) if v >= 0 else (hi, lo) for lo, hi, v in first.select("lo", "hi", "vote").iter_rows()]
     ranks = sorted({r for e in edges for r in e})
     stage = dict.fromkeys(ranks, 0)
@@ -193,51 +248,95 @@ def pipeline(summaries, stages: int | None = None, microbatches: int | None = No
     for col, t in (("p2p", pl.Utf8), ("peer", pl.Int64), ("blocked_us", pl.Float64)):
         if col not in c.columns:
             c = c.with_columns(pl.lit(None, t).alias(col))
-    windows = pl.concat([s.steps.select(pl.col("step").cast(pl.Int64), pl.col("window").cast(pl.Float64))
-                         .with_columns(rank=pl.lit(s.rank, pl.Int64)) for s in summaries], how="diagonal_relaxed")
+    windows = pl.concat(
+        [
+            s.steps.select(pl.col("step").cast(pl.Int64), pl.col("window").cast(pl.Float64)).with_columns(
+                rank=pl.lit(s.rank, pl.Int64)
+            )
+            for s in summaries
+        ],
+        how="diagonal_relaxed",
+    )
     known = c.filter(pl.col("p2p").is_not_null() & pl.col("peer").is_not_null())
     stage, depth = _stages(known) if known.height else ({}, {})
     st = pl.col("rank").replace_strict(stage, default=None, return_dtype=pl.Int64)
     peer_st = pl.col("peer").replace_strict(stage, default=None, return_dtype=pl.Int64)
-    c = c.with_columns(stage=st, stages=pl.col("rank").replace_strict(depth, default=None, return_dtype=pl.Int64),
-                       forward=pl.when(pl.col("p2p") == "send").then(peer_st > st).otherwise(peer_st < st))
+    c = c.with_columns(
+        stage=st,
+        stages=pl.col("rank").replace_strict(depth, default=None, return_dtype=pl.Int64),
+        forward=pl.when(pl.col("p2p") == "send").then(peer_st > st).otherwise(peer_st < st),
+    )
     # (sender, receiver, order): a send and the receive it fed share the key
     src = pl.when(pl.col("p2p") == "send").then(pl.col("rank")).otherwise(pl.col("peer"))
     dst = pl.when(pl.col("p2p") == "send").then(pl.col("peer")).otherwise(pl.col("rank"))
-    c = c.sort("ts").with_columns(src=src, dst=dst).with_columns(
-        nth=pl.int_range(pl.len()).over("rank", "src", "dst", "p2p"))
+    c = (
+        c.sort("ts")
+        .with_columns(src=src, dst=dst)
+        .with_columns(nth=pl.int_range(pl.len()).over("rank", "src", "dst", "p2p"))
+    )
     ends = c.filter(pl.col("p2p").is_not_null() & pl.col("peer").is_not_null())
-    other = ends.select("src", "dst", "nth", p2p=pl.when(pl.col("p2p") == "send").then(pl.lit("recv")).otherwise(pl.lit("send")),
-                        _found=pl.lit(True))
+    other = ends.select(
+        "src",
+        "dst",
+        "nth",
+        p2p=pl.when(pl.col("p2p") == "send").then(pl.lit("recv")).otherwise(pl.lit("send")),
+        _found=pl.lit(True),
+    )
     c = c.join(other, on=["src", "dst", "nth", "p2p"], how="left").with_columns(pl.col("_found").fill_null(False))
     # micro-batches: the first stage's forward sends in the step, per pipeline (its first stage's rank)
-    firsts = (c.filter((pl.col("stage") == 0) & (pl.col("p2p") == "send") & pl.col("forward"))
-              .group_by("rank", "step").agg(m=pl.len()))
+    firsts = (
+        c.filter((pl.col("stage") == 0) & (pl.col("p2p") == "send") & pl.col("forward"))
+        .group_by("rank", "step")
+        .agg(m=pl.len())
+    )
     head = _heads(known, stage)
-    per = c.group_by("rank", "step").agg(
-        pl.col("stage").first(), pl.col("stages").first(),
-        sends=(pl.col("p2p") == "send").sum(), recvs=(pl.col("p2p") == "recv").sum(), matched=pl.col("_found").sum(),
-        forward_p2p=pl.col("forward").fill_null(False).sum(), backward_p2p=(~pl.col("forward")).fill_null(False).sum(),
-        p2p_us=pl.col("dur").sum(),
-        recv_blocked_us=pl.when(pl.col("blocked_us").is_not_null().any()).then(pl.col("blocked_us").sum()),
-    ).with_columns(head=pl.col("rank").replace_strict(head, default=None, return_dtype=pl.Int64))
+    per = (
+        c.group_by("rank", "step")
+        .agg(
+            pl.col("stage").first(),
+            pl.col("stages").first(),
+            sends=(pl.col("p2p") == "send").sum(),
+            recvs=(pl.col("p2p") == "recv").sum(),
+            matched=pl.col("_found").sum(),
+            forward_p2p=pl.col("forward").fill_null(False).sum(),
+            backward_p2p=(~pl.col("forward")).fill_null(False).sum(),
+            p2p_us=pl.col("dur").sum(),
+            recv_blocked_us=pl.when(pl.col("blocked_us").is_not_null().any()).then(pl.col("blocked_us").sum()),
+        )
+        .with_columns(head=pl.col("rank").replace_strict(head, default=None, return_dtype=pl.Int64))
+    )
     per = per.join(firsts.rename({"rank": "head"}), on=["head", "step"], how="left")
     per = per.join(windows, on=["rank", "step"], how="inner").filter(pl.col("step") >= 0)
     p = pl.lit(stages, pl.Int64) if stages else pl.col("stages")
     m = pl.lit(microbatches, pl.Int64) if microbatches else pl.col("m").cast(pl.Int64)
     measured = pl.col("recv_blocked_us").is_not_null()
-    return per.with_columns(
-        stages=p, microbatches=m,
-        stages_source=pl.lit("given" if stages and microbatches else "inferred" if not (stages or microbatches) else "given and inferred"),
-        bubble=pl.when(measured).then(pl.col("recv_blocked_us")).otherwise(pl.col("p2p_us")) / pl.col("window"),
-        bubble_source=pl.when(measured).then(pl.lit("recv_blocked")).otherwise(pl.lit("p2p_time")),
-    ).with_columns(
-        ideal_bubble=(pl.col("stages") - 1) / (pl.col("microbatches") + pl.col("stages") - 1),
-        stages_source=pl.when(pl.col("stages").is_null() | pl.col("microbatches").is_null()).then(pl.lit(None, pl.Utf8))
-        .otherwise(pl.col("stages_source")),
-    ).with_columns(pl.col("ideal_bubble").cast(pl.Float64),
-                   *[pl.col(x).cast(pl.Int64) for x in ("sends", "recvs", "matched", "forward_p2p", "backward_p2p")],
-                   ).select(PIPELINE_COLUMNS).sort("rank", "step")
+    return (
+        per.with_columns(
+            stages=p,
+            microbatches=m,
+            stages_source=pl.lit(
+                "given"
+                if stages and microbatches
+                else "inferred"
+                if not (stages or microbatches)
+                else "given and inferred"
+            ),
+            bubble=pl.when(measured).then(pl.col("recv_blocked_us")).otherwise(pl.col("p2p_us")) / pl.col("window"),
+            bubble_source=pl.when(measured).then(pl.lit("recv_blocked")).otherwise(pl.lit("p2p_time")),
+        )
+        .with_columns(
+            ideal_bubble=(pl.col("stages") - 1) / (pl.col("microbatches") + pl.col("stages") - 1),
+            stages_source=pl.when(pl.col("stages").is_null() | pl.col("microbatches").is_null())
+            .then(pl.lit(None, pl.Utf8))
+            .otherwise(pl.col("stages_source")),
+        )
+        .with_columns(
+            pl.col("ideal_bubble").cast(pl.Float64),
+            *[pl.col(x).cast(pl.Int64) for x in ("sends", "recvs", "matched", "forward_p2p", "backward_p2p")],
+        )
+        .select(PIPELINE_COLUMNS)
+        .sort("rank", "step")
+    )
 
 
 def _heads(known: pl.DataFrame, stage: dict[int, int]) -> dict[int, int]:
@@ -257,7 +356,9 @@ def _heads(known: pl.DataFrame, stage: dict[int, int]) -> dict[int, int]:
     return out
 
 
-def bubble_advice(pipe: pl.DataFrame | None, summaries, exclude_steps=(), unit: str = "of step time, over all ranks") -> dict | None:
+def bubble_advice(
+    pipe: pl.DataFrame | None, summaries, exclude_steps=(), unit: str = "of step time, over all ranks"
+) -> dict | None:
     """The pipeline bubble as what to try, when the stages' blocked receives are most of their exposed communication:
     then overlapping communication cannot help, only a smaller bubble (more micro-batches, virtual stages) can.
 
@@ -267,32 +368,69 @@ def bubble_advice(pipe: pl.DataFrame | None, summaries, exclude_steps=(), unit: 
         return None
     use = pipe.filter(~pl.col("step").is_in(list(exclude_steps)) & pl.col("recv_blocked_us").is_not_null())
     blocked, window = float(use["recv_blocked_us"].sum()), float(use["window"].sum())
-    exposed = sum(float(s.steps.filter(~pl.col("step").is_in(list(exclude_steps)))["time_communication_exposed"].fill_null(0).sum())
-                  for s in summaries if "time_communication_exposed" in s.steps.columns)
+    exposed = sum(
+        float(
+            s.steps.filter(~pl.col("step").is_in(list(exclude_steps)))["time_communication_exposed"].fill_null(0).sum()
+        )
+        for s in summaries
+        if "time_communication_exposed" in s.steps.columns
+    )
     if blocked <= 0 or window <= 0 or (exposed > 0 and blocked < 0.5 * exposed):
         return None
     p, m = use["stages"].max(), use["microbatches"].max()
     ideal, share = ideal_bubble(p, m), blocked / window
-    per = (use.group_by("stage", "rank").agg(pl.col("recv_blocked_us").sum(), pl.col("window").sum())
-           .with_columns(b=pl.col("recv_blocked_us") / pl.col("window")).sort("stage", "rank"))
-    ev = [f"{p} stages, {m} micro-batches per step ({use['stages_source'].drop_nulls().first() or 'unknown'}); "
-          f"ideal bubble (p−1)/(m+p−1) = {ideal:.1%}" if ideal is not None else "stages or micro-batches unknown: no ideal bubble"]
-    ev += [f"stage {st} (rank {r}): blocked on receives with no compute {b:.1%} of its step time" for st, r, b in per.select("stage", "rank", "b").iter_rows()]
-    ev.append(f"{fmt.pct(blocked / exposed, keep_small=False) if exposed > 0 else 'all'} of the ranks' exposed communication is this waiting")
+    per = (
+        use.group_by("stage", "rank")
+        .agg(pl.col("recv_blocked_us").sum(), pl.col("window").sum())
+        .with_columns(b=pl.col("recv_blocked_us") / pl.col("window"))
+        .sort("stage", "rank")
+    )
+    ev = [
+        f"{p} stages, {m} micro-batches per step ({use['stages_source'].drop_nulls().first() or 'unknown'}); "
+        f"ideal bubble (p−1)/(m+p−1) = {ideal:.1%}"
+        if ideal is not None
+        else "stages or micro-batches unknown: no ideal bubble"
+    ]
+    ev += [
+        f"stage {st} (rank {r}): blocked on receives with no compute {b:.1%} of its step time"
+        for st, r, b in per.select("stage", "rank", "b").iter_rows()
+    ]
+    ev.append(
+        f"{fmt.pct(blocked / exposed, keep_small=False) if exposed > 0 else 'all'} of the ranks' exposed communication is this waiting"
+    )
     remedies, gain = [], None
     if ideal:
         at2m = ideal_bubble(p, 2 * m)
         gain = share * (1 - at2m / ideal)
-        remedies.append(f"More micro-batches per step: m = {2 * m} instead of {m} lowers the ideal bubble from {ideal:.1%} to "
-                        f"{at2m:.1%}, about {gain:.1%} of step time back at the measured bubble (keep each micro-batch large "
-                        "enough for efficient matmuls)")
-        remedies.append(f"An interleaved schedule (ScheduleInterleaved1F1B, v virtual stages per rank) divides the ideal bubble "
-                        f"by v: {ideal / 2:.1%} at v = 2")
+        remedies.append(
+            f"More micro-batches per step: m = {2 * m} instead of {m} lowers the ideal bubble from {ideal:.1%} to "
+            f"{at2m:.1%}, about {gain:.1%} of step time back at the measured bubble (keep each micro-batch large "
+            "enough for efficient matmuls)"
+        )
+        remedies.append(
+            f"An interleaved schedule (ScheduleInterleaved1F1B, v virtual stages per rank) divides the ideal bubble "
+            f"by v: {ideal / 2:.1%} at v = 2"
+        )
         if share > 1.5 * ideal:
-            remedies.append(f"The measured bubble ({share:.1%}) is {share / ideal:.1f}× the ideal: balance the stages' compute "
-                            "(the slowest stage sets the pace) and keep host work off the step")
-    return {"kind": "pipeline_bubble", "term": "communication_exposed",
-            "title": "Pipeline bubble: stages wait on their neighbours' activations and gradients",
-            "share": share, "recoverable": gain if gain is not None else share, "unit": unit, "evidence": ev,
-            "remedies": remedies, "data": {"blocked_us": blocked, "window_us": window, "exposed_us": exposed,
-                                            "stages": p, "microbatches": m, "ideal_bubble": ideal}}
+            remedies.append(
+                f"The measured bubble ({share:.1%}) is {share / ideal:.1f}× the ideal: balance the stages' compute "
+                "(the slowest stage sets the pace) and keep host work off the step"
+            )
+    return {
+        "kind": "pipeline_bubble",
+        "term": "communication_exposed",
+        "title": "Pipeline bubble: stages wait on their neighbours' activations and gradients",
+        "share": share,
+        "recoverable": gain if gain is not None else share,
+        "unit": unit,
+        "evidence": ev,
+        "remedies": remedies,
+        "data": {
+            "blocked_us": blocked,
+            "window_us": window,
+            "exposed_us": exposed,
+            "stages": p,
+            "microbatches": m,
+            "ideal_bubble": ideal,
+        },
+    }

@@ -24,8 +24,10 @@ MEANING = {
     "idle": "nothing recorded explains the wait (no launch, stream or sync edge)",
 }
 
-NOT_AVAILABLE = ("no device activities: a CPU-only trace (PyTorch on CPU, XLA:CPU) runs on the host threads alone, "
-                 "so there is no host → device chain to follow")
+NOT_AVAILABLE = (
+    "no device activities: a CPU-only trace (PyTorch on CPU, XLA:CPU) runs on the host threads alone, "
+    "so there is no host → device chain to follow"
+)
 NOT_CAPTURED = "no device activity in the capture (a device job profiled without its device activity): no host → device chain to follow"
 
 
@@ -43,8 +45,12 @@ def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> PathSummary:
     top_of: dict = {}  # the rows are the report's: one pass over them, not a filter per step
     for s, k, n, d, c in tops.select("step", "kind", "name", "dur", "segments").iter_rows():
         top_of.setdefault(s, []).append(PathStretch(kind=k, name=n, us=d, segments=c))
-    steps = [PathStep(step=row["step"], length_us=row["length"], us={k: row[k] for k in KINDS}, top=top_of.get(row["step"], []))
-             for row in per.iter_rows(named=True)]
+    steps = [
+        PathStep(
+            step=row["step"], length_us=row["length"], us={k: row[k] for k in KINDS}, top=top_of.get(row["step"], [])
+        )
+        for row in per.iter_rows(named=True)
+    ]
     total = {k: float(per[k].sum()) for k in KINDS}
     length = sum(total.values())
     overall = top_segments(seg.with_columns(step=pl.lit(0, pl.Int64)), top)
@@ -53,8 +59,13 @@ def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> PathSummary:
         available=True,
         us=total,
         share={k: (v / length if length else None) for k, v in total.items()},
-        top=[PathStretch(kind=k, name=n, us=d, segments=c) for k, n, d, c in overall.select("kind", "name", "dur", "segments").iter_rows()],
+        top=[
+            PathStretch(kind=k, name=n, us=d, segments=c)
+            for k, n, d, c in overall.select("kind", "name", "dur", "segments").iter_rows()
+        ],
         steps=steps,
         meaning=dict(MEANING),
-        note="the profile records no host launches for these devices (TPU): the path runs on the devices' op lines only" if tpu else UNSET,
+        note="the profile records no host launches for these devices (TPU): the path runs on the devices' op lines only"
+        if tpu
+        else UNSET,
     )

@@ -56,9 +56,23 @@ def by_kernel(kernels: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns(
             share=(pl.col("total_us") / total) if total else pl.lit(None, pl.Float64),
-            tflops=pl.when(pl.col("flops_known_us") > 0).then(pl.col("flops") / (pl.col("flops_known_us") * 1e-6) / 1e12),
+            tflops=pl.when(pl.col("flops_known_us") > 0).then(
+                pl.col("flops") / (pl.col("flops_known_us") * 1e-6) / 1e12
+            ),
         )
-        .select("name", "cls", "count", "total_us", "mean_us", "median_us", "share", "flops", "flops_known_us", "tflops", "phases")
+        .select(
+            "name",
+            "cls",
+            "count",
+            "total_us",
+            "mean_us",
+            "median_us",
+            "share",
+            "flops",
+            "flops_known_us",
+            "tflops",
+            "phases",
+        )
         .sort(["total_us", "name"], descending=[True, False])
     )
     return out
@@ -99,9 +113,8 @@ def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame
     node = nearest(parent, (is_node & seq.is_not_null()).to_numpy())  # rule 2
     # the op that created the autograd node: a forward op, or a recomputed one (reentrant checkpoint)
     creators = np.flatnonzero((phase.is_in(["forward", "recompute"]) & seq.is_not_null()).to_numpy() & (mod >= 0))
-    fwd = (
-        pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": named(mod[creators])})
-        .unique("_node_seq", keep="first", maintain_order=True)
+    fwd = pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": named(mod[creators])}).unique(
+        "_node_seq", keep="first", maintain_order=True
     )
     at_node = node[rows]
     frame = pl.DataFrame(
@@ -109,16 +122,21 @@ def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame
             "row": pl.Series(rows, dtype=pl.Int64),
             "_ann": named(mod[rows]),
             "_top": named(nearest(parent, top)[rows]),  # rule 3
-            "_node_seq": pl.select(pl.when(pl.Series(at_node >= 0)).then(seq.gather(np.maximum(at_node, 0)))).to_series(),
+            "_node_seq": pl.select(
+                pl.when(pl.Series(at_node >= 0)).then(seq.gather(np.maximum(at_node, 0)))
+            ).to_series(),
         }
     )
     frame = frame.join(fwd, on="_node_seq", how="left", maintain_order="left")
     return frame.select(
         "row",
         module=pl.coalesce("_ann", "_fwd", "_top"),
-        module_source=pl.when(pl.col("_ann").is_not_null()).then(pl.lit("annotation"))
-        .when(pl.col("_fwd").is_not_null()).then(pl.lit("forward_seq"))
-        .when(pl.col("_top").is_not_null()).then(pl.lit("top_op")),
+        module_source=pl.when(pl.col("_ann").is_not_null())
+        .then(pl.lit("annotation"))
+        .when(pl.col("_fwd").is_not_null())
+        .then(pl.lit("forward_seq"))
+        .when(pl.col("_top").is_not_null())
+        .then(pl.lit("top_op")),
     )
 
 
@@ -203,7 +221,7 @@ def _gemm_dims(name: str, dims) -> tuple[int, int, int, int] | None:
     """
     if not isinstance(dims, list):
         return None
-    base = name[len("aten::"):] if isinstance(name, str) and name.startswith("aten::") else name
+    base = name[len("aten::") :] if isinstance(name, str) and name.startswith("aten::") else name
     ia, ib = (1, 2) if base in ("addmm", "baddbmm") else (0, 1)
     if len(dims) <= ib:
         return None
@@ -249,23 +267,72 @@ def _gemm_dims(name: str, dims) -> tuple[int, int, int, int] | None:
 # share M×N×K; `conv` names the pass. Per op name: (pass, dims index of the input x, of grad_output, of the weight);
 # transposed convolutions are left out (their GEMM is another).
 _CONV_FWD_NAMES = (
-    "convolution", "_convolution", "convolution_overrideable", "conv1d", "conv2d", "conv3d", "_convolution_mode",
-    "cudnn_convolution", "cudnn_convolution_relu", "miopen_convolution_relu", "cudnn_convolution_add_relu",
-    "miopen_convolution_add_relu", "miopen_convolution", "miopen_depthwise_convolution", "mkldnn_convolution",
-    "_slow_conv2d_forward", "thnn_conv2d", "thnn_conv2d_forward", "slow_conv3d_forward", "slow_conv3d", "thnn_conv3d",
-    "slow_conv_dilated2d", "slow_conv_dilated3d", "_conv_depthwise2d", "conv_depthwise3d", "thnn_conv_depthwise2d",
-    "thnn_conv_depthwise2d_forward", "_nnpack_spatial_convolution",
+    "convolution",
+    "_convolution",
+    "convolution_overrideable",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "_convolution_mode",
+    "cudnn_convolution",
+    "cudnn_convolution_relu",
+    "miopen_convolution_relu",
+    "cudnn_convolution_add_relu",
+    "miopen_convolution_add_relu",
+    "miopen_convolution",
+    "miopen_depthwise_convolution",
+    "mkldnn_convolution",
+    "_slow_conv2d_forward",
+    "thnn_conv2d",
+    "thnn_conv2d_forward",
+    "slow_conv3d_forward",
+    "slow_conv3d",
+    "thnn_conv3d",
+    "slow_conv_dilated2d",
+    "slow_conv_dilated3d",
+    "_conv_depthwise2d",
+    "conv_depthwise3d",
+    "thnn_conv_depthwise2d",
+    "thnn_conv_depthwise2d_forward",
+    "_nnpack_spatial_convolution",
 )
 _CONV_OPS: dict[str, tuple[str, int | None, int | None, int | None]] = {
     **{f"aten::{n}": ("fwd", 0, None, 1) for n in _CONV_FWD_NAMES},
-    **{f"aten::{n}": ("bwd", None, 0, 2) for n in ("convolution_backward", "convolution_backward_overrideable",
-                                                   "_slow_conv2d_backward", "thnn_conv2d_backward", "slow_conv3d_backward")},
-    **{f"aten::{n}": ("bwd", None, 1, 2) for n in ("cudnn_convolution_backward", "miopen_convolution_backward",
-                                                   "miopen_depthwise_convolution_backward", "mkldnn_convolution_backward")},
-    **{f"aten::{n}": ("dgrad", None, 1, 2) for n in ("cudnn_convolution_backward_input", "miopen_convolution_backward_input",
-                                                     "miopen_depthwise_convolution_backward_input")},
-    **{f"aten::{n}": ("wgrad", None, 1, None) for n in ("cudnn_convolution_backward_weight", "miopen_convolution_backward_weight",
-                                                        "miopen_depthwise_convolution_backward_weight")},
+    **{
+        f"aten::{n}": ("bwd", None, 0, 2)
+        for n in (
+            "convolution_backward",
+            "convolution_backward_overrideable",
+            "_slow_conv2d_backward",
+            "thnn_conv2d_backward",
+            "slow_conv3d_backward",
+        )
+    },
+    **{
+        f"aten::{n}": ("bwd", None, 1, 2)
+        for n in (
+            "cudnn_convolution_backward",
+            "miopen_convolution_backward",
+            "miopen_depthwise_convolution_backward",
+            "mkldnn_convolution_backward",
+        )
+    },
+    **{
+        f"aten::{n}": ("dgrad", None, 1, 2)
+        for n in (
+            "cudnn_convolution_backward_input",
+            "miopen_convolution_backward_input",
+            "miopen_depthwise_convolution_backward_input",
+        )
+    },
+    **{
+        f"aten::{n}": ("wgrad", None, 1, None)
+        for n in (
+            "cudnn_convolution_backward_weight",
+            "miopen_convolution_backward_weight",
+            "miopen_depthwise_convolution_backward_weight",
+        )
+    },
 }
 CONV_OPS = frozenset(_CONV_OPS)
 
@@ -367,7 +434,9 @@ def wave_quantization(m: int, n: int, batch: int, units: int | None, tile: int =
     }
 
 
-def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardware | Hardware | str | None) -> pl.DataFrame:
+def by_gemm_shape(
+    ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardware | Hardware | str | None
+) -> pl.DataFrame:
     """Per GEMM shape (M, N, K, batch, dtype, conv) of the executed leaf matmul ops.
 
     Ops: aten::mm, addmm, bmm, baddbmm, matmul, linear that are leaf matmuls
@@ -387,11 +456,25 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardwar
     `hint` saying why, and `conv`. Sorted by time, longest first.
     """
     schema = {
-        "M": pl.Int64, "N": pl.Int64, "K": pl.Int64, "batch": pl.Int64, "dtype": pl.Utf8,
-        "ops": pl.List(pl.Utf8), "count": pl.Int64, "kernels": pl.Int64, "time_us": pl.Float64,
-        "share": pl.Float64, "flops": pl.Float64, "tflops": pl.Float64, "tiles": pl.Int64,
-        "waves": pl.Float64, "wave_efficiency": pl.Float64, "last_wave_fill": pl.Float64,
-        "wave_hint": pl.Boolean, "hint": pl.Utf8, "conv": pl.Utf8,
+        "M": pl.Int64,
+        "N": pl.Int64,
+        "K": pl.Int64,
+        "batch": pl.Int64,
+        "dtype": pl.Utf8,
+        "ops": pl.List(pl.Utf8),
+        "count": pl.Int64,
+        "kernels": pl.Int64,
+        "time_us": pl.Float64,
+        "share": pl.Float64,
+        "flops": pl.Float64,
+        "tflops": pl.Float64,
+        "tiles": pl.Int64,
+        "waves": pl.Float64,
+        "wave_efficiency": pl.Float64,
+        "last_wave_fill": pl.Float64,
+        "wave_hint": pl.Boolean,
+        "hint": pl.Utf8,
+        "conv": pl.Utf8,
     }
     need = {"row", "name", "dims", "matmul", "ran"}
     if ops.height == 0 or not need <= set(ops.columns):
@@ -399,7 +482,9 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardwar
     names = list(_GEMM_OPS | CONV_OPS)
     leaf = ops.filter(pl.col("matmul") & pl.col("ran") & pl.col("name").is_in(names) & pl.col("dims").is_not_null())
     leaf = leaf.select(
-        pl.col("row").cast(pl.Int64), "name", "dims",
+        pl.col("row").cast(pl.Int64),
+        "name",
+        "dims",
         (pl.col("dtype") if "dtype" in ops.columns else pl.lit(None, pl.Utf8)).alias("dtype"),
         (pl.col("flops").cast(pl.Float64) if "flops" in ops.columns else pl.lit(None, pl.Float64)).alias("flops"),
         (pl.col("types") if "types" in ops.columns else pl.lit(None, pl.Utf8)).alias("_types"),
@@ -407,7 +492,18 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardwar
     # a convolution's shape needs its FLOPs too (see conv_dims): parsed once per distinct (name, dims, FLOPs)
     conv = pl.col("name").is_in(list(CONV_OPS))
     leaf = leaf.with_columns(_key=pl.when(conv).then(pl.col("flops")))
-    parsed = {"name": [], "dims": [], "_key": [], "M": [], "N": [], "K": [], "batch": [], "conv": [], "_om": [], "_on": []}
+    parsed = {
+        "name": [],
+        "dims": [],
+        "_key": [],
+        "M": [],
+        "N": [],
+        "K": [],
+        "batch": [],
+        "conv": [],
+        "_om": [],
+        "_on": [],
+    }
     for name, dims, key in leaf.select("name", "dims", "_key").unique().iter_rows():
         try:
             d = orjson.loads(dims)
@@ -421,23 +517,41 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardwar
             got = None
         if got is None or 2 * got[0] * got[1] * got[2] * got[3] > OP_FLOPS_MAX:
             continue
-        for k, v in zip(("name", "dims", "_key", "M", "N", "K", "batch", "conv", "_om", "_on"), (name, dims, key, *got)):
+        for k, v in zip(
+            ("name", "dims", "_key", "M", "N", "K", "batch", "conv", "_om", "_on"), (name, dims, key, *got)
+        ):
             parsed[k].append(v)
-    shapes = pl.DataFrame(parsed, schema={"name": pl.Utf8, "dims": pl.Utf8, "_key": pl.Float64, "M": pl.Int64, "N": pl.Int64,
-                                          "K": pl.Int64, "batch": pl.Int64, "conv": pl.Utf8, "_om": pl.Int64, "_on": pl.Int64})
+    shapes = pl.DataFrame(
+        parsed,
+        schema={
+            "name": pl.Utf8,
+            "dims": pl.Utf8,
+            "_key": pl.Float64,
+            "M": pl.Int64,
+            "N": pl.Int64,
+            "K": pl.Int64,
+            "batch": pl.Int64,
+            "conv": pl.Utf8,
+            "_om": pl.Int64,
+            "_on": pl.Int64,
+        },
+    )
     leaf = leaf.join(shapes, on=["name", "dims", "_key"], how="inner", nulls_equal=True)
     if leaf.height == 0:
         return pl.DataFrame(schema=schema)
     # a backward convolution's first input is a size list, so the op's dtype (its first input's) is unknown
     types = leaf.filter(pl.col("dtype").is_null() & pl.col("_types").is_not_null())["_types"].unique().to_list()
     if types:
-        first = pl.DataFrame({"_types": types, "_t_dtype": [first_tensor_dtype(t) for t in types]},
-                             schema={"_types": pl.Utf8, "_t_dtype": pl.Utf8})
+        first = pl.DataFrame(
+            {"_types": types, "_t_dtype": [first_tensor_dtype(t) for t in types]},
+            schema={"_types": pl.Utf8, "_t_dtype": pl.Utf8},
+        )
         leaf = leaf.join(first, on="_types", how="left").with_columns(dtype=pl.coalesce("dtype", "_t_dtype"))
     mm = kernels.filter(pl.col("cls") == "matmul") if kernels.height and "cls" in kernels.columns else None
     if mm is not None and mm.height:
         per_op = mm.group_by(pl.col("matmul_row").cast(pl.Int64).alias("row")).agg(
-            pl.len().cast(pl.Int64).alias("_k"), pl.col("dur").cast(pl.Float64).sum().alias("_t"))
+            pl.len().cast(pl.Int64).alias("_k"), pl.col("dur").cast(pl.Float64).sum().alias("_t")
+        )
         total_mm = float(mm["dur"].sum())
     else:
         per_op = pl.DataFrame(schema={"row": pl.Int64, "_k": pl.Int64, "_t": pl.Float64})
@@ -447,7 +561,8 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardwar
     out = (
         leaf.group_by("M", "N", "K", "batch", "dtype", "conv")
         .agg(
-            pl.col("_om").first(), pl.col("_on").first(),
+            pl.col("_om").first(),
+            pl.col("_on").first(),
             pl.col("name").unique().sort().alias("ops"),
             pl.len().cast(pl.Int64).alias("count"),
             pl.col("_k").sum().cast(pl.Int64).alias("kernels"),
@@ -470,7 +585,11 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardwar
     )
     # a weight gradient reduces over N·Hout·Wout, which cuDNN / MIOpen split across the SMs: its few output tiles are
     # no wave-quantization loss
-    flag = (pl.col("last_wave_fill") < 0.5) & (pl.col("share") >= GEMM_TIME_MATTERS) & (pl.col("conv").fill_null("") != "wgrad")
+    flag = (
+        (pl.col("last_wave_fill") < 0.5)
+        & (pl.col("share") >= GEMM_TIME_MATTERS)
+        & (pl.col("conv").fill_null("") != "wgrad")
+    )
     out = out.with_columns(wave_hint=flag.fill_null(False))
     hints = []
     for r in out.iter_rows(named=True):
@@ -488,5 +607,8 @@ def by_gemm_shape(ops: pl.DataFrame, kernels: pl.DataFrame, hardware: hw.Hardwar
                 f"count is a multiple of {units} (or just under it) removes the tail"
             )
     out = out.with_columns(hint=pl.Series(hints, dtype=pl.Utf8))
-    return out.select(list(schema)).sort(["time_us", "M", "N", "K", "batch", "conv"], descending=[True, False, False, False, False, False],
-                                         nulls_last=True)
+    return out.select(list(schema)).sort(
+        ["time_us", "M", "N", "K", "batch", "conv"],
+        descending=[True, False, False, False, False, False],
+        nulls_last=True,
+    )

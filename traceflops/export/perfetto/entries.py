@@ -139,7 +139,9 @@ def numbering(events: list) -> tuple[np.ndarray, np.ndarray]:
         }
     )
     ev = ev.filter(~pl.col("cat").is_in(list(IGNORED_CATS)) | pl.col("cat").is_null())
-    ev = ev.filter(pl.col("ts").is_not_null() & pl.col("dur").is_not_null() & pl.col("name").is_not_null() & (pl.col("dur") >= 0))
+    ev = ev.filter(
+        pl.col("ts").is_not_null() & pl.col("dur").is_not_null() & pl.col("name").is_not_null() & (pl.col("dur") >= 0)
+    )
     kernels = ev.filter(pl.col("cat").is_in(list(KERNEL_CATS)))["i"].to_numpy()
     ops = ev.filter(pl.col("cat").is_in(list(OP_CATS)))["i"].to_numpy()
     return kernels, ops
@@ -174,7 +176,11 @@ class Numbered:
     def finish(self, path: str) -> None:
         """Every id of the analysis was in the file."""
         if len(self.ids) and int(self.ids[-1]) >= self.seen:
-            raise FormatError(path, f"the analysis has more {self.what} than this trace", "annotate a trace with the analysis of that same trace")
+            raise FormatError(
+                path,
+                f"the analysis has more {self.what} than this trace",
+                "annotate a trace with the analysis of that same trace",
+            )
 
 
 def _agree(hits: list[dict], part: pl.DataFrame, kind: Numbered, path: str) -> None:
@@ -189,5 +195,8 @@ def _agree(hits: list[dict], part: pl.DataFrame, kind: Numbered, path: str) -> N
         bad = bad | pl.Series([float(e["ts"]) for e in hits], dtype=pl.Float64).ne_missing(part["ts"].cast(pl.Float64))
     if bad.any():
         j = int(bad.arg_true()[0])
-        raise FormatError(path, f"{kind.what} {part[kind.col][j]} is '{names[j]}' here but '{part['name'][j]}' in the analysis",
-                          "annotate a trace with the analysis of that same trace")
+        raise FormatError(
+            path,
+            f"{kind.what} {part[kind.col][j]} is '{names[j]}' here but '{part['name'][j]}' in the analysis",
+            "annotate a trace with the analysis of that same trace",
+        )

@@ -18,9 +18,11 @@ from traceflops.core.files import write_file
 
 try:  # ISA-L's deflate at level 2: ten times as fast as zlib's level 6 (a tenth of annotate's time), a third larger
     from isal.igzip import GzipFile as GzipWriter
+
     GZIP_LEVEL = 2
 except ImportError:  # a platform without its wheel
     from gzip import GzipFile as GzipWriter
+
     GZIP_LEVEL = 6
 
 

@@ -70,7 +70,7 @@ def _around_events(doc: dict) -> tuple[dict, dict, int]:
     keys = [k for k in doc if k != "traceflops"]
     at = keys.index("traceEvents") if "traceEvents" in keys else len(keys)
     before, m1 = redact({k: doc[k] for k in keys[:at]})
-    after, m2 = redact({k: doc[k] for k in keys[at + 1:]})
+    after, m2 = redact({k: doc[k] for k in keys[at + 1 :]})
     return before, after, m1 + m2
 
 
@@ -102,7 +102,9 @@ def write_redacted(out_path: str, doc: dict, summary: dict[str, Any], trace_path
     The record is added after the pass so it can hold the pass's own count.
     """
     data, n = redact_bytes(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
-    summary, record = traceflops_record({**summary, "redacted_values": summary["redacted_values"] + n}, trace_path, note)
+    summary, record = traceflops_record(
+        {**summary, "redacted_values": summary["redacted_values"] + n}, trace_path, note
+    )
     body = data[:-1] + (b',"traceflops":' if len(data) > 2 else b'"traceflops":') + record + b"}"
     write_output(out_path, lambda out, tmp: out.write(body))
     return summary

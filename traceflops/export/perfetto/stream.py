@@ -72,14 +72,46 @@ from traceflops.parsers.jsonstream import (
     stream_events,
 )
 
-CHUNK = 2 << 20  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
+CHUNK = (
+    2 << 20
+)  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
 
 
 # What annotating reads of an analysis (both formats); `for_annotation` keeps these and lets the rest go.
 # With what naming each kernel's module reads (`row`, `parent`, `seq`, `is_node`): it runs on the slimmed analysis.
-OP_COLUMNS = ("op_id", "row", "parent", "seq", "is_node", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul",
-              "ran", "flops", "step")
-KERNEL_COLUMNS = ("kernel_id", "name", "kind", "cls", "phase", "device", "stream", "ts", "dur", "flops", "step", "op_row")
+OP_COLUMNS = (
+    "op_id",
+    "row",
+    "parent",
+    "seq",
+    "is_node",
+    "name",
+    "cat",
+    "pid",
+    "tid",
+    "ts",
+    "dur",
+    "scope",
+    "phase",
+    "matmul",
+    "ran",
+    "flops",
+    "step",
+)
+KERNEL_COLUMNS = (
+    "kernel_id",
+    "name",
+    "kind",
+    "cls",
+    "phase",
+    "device",
+    "stream",
+    "ts",
+    "dur",
+    "flops",
+    "step",
+    "op_row",
+)
 ROOFLINE_COLUMNS = ("kernel_id", "bound", "intensity", "recoverable_us")
 
 
@@ -89,12 +121,23 @@ def for_annotation(a: Analysis) -> Analysis:
     The annotated trace is written after the analysis, while it is held: on a
     142 MB trace what annotating never reads was about 90 MB of the command's peak.
     """
+
     def keep(df: pl.DataFrame | None, cols: tuple[str, ...]) -> pl.DataFrame | None:
         return None if df is None else df.select([c for c in cols if c in df.columns])
 
-    bare = dataclasses.replace(a.trace, **{t: getattr(a.trace, t).clear() for t in ("ops", "kernels", "launches", "markers", "steps")})
-    return dataclasses.replace(a, trace=bare, ops=keep(a.ops, OP_COLUMNS), kernels=keep(a.kernels, KERNEL_COLUMNS),
-                               roofline=keep(a.roofline, ROOFLINE_COLUMNS), partition=None, idle_gaps=None, launch_stats=None)
+    bare = dataclasses.replace(
+        a.trace, **{t: getattr(a.trace, t).clear() for t in ("ops", "kernels", "launches", "markers", "steps")}
+    )
+    return dataclasses.replace(
+        a,
+        trace=bare,
+        ops=keep(a.ops, OP_COLUMNS),
+        kernels=keep(a.kernels, KERNEL_COLUMNS),
+        roofline=keep(a.roofline, ROOFLINE_COLUMNS),
+        partition=None,
+        idle_gaps=None,
+        launch_stats=None,
+    )
 
 
 def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.DataFrame | None = None) -> dict[str, Any]:
@@ -105,10 +148,20 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
     if analysis.meta.get("format") == "xplane":
         return annotate_xla(trace_path, analysis, out_path)
     if analysis.meta.get("format") not in (None, "kineto"):
-        raise FormatError(trace_path, f"annotating a {analysis.meta.get('format')} trace is not supported", "annotate a Kineto (PyTorch profiler) JSON trace")
+        raise FormatError(
+            trace_path,
+            f"annotating a {analysis.meta.get('format')} trace is not supported",
+            "annotate a Kineto (PyTorch profiler) JSON trace",
+        )
     check_regular(trace_path)  # an unreadable input is named as such before any output is started
-    kernels = Numbered(_kernel_args(analysis, modules), "kernel_id", "device activity", check_ts=False) if analysis.kernels.height else None
-    own = analysis.ops.filter(~pl.col("replayed")) if "replayed" in analysis.ops.columns else analysis.ops  # replayed ops are not in the file
+    kernels = (
+        Numbered(_kernel_args(analysis, modules), "kernel_id", "device activity", check_ts=False)
+        if analysis.kernels.height
+        else None
+    )
+    own = (
+        analysis.ops.filter(~pl.col("replayed")) if "replayed" in analysis.ops.columns else analysis.ops
+    )  # replayed ops are not in the file
     ops = Numbered(own.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops"), "op_id", "op", check_ts=True)
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
@@ -121,8 +174,10 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
             redacted = got.redacted + redact_meta_events(new)
             before, after, n_head, dropped = head_parts(got.head)
             if dropped:
-                got.warnings.append(f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
-                                    "a number no double holds, not JSON) left out")
+                got.warnings.append(
+                    f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
+                    "a number no double holds, not JSON) left out"
+                )
             out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
             spool.seek(0)
             shutil.copyfileobj(spool, out, 1 << 20)
@@ -156,7 +211,9 @@ def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
     if roof is not None and roof.height:
         k = k.join(roof.select("kernel_id", "bound", "intensity", "recoverable_us"), on="kernel_id", how="left")
     else:
-        k = k.with_columns(bound=pl.lit(None, pl.Utf8), intensity=pl.lit(None, pl.Float64), recoverable_us=pl.lit(None, pl.Float64))
+        k = k.with_columns(
+            bound=pl.lit(None, pl.Utf8), intensity=pl.lit(None, pl.Float64), recoverable_us=pl.lit(None, pl.Float64)
+        )
     return k
 
 
@@ -168,7 +225,9 @@ def _write_added(out: BinaryIO, new: list, after_events: bool, batch: int = 8192
     n = 0
     for i in range(0, len(new), batch):
         k = min(batch, len(new) - i)
-        data, m = redact_bytes(orjson.dumps(new[i : i + k], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])  # all decoded values
+        data, m = redact_bytes(
+            orjson.dumps(new[i : i + k], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+        )  # all decoded values
         new[i : i + k] = [None] * k
         n += m
         out.write(b"," + data if i or after_events else data)
@@ -223,8 +282,11 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
                 got.written = True
     got.redacted += rules.count
     if res is None or res.truncated:
-        raise FormatError(path, "not a complete JSON document (it ends before its JSON closes)",
-                          "annotate needs a whole Kineto (PyTorch profiler) JSON trace (a cut file can be analysed, not annotated)")
+        raise FormatError(
+            path,
+            "not a complete JSON document (it ends before its JSON closes)",
+            "annotate needs a whole Kineto (PyTorch profiler) JSON trace (a cut file can be analysed, not annotated)",
+        )
     if kernels is not None:
         kernels.finish(path)
     ops.finish(path)
@@ -237,19 +299,29 @@ def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list
     """What of the input is not in the output as decoded events, each counted (the parser counts the same in its warnings)."""
     out = []
     if res.arrays > 1:
-        out.append(f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, in file order")
+        out.append(
+            f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, in file order"
+        )
     if res.trailing:
-        out.append(f"{res.trailing} bytes after the end of the trace's JSON document left out (not read, as the parser does)")
+        out.append(
+            f"{res.trailing} bytes after the end of the trace's JSON document left out (not read, as the parser does)"
+        )
     if res.oversized:
-        out.append(f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as the parser does)")
+        out.append(
+            f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as the parser does)"
+        )
     if res.stray:
         out.append(f"{res.stray} traceEvents entries after the last object that are not objects left out")
     if unread:
-        out.append(f"{unread} traceEvents entries that do not decode (nested too deeply, a number no double holds, not JSON) "
-                   "written through unchanged, unannotated")
+        out.append(
+            f"{unread} traceEvents entries that do not decode (nested too deeply, a number no double holds, not JSON) "
+            "written through unchanged, unannotated"
+        )
     if meta_left_out:
-        out.append(f"{meta_left_out} metadata ('M') entries that do not decode left out (their labels could not be "
-                   "checked for secrets)")
+        out.append(
+            f"{meta_left_out} metadata ('M') entries that do not decode left out (their labels could not be "
+            "checked for secrets)"
+        )
     return out
 
 

@@ -90,8 +90,14 @@ def _achieved_counter(items: list[tuple[float, float, float]]) -> list[tuple[flo
 
 def added_events(a: Analysis, pid: int) -> list[dict]:
     """The new process: phase tracks, the steps track and counters."""
-    t0 = min([x for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None) if x is not None],
-             default=0.0)
+    t0 = min(
+        [
+            x
+            for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None)
+            if x is not None
+        ],
+        default=0.0,
+    )
     out: list[dict] = [meta(pid, 0, "process_name", PROCESS, t0), meta(pid, 0, "process_sort_index", -1, t0)]
     tid_of: dict[tuple, int] = {}
 
@@ -107,47 +113,97 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
     for s in a.steps.iter_rows(named=True):
         if s.get("start") is None or s.get("window") is None:
             continue
-        out.append({
-            "ph": "X", "cat": CAT, "name": s["name"], "pid": pid, "tid": steps_tid, "ts": s["start"], "dur": s["window"],
-            "args": {"traceflops.mfu": s.get("mfu"), "traceflops.hfu": s.get("hfu"), "traceflops.window_source": s.get("window_source"),
-                     "traceflops.last": bool(s.get("last")), "traceflops.loss_budget": s.get("loss_budget")},
-        })
+        out.append(
+            {
+                "ph": "X",
+                "cat": CAT,
+                "name": s["name"],
+                "pid": pid,
+                "tid": steps_tid,
+                "ts": s["start"],
+                "dur": s["window"],
+                "args": {
+                    "traceflops.mfu": s.get("mfu"),
+                    "traceflops.hfu": s.get("hfu"),
+                    "traceflops.window_source": s.get("window_source"),
+                    "traceflops.last": bool(s.get("last")),
+                    "traceflops.loss_budget": s.get("loss_budget"),
+                },
+            }
+        )
 
     if a.critical_path is not None and a.critical_path.height:
         path_tid = track(("critical path",), "traceflops: critical path", 0)
         for r in a.critical_path.iter_rows(named=True):
-            out.append({"ph": "X", "cat": CAT, "name": f"{r['kind']}: {r['name']}", "pid": pid, "tid": path_tid, "ts": r["start"],
-                        "dur": r["dur"], "args": {"traceflops.path_kind": r["kind"], "traceflops.step": r["step"]}})
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": CAT,
+                    "name": f"{r['kind']}: {r['name']}",
+                    "pid": pid,
+                    "tid": path_tid,
+                    "ts": r["start"],
+                    "dur": r["dur"],
+                    "args": {"traceflops.path_kind": r["kind"], "traceflops.step": r["step"]},
+                }
+            )
 
     rate: dict[str, list[tuple[float, float, float]]] = {}
     if a.kernels.height:
-        k = a.kernels.select("kernel_id", "name", "phase", "cls", "device", "stream", "ts", "dur", "flops").sort("kernel_id")
+        k = a.kernels.select("kernel_id", "name", "phase", "cls", "device", "stream", "ts", "dur", "flops").sort(
+            "kernel_id"
+        )
         lanes = k.select("device", "stream").unique().sort("device", "stream", nulls_last=True).rows()
         many = len(lanes) > 1
         for r in k.iter_rows(named=True):
             phase = r["phase"] or "other"
             label = f"traceflops: {phase}" + (f" · device {r['device']} stream {r['stream']}" if many else "")
             tid = track((phase, r["device"], r["stream"]), label, 1 + PHASES.index(phase) if phase in PHASES else 9)
-            out.append({
-                "ph": "X", "cat": CAT, "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"], "dur": r["dur"],
-                "args": {"kernel_id": r["kernel_id"], "traceflops.class": r["cls"], "traceflops.flops": num(r["flops"]),
-                         "device": r["device"], "stream": r["stream"]},
-            })
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": CAT,
+                    "name": r["name"],
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": r["ts"],
+                    "dur": r["dur"],
+                    "args": {
+                        "kernel_id": r["kernel_id"],
+                        "traceflops.class": r["cls"],
+                        "traceflops.flops": num(r["flops"]),
+                        "device": r["device"],
+                        "stream": r["stream"],
+                    },
+                }
+            )
             tf = tflops(r["flops"], r["dur"])
             if tf is not None:
                 rate.setdefault(f"device {r['device']}", []).append((r["ts"], r["dur"], tf))
     else:  # a CPU trace: the executed matmul ops are the compute
-        o = a.ops.filter(pl.col("matmul") & pl.col("ran")).select("op_id", "name", "phase", "tid", "ts", "dur", "flops").sort("op_id")
+        o = (
+            a.ops.filter(pl.col("matmul") & pl.col("ran"))
+            .select("op_id", "name", "phase", "tid", "ts", "dur", "flops")
+            .sort("op_id")
+        )
         lanes = o["tid"].unique().sort(nulls_last=True).to_list()
         many = len(lanes) > 1
         for r in o.iter_rows(named=True):
             phase = r["phase"] or "other"
             label = f"traceflops: {phase}" + (f" · thread {r['tid']}" if many else "")
             tid = track((phase, r["tid"]), label, 1 + PHASES.index(phase) if phase in PHASES else 9)
-            out.append({
-                "ph": "X", "cat": CAT, "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"], "dur": r["dur"],
-                "args": {"op_id": r["op_id"], "traceflops.flops": num(r["flops"])},
-            })
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": CAT,
+                    "name": r["name"],
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": r["ts"],
+                    "dur": r["dur"],
+                    "args": {"op_id": r["op_id"], "traceflops.flops": num(r["flops"])},
+                }
+            )
             tf = tflops(r["flops"], r["dur"])
             if tf is not None:
                 rate.setdefault("CPU", []).append((r["ts"], r["dur"], tf))
@@ -163,7 +219,16 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
             continue
         for ts, v in vals:  # a step whose value is unknown has no sample (a counter value must be a number)
             if v is not None:
-                out.append({"ph": "C", "cat": CAT, "name": f"traceflops: {label}", "pid": pid, "ts": ts, "args": {label: v * 100.0}})
+                out.append(
+                    {
+                        "ph": "C",
+                        "cat": CAT,
+                        "name": f"traceflops: {label}",
+                        "pid": pid,
+                        "ts": ts,
+                        "args": {label: v * 100.0},
+                    }
+                )
         end = steps.select((pl.col("start") + pl.col("window")).max()).item()
         out.append({"ph": "C", "cat": CAT, "name": f"traceflops: {label}", "pid": pid, "ts": end, "args": {label: 0.0}})
     return out

@@ -30,8 +30,14 @@ def xla_events(a: Analysis) -> list[dict]:
     events: list[dict] = []
     pids: dict[Any, int] = {}
     tids: dict[tuple, int] = {}
-    t0 = min([x for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None)
-              if x is not None], default=0.0)
+    t0 = min(
+        [
+            x
+            for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None)
+            if x is not None
+        ],
+        default=0.0,
+    )
 
     def lane(process: Any, thread: Any) -> tuple[int, int]:
         if process not in pids:
@@ -43,7 +49,9 @@ def xla_events(a: Analysis) -> list[dict]:
             events.append(meta(pids[process], tids[key], "thread_name", str(thread), t0))
         return pids[process], tids[key]
 
-    ops = a.ops.select("op_id", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul", "ran", "flops", "step")
+    ops = a.ops.select(
+        "op_id", "name", "cat", "pid", "tid", "ts", "dur", "scope", "phase", "matmul", "ran", "flops", "step"
+    )
     for r in ops.iter_rows(named=True):
         pid, tid = lane(r["pid"], r["tid"])
         args = {"op_id": r["op_id"], "traceflops.phase": r["phase"], "traceflops.step": r["step"]}
@@ -53,17 +61,43 @@ def xla_events(a: Analysis) -> list[dict]:
             args["traceflops.flops"] = num(r["flops"])
             args["traceflops.ran"] = bool(r["ran"])
             args["traceflops.achieved_tflops"] = tflops(r["flops"], r["dur"])
-        events.append({"ph": "X", "cat": r["cat"] or "xla_op", "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"],
-                       "dur": r["dur"], "args": args})
+        events.append(
+            {
+                "ph": "X",
+                "cat": r["cat"] or "xla_op",
+                "name": r["name"],
+                "pid": pid,
+                "tid": tid,
+                "ts": r["ts"],
+                "dur": r["dur"],
+                "args": args,
+            }
+        )
     if a.kernels.height:
-        k = a.kernels.select("kernel_id", "name", "kind", "cls", "phase", "device", "stream", "ts", "dur", "flops", "step")
+        k = a.kernels.select(
+            "kernel_id", "name", "kind", "cls", "phase", "device", "stream", "ts", "dur", "flops", "step"
+        )
         for r in k.iter_rows(named=True):
             pid, tid = lane(f"device {r['device']}", f"stream {r['stream']}")
-            events.append({"ph": "X", "cat": r["kind"] or "kernel", "name": r["name"], "pid": pid, "tid": tid, "ts": r["ts"],
-                           "dur": r["dur"], "args": {"kernel_id": r["kernel_id"], "traceflops.phase": r["phase"],
-                                                     "traceflops.class": r["cls"], "traceflops.flops": num(r["flops"]),
-                                                     "traceflops.achieved_tflops": tflops(r["flops"], r["dur"]),
-                                                     "traceflops.step": r["step"]}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": r["kind"] or "kernel",
+                    "name": r["name"],
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": r["ts"],
+                    "dur": r["dur"],
+                    "args": {
+                        "kernel_id": r["kernel_id"],
+                        "traceflops.phase": r["phase"],
+                        "traceflops.class": r["cls"],
+                        "traceflops.flops": num(r["flops"]),
+                        "traceflops.achieved_tflops": tflops(r["flops"], r["dur"]),
+                        "traceflops.step": r["step"],
+                    },
+                }
+            )
     return events
 
 
@@ -74,7 +108,15 @@ def annotate_xla(trace_path: str, analysis: Analysis, out_path: str) -> dict[str
     pid = new_pid(used_pids(events))
     new = added_events(analysis, pid)
     doc, redacted = redact_metadata({"traceEvents": events + new, "displayTimeUnit": "ms"})
-    summary = {"events_in": n_in, "events_added": len(new), "kernels_annotated": analysis.kernels.height,
-               "ops_annotated": analysis.ops.height, "pid": pid, "redacted_values": redacted}
-    summary = write_redacted(out_path, doc, summary, trace_path, "an XLA profile's ops and device activities; args prefixed 'traceflops.'")
+    summary = {
+        "events_in": n_in,
+        "events_added": len(new),
+        "kernels_annotated": analysis.kernels.height,
+        "ops_annotated": analysis.ops.height,
+        "pid": pid,
+        "redacted_values": redacted,
+    }
+    summary = write_redacted(
+        out_path, doc, summary, trace_path, "an XLA profile's ops and device activities; args prefixed 'traceflops.'"
+    )
     return {**summary, "path": str(out_path)}

@@ -28,12 +28,12 @@ class _ConvSpec:
     bias: int | None = 2
     stride: int | None = None
     padding: int | None = None
-    dilation: int | None = None          # None: the op has no dilation argument (dilation 1)
-    transposed: bool | int = False       # bool, or the index of the `transposed` argument
+    dilation: int | None = None  # None: the op has no dilation argument (dilation 1)
+    transposed: bool | int = False  # bool, or the index of the `transposed` argument
     output_padding: int | None = None
-    groups: int | None = None            # None: the op has no groups argument (groups 1)
-    unbatched_ok: bool = False           # conv1d/2d/3d accept an input without batch dim
-    depthwise: bool = False              # groups == in_channels
+    groups: int | None = None  # None: the op has no groups argument (groups 1)
+    unbatched_ok: bool = False  # conv1d/2d/3d accept an input without batch dim
+    depthwise: bool = False  # groups == in_channels
 
 
 def _spatial_param(a: Args, idx: int | None, nsp: int, name: str, default: int | None) -> list[int] | None:
@@ -63,8 +63,10 @@ def _conv_out_spatial(sp, k, stride, padding, dilation) -> tuple[int, ...]:
 
 
 def _convt_out_spatial(sp, k, stride, padding, dilation, output_padding) -> tuple[int, ...]:
-    return tuple((i - 1) * s - 2 * p + d * (kk - 1) + op + 1
-                 for i, kk, s, p, d, op in zip(sp, k, stride, padding, dilation, output_padding))
+    return tuple(
+        (i - 1) * s - 2 * p + d * (kk - 1) + op + 1
+        for i, kk, s, p, d, op in zip(sp, k, stride, padding, dilation, output_padding)
+    )
 
 
 def _conv_flops(n: int, conv_sp, w) -> int:
@@ -115,18 +117,18 @@ def _conv_fwd(spec: _ConvSpec, name: str):
         have_geom = stride is not None and padding is not None and dilation is not None
         if transposed is None:
             if od is None:
-                return unknown(f"{name}: transposed flag and stride unknown (no Concrete Inputs); "
-                                "pass out_dims", reads)
+                return unknown(f"{name}: transposed flag and stride unknown (no Concrete Inputs); pass out_dims", reads)
             # infer from channels: normal conv -> out C == w[0]; transposed -> in C == w[0]
             oc = out_dims[1] if len(x) == len(w) else out_dims[0]
             normal_ok = oc == w[0] and w[1] > 0 and c % w[1] == 0
             trans_ok = c == w[0] and w[1] > 0 and oc % w[1] == 0
             if normal_ok and trans_ok and math.prod(od) != math.prod(sp):
-                return unknown(f"{name}: transposed flag unknown (no Concrete Inputs) and "
-                                "ambiguous from shapes", reads)
+                return unknown(f"{name}: transposed flag unknown (no Concrete Inputs) and ambiguous from shapes", reads)
             if not (normal_ok or trans_ok):
-                raise Bad(f"{name}: channels of input {list(x)}, weight {list(w)}, "
-                           f"output {list(out_dims)} do not fit a convolution")
+                raise Bad(
+                    f"{name}: channels of input {list(x)}, weight {list(w)}, "
+                    f"output {list(out_dims)} do not fit a convolution"
+                )
             transposed = not normal_ok
         if transposed:
             out_sp = None
@@ -145,6 +147,7 @@ def _conv_fwd(spec: _ConvSpec, name: str):
             what = "stride" if stride is None else ("padding" if padding is None else "dilation")
             return unknown(f"convolution {what} unknown (not in Concrete Inputs); pass out_dims", reads)
         return _conv_result(a, spec, n, w, sp, out_sp, False, groups, reads, out_dims, x)
+
     return f
 
 
@@ -175,12 +178,19 @@ def _conv_fwd_cudnn(transpose: bool, name: str):
         shift = 0 if (t2 is None or t2 == "ScalarList" or a.c_ints(2) is not None) else 1
         bias = 2 if shift else None
         if transpose:
-            spec = _ConvSpec(bias=bias, padding=2 + shift, output_padding=3 + shift, stride=4 + shift,
-                             dilation=5 + shift, groups=6 + shift, transposed=True)
+            spec = _ConvSpec(
+                bias=bias,
+                padding=2 + shift,
+                output_padding=3 + shift,
+                stride=4 + shift,
+                dilation=5 + shift,
+                groups=6 + shift,
+                transposed=True,
+            )
         else:
-            spec = _ConvSpec(bias=bias, padding=2 + shift, stride=3 + shift, dilation=4 + shift,
-                             groups=5 + shift)
+            spec = _ConvSpec(bias=bias, padding=2 + shift, stride=3 + shift, dilation=4 + shift, groups=5 + shift)
         return _conv_fwd(spec, name)(a, out_dims)
+
     return f
 
 
@@ -190,14 +200,14 @@ def _conv_fwd_cudnn(transpose: bool, name: str):
 @dataclass(frozen=True)
 class _ConvBwdSpec:
     go: int
-    x: int | None                 # None: input tensor not an argument (backward_input ops)
-    w: int | None                 # None: weight shape from Concrete Inputs[w_size] (backward_weight ops)
+    x: int | None  # None: input tensor not an argument (backward_input ops)
+    w: int | None  # None: weight shape from Concrete Inputs[w_size] (backward_weight ops)
     transposed: bool | int
-    mask: int | None              # index of output_mask (-1: last argument); None: implied by `grads`
-    grads: tuple[bool, bool] = (True, True)   # (grad_input, grad_weight) when mask is None
+    mask: int | None  # index of output_mask (-1: last argument); None: implied by `grads`
+    grads: tuple[bool, bool] = (True, True)  # (grad_input, grad_weight) when mask is None
     w_size: int | None = None
     x_size: int | None = None
-    stride: int | None = None     # only needed by ops that must rebuild the input size
+    stride: int | None = None  # only needed by ops that must rebuild the input size
     padding: int | None = None
     dilation: int | None = None
 
@@ -210,6 +220,7 @@ def _conv_bwd(spec: _ConvBwdSpec, name: str):
     FlopCounterMode counts grad_weight as 2·N·C_in·C_out·prod(k)·prod(spatial), which is `groups`
     times the real work for grouped convolutions; here the real work is counted (equal for groups=1).
     """
+
     def f(a: Args, out_dims) -> R:
         go = a.shape(spec.go, "grad_output", min_ndim=3)
         x = a.shape(spec.x, "input", (len(go),)) if spec.x is not None else None
@@ -220,8 +231,7 @@ def _conv_bwd(spec: _ConvBwdSpec, name: str):
             if ws is None and out_dims is not None and valid_shape(out_dims):
                 ws = list(out_dims)
             if ws is None:
-                return unknown(f"{name}: weight size unknown (no Concrete Inputs); pass out_dims",
-                                (spec.go, spec.x))
+                return unknown(f"{name}: weight size unknown (no Concrete Inputs); pass out_dims", (spec.go, spec.x))
             if len(ws) != len(go) or not valid_shape(ws):
                 raise Bad(f"{name}: weight size {ws} does not fit grad_output {list(go)}")
             w = tuple(ws)
@@ -287,6 +297,7 @@ def _conv_bwd(spec: _ConvBwdSpec, name: str):
         r = R(flops, reads=reads, outs=outs)
         r.single_out = False
         return r
+
     return f
 
 
@@ -299,69 +310,127 @@ _reg(["convolution", "_convolution", "convolution_overrideable"], _conv_fwd(_CON
 for _n in ("conv1d", "conv2d", "conv3d"):
     _reg(_n, _conv_fwd(_ConvSpec(stride=3, padding=4, dilation=5, groups=6, unbatched_ok=True), _n))
 for _n in ("conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
-    _reg(_n, _conv_fwd(_ConvSpec(stride=3, padding=4, output_padding=5, groups=6, dilation=7,
-                                 transposed=True, unbatched_ok=True), _n))
+    _reg(
+        _n,
+        _conv_fwd(
+            _ConvSpec(stride=3, padding=4, output_padding=5, groups=6, dilation=7, transposed=True, unbatched_ok=True),
+            _n,
+        ),
+    )
 _reg("_convolution_mode", _conv_fwd(_ConvSpec(stride=3, padding=4, dilation=5, groups=6), "_convolution_mode"))
 _reg("cudnn_convolution", _conv_fwd_cudnn(False, "cudnn_convolution"))
 _reg("cudnn_convolution_transpose", _conv_fwd_cudnn(True, "cudnn_convolution_transpose"))
-_reg(["cudnn_convolution_relu", "miopen_convolution_relu"],
-     _conv_fwd(_ConvSpec(stride=3, padding=4, dilation=5, groups=6), "convolution_relu"))
-_reg(["cudnn_convolution_add_relu", "miopen_convolution_add_relu"],
-     _conv_fwd(_ConvSpec(bias=4, stride=5, padding=6, dilation=7, groups=8), "convolution_add_relu"))
-_reg(["miopen_convolution", "miopen_depthwise_convolution", "mkldnn_convolution"],
-     _conv_fwd(_ConvSpec(padding=3, stride=4, dilation=5, groups=6), "convolution"))
-_reg("miopen_convolution_transpose",
-     _conv_fwd(_ConvSpec(padding=3, output_padding=4, stride=5, dilation=6, groups=7, transposed=True),
-               "miopen_convolution_transpose"))
+_reg(
+    ["cudnn_convolution_relu", "miopen_convolution_relu"],
+    _conv_fwd(_ConvSpec(stride=3, padding=4, dilation=5, groups=6), "convolution_relu"),
+)
+_reg(
+    ["cudnn_convolution_add_relu", "miopen_convolution_add_relu"],
+    _conv_fwd(_ConvSpec(bias=4, stride=5, padding=6, dilation=7, groups=8), "convolution_add_relu"),
+)
+_reg(
+    ["miopen_convolution", "miopen_depthwise_convolution", "mkldnn_convolution"],
+    _conv_fwd(_ConvSpec(padding=3, stride=4, dilation=5, groups=6), "convolution"),
+)
+_reg(
+    "miopen_convolution_transpose",
+    _conv_fwd(
+        _ConvSpec(padding=3, output_padding=4, stride=5, dilation=6, groups=7, transposed=True),
+        "miopen_convolution_transpose",
+    ),
+)
 # (self, weight, kernel_size, bias, stride, padding[, dilation])
-_reg(["_slow_conv2d_forward", "thnn_conv2d", "thnn_conv2d_forward", "slow_conv3d_forward",
-      "slow_conv3d", "thnn_conv3d"],
-     _conv_fwd(_ConvSpec(bias=3, stride=4, padding=5), "slow_conv"))
-_reg(["slow_conv_dilated2d", "slow_conv_dilated3d"],
-     _conv_fwd(_ConvSpec(bias=3, stride=4, padding=5, dilation=6), "slow_conv_dilated"))
-_reg(["_conv_depthwise2d", "conv_depthwise3d", "thnn_conv_depthwise2d", "thnn_conv_depthwise2d_forward"],
-     _conv_fwd(_ConvSpec(bias=3, stride=4, padding=5, dilation=6, depthwise=True), "conv_depthwise"))
-_reg(["slow_conv_transpose2d", "slow_conv_transpose3d"],
-     _conv_fwd(_ConvSpec(bias=3, stride=4, padding=5, output_padding=6, dilation=7, transposed=True),
-               "slow_conv_transpose"))
+_reg(
+    ["_slow_conv2d_forward", "thnn_conv2d", "thnn_conv2d_forward", "slow_conv3d_forward", "slow_conv3d", "thnn_conv3d"],
+    _conv_fwd(_ConvSpec(bias=3, stride=4, padding=5), "slow_conv"),
+)
+_reg(
+    ["slow_conv_dilated2d", "slow_conv_dilated3d"],
+    _conv_fwd(_ConvSpec(bias=3, stride=4, padding=5, dilation=6), "slow_conv_dilated"),
+)
+_reg(
+    ["_conv_depthwise2d", "conv_depthwise3d", "thnn_conv_depthwise2d", "thnn_conv_depthwise2d_forward"],
+    _conv_fwd(_ConvSpec(bias=3, stride=4, padding=5, dilation=6, depthwise=True), "conv_depthwise"),
+)
+_reg(
+    ["slow_conv_transpose2d", "slow_conv_transpose3d"],
+    _conv_fwd(
+        _ConvSpec(bias=3, stride=4, padding=5, output_padding=6, dilation=7, transposed=True), "slow_conv_transpose"
+    ),
+)
 _reg("_nnpack_spatial_convolution", _conv_fwd(_ConvSpec(padding=3, stride=4), "_nnpack_spatial_convolution"))
 
 # convolution backward
 # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
 #                      output_padding, groups, output_mask)
-_reg("convolution_backward", _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=7, mask=10),
-                                       "convolution_backward"))
+_reg("convolution_backward", _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=7, mask=10), "convolution_backward"))
 # convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation, transposed,
 #                                   output_padding, groups, output_mask)
-_reg("convolution_backward_overrideable",
-     _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=6, mask=9), "convolution_backward_overrideable"))
+_reg(
+    "convolution_backward_overrideable",
+    _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=6, mask=9), "convolution_backward_overrideable"),
+)
 # 2021-era kernels: note `self` (the input) comes BEFORE grad_output here
 # cudnn_convolution_backward(self, grad_output, weight, padding, stride, dilation, groups, benchmark,
 #                            deterministic[, allow_tf32], output_mask)
-_reg(["cudnn_convolution_backward", "miopen_convolution_backward", "miopen_depthwise_convolution_backward"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1), "cudnn_convolution_backward"))
-_reg(["cudnn_convolution_transpose_backward", "miopen_convolution_transpose_backward"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=True, mask=-1),
-               "cudnn_convolution_transpose_backward"))
+_reg(
+    ["cudnn_convolution_backward", "miopen_convolution_backward", "miopen_depthwise_convolution_backward"],
+    _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1), "cudnn_convolution_backward"),
+)
+_reg(
+    ["cudnn_convolution_transpose_backward", "miopen_convolution_transpose_backward"],
+    _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=True, mask=-1), "cudnn_convolution_transpose_backward"),
+)
 # mkldnn_convolution_backward(self, grad_output, weight, padding, stride, dilation, groups, output_mask)
-_reg("mkldnn_convolution_backward",
-     _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1), "mkldnn_convolution_backward"))
+_reg(
+    "mkldnn_convolution_backward",
+    _conv_bwd(_ConvBwdSpec(go=1, x=0, w=2, transposed=False, mask=-1), "mkldnn_convolution_backward"),
+)
 # _slow_conv2d_backward(grad_output, self, weight, kernel_size, stride, padding, output_mask) and the
 # older thnn_conv2d_backward / slow_conv3d_backward(..., finput, fgrad_input, output_mask)
-_reg(["_slow_conv2d_backward", "thnn_conv2d_backward", "slow_conv3d_backward"],
-     _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=False, mask=-1), "slow_conv_backward"))
+_reg(
+    ["_slow_conv2d_backward", "thnn_conv2d_backward", "slow_conv3d_backward"],
+    _conv_bwd(_ConvBwdSpec(go=0, x=1, w=2, transposed=False, mask=-1), "slow_conv_backward"),
+)
 # cudnn_convolution_backward_input(self_size, grad_output, weight, padding, stride, dilation, groups, ...)
-_reg(["cudnn_convolution_backward_input", "miopen_convolution_backward_input",
-      "miopen_depthwise_convolution_backward_input"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=None, w=2, transposed=False, mask=None, grads=(True, False), x_size=0), "convolution_backward_input"))
+_reg(
+    [
+        "cudnn_convolution_backward_input",
+        "miopen_convolution_backward_input",
+        "miopen_depthwise_convolution_backward_input",
+    ],
+    _conv_bwd(
+        _ConvBwdSpec(go=1, x=None, w=2, transposed=False, mask=None, grads=(True, False), x_size=0),
+        "convolution_backward_input",
+    ),
+)
 # cudnn_convolution_backward_weight(weight_size, grad_output, self, padding, stride, dilation, groups, ...)
-_reg(["cudnn_convolution_backward_weight", "miopen_convolution_backward_weight",
-      "miopen_depthwise_convolution_backward_weight"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=2, w=None, transposed=False, mask=None, grads=(False, True), w_size=0), "convolution_backward_weight"))
+_reg(
+    [
+        "cudnn_convolution_backward_weight",
+        "miopen_convolution_backward_weight",
+        "miopen_depthwise_convolution_backward_weight",
+    ],
+    _conv_bwd(
+        _ConvBwdSpec(go=1, x=2, w=None, transposed=False, mask=None, grads=(False, True), w_size=0),
+        "convolution_backward_weight",
+    ),
+)
 # cudnn_convolution_transpose_backward_input(grad_output, weight, padding, stride, dilation, groups, ...)
-_reg(["cudnn_convolution_transpose_backward_input", "miopen_convolution_transpose_backward_input"],
-     _conv_bwd(_ConvBwdSpec(go=0, x=None, w=1, transposed=True, mask=None, grads=(True, False),
-                            padding=2, stride=3, dilation=4), "convolution_transpose_backward_input"))
+_reg(
+    ["cudnn_convolution_transpose_backward_input", "miopen_convolution_transpose_backward_input"],
+    _conv_bwd(
+        _ConvBwdSpec(
+            go=0, x=None, w=1, transposed=True, mask=None, grads=(True, False), padding=2, stride=3, dilation=4
+        ),
+        "convolution_transpose_backward_input",
+    ),
+)
 # cudnn_convolution_transpose_backward_weight(weight_size, grad_output, self, padding, stride, dilation, groups, ...)
-_reg(["cudnn_convolution_transpose_backward_weight", "miopen_convolution_transpose_backward_weight"],
-     _conv_bwd(_ConvBwdSpec(go=1, x=2, w=None, transposed=True, mask=None, grads=(False, True), w_size=0), "convolution_transpose_backward_weight"))
+_reg(
+    ["cudnn_convolution_transpose_backward_weight", "miopen_convolution_transpose_backward_weight"],
+    _conv_bwd(
+        _ConvBwdSpec(go=1, x=2, w=None, transposed=True, mask=None, grads=(False, True), w_size=0),
+        "convolution_transpose_backward_weight",
+    ),
+)

@@ -33,15 +33,15 @@ _reg_ns = TABLE.ns
 @dataclass(frozen=True)
 class _Varlen:
     """Where a packed ([total, H, D]) attention op keeps its batch description."""
-    cu_q: int                          # cu_seqlens_q, [B+1]
-    max_q: int                         # max_seqlen_q
-    max_k: int                         # max_seqlen_k
-    paged: bool = False                # keys always in a paged cache (else: when k is 4-D or 5-D)
-    padded_k: tuple[int, ...] = ()     # seqused_k / leftpad_k: keys not contiguous per sequence
+
+    cu_q: int  # cu_seqlens_q, [B+1]
+    max_q: int  # max_seqlen_q
+    max_k: int  # max_seqlen_k
+    paged: bool = False  # keys always in a paged cache (else: when k is 4-D or 5-D)
+    padded_k: tuple[int, ...] = ()  # seqused_k / leftpad_k: keys not contiguous per sequence
 
 
-def _uniform_lengths(a: Args, vl: _Varlen, total_q: int, k0: int, paged: bool,
-                     name: str) -> tuple[int, int, int] | str:
+def _uniform_lengths(a: Args, vl: _Varlen, total_q: int, k0: int, paged: bool, name: str) -> tuple[int, int, int] | str:
     """(B, sq, sk) when every sequence of a packed batch provably has sq queries and sk keys; else why not.
 
     Only cu_seqlens' sizes and the max lengths are recorded, never the per-sequence lengths. But when
@@ -64,8 +64,7 @@ def _uniform_lengths(a: Args, vl: _Varlen, total_q: int, k0: int, paged: bool,
         return b, mq, mk
     if mk == mq and not (contiguous and k0 < b * mk):
         return b, mq, mk
-    return (f"per-sequence key lengths are not recorded ({b} sequences of {mq} queries, "
-            f"at most {mk} keys)")
+    return f"per-sequence key lengths are not recorded ({b} sequences of {mq} queries, at most {mk} keys)"
 
 
 def _kv_geometry(a: Args, ik: int, iv: int, name: str) -> tuple[int, int, int]:
@@ -114,6 +113,7 @@ def _varlen_attn(spec: AttnSpec, vl: _Varlen, name: str):
         r = dense(view, out_dims)
         r.args = view
         return r
+
     return f
 
 
@@ -131,24 +131,37 @@ def _flag_then_window(a: Args, start: int) -> int | None:
     return None
 
 
-def _aiter_attn(q: int, k: int, v: int, scan: int, reads: tuple[int, ...], name: str,
-                go: int | None = None, vl: _Varlen | None = None, padded_batch: bool = False):
+def _aiter_attn(
+    q: int,
+    k: int,
+    v: int,
+    scan: int,
+    reads: tuple[int, ...],
+    name: str,
+    go: int | None = None,
+    vl: _Varlen | None = None,
+    padded_batch: bool = False,
+):
     """aiter flash attention: [B, S, H, D] (or packed [total, H, D]) inputs, causal aligned bottom-right
     (aiter's Python side passes only that mask). A bias or ALiBi slopes change no matmul and are ignored.
 
     padded_batch: mha_fwd releases with sink_size (an int after the window) also take cu_seqlens_q/kv
     (4 and 5 places on), which describe a padded batch whose lengths are not recorded.
     """
+
     def f(a: Args, out_dims) -> R:
         ci = _flag_then_window(a, scan)
         window = (ci + 1, ci + 2) if ci is not None else ()
         spec = AttnSpec("bshd", q, k, v, go=go, causal=ci, align="bottom_right", window=window, reads=reads)
-        if (padded_batch and ci is not None and is_int(a.raw(ci + 3))
-                and (a.is_tensor(ci + 6) or a.is_tensor(ci + 7))):
-            return unknown(f"{name}: padded batch (cu_seqlens): per-sequence lengths are not recorded",
-                            reads, mask=attn_mask_kind(a, spec))
+        if padded_batch and ci is not None and is_int(a.raw(ci + 3)) and (a.is_tensor(ci + 6) or a.is_tensor(ci + 7)):
+            return unknown(
+                f"{name}: padded batch (cu_seqlens): per-sequence lengths are not recorded",
+                reads,
+                mask=attn_mask_kind(a, spec),
+            )
         fn = _varlen_attn(spec, vl, name) if vl is not None else attn(spec, name)
         return fn(a, out_dims)
+
     return f
 
 
@@ -158,32 +171,45 @@ def _aiter_attn(q: int, k: int, v: int, scan: int, reads: tuple[int, ...], name:
 # fmha_v3_fwd(q, k, v, dropout_p, softmax_scale, is_causal, window_size_left, window_size_right,
 #             return_softmax_lse, return_dropout_randval, how_v3_bf16_cvt, out, bias, alibi_slopes, gen)
 #   q [b, sq, hq, d], k/v [b, sk, hk, d]
-_reg_ns(["aiter::mha_fwd", "aiter::fmha_v3_fwd"],
-        _aiter_attn(0, 1, 2, 3, (0, 1, 2), "aiter mha_fwd", padded_batch=True), attention=True)
+_reg_ns(
+    ["aiter::mha_fwd", "aiter::fmha_v3_fwd"],
+    _aiter_attn(0, 1, 2, 3, (0, 1, 2), "aiter mha_fwd", padded_batch=True),
+    attention=True,
+)
 # mha_bwd(dout, q, k, v, out, softmax_lse, dropout_p, softmax_scale, is_causal, window_size_left,
 #         window_size_right, deterministic, dq, dk, dv, ...); fmha_v3_bwd: the same with is_v3_atomic_fp32,
 #         how_v3_bf16_cvt before dq (mha_bwd.h, mha_v3_bwd.h)
-_reg_ns(["aiter::mha_bwd", "aiter::fmha_v3_bwd"],
-        _aiter_attn(1, 2, 3, 6, (0, 1, 2, 3, 4, 5), "aiter mha_bwd", go=0), attention=True)
+_reg_ns(
+    ["aiter::mha_bwd", "aiter::fmha_v3_bwd"],
+    _aiter_attn(1, 2, 3, 6, (0, 1, 2, 3, 4, 5), "aiter mha_bwd", go=0),
+    attention=True,
+)
 # mha_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, [min_seqlen_q,] dropout_p,
 #     softmax_scale, [logits_soft_cap,] zero_tensors, is_causal, window_size_left, window_size_right, ...,
 #     block_table, ...); fmha_v3_varlen_fwd: the same arguments up to the window (mha_varlen_fwd.h)
 #   q [total_q, hq, d]; k/v [total_k, hk, d], or [blocks, block_size, hk, d] with a block_table
-_reg_ns(["aiter::mha_varlen_fwd", "aiter::fmha_v3_varlen_fwd"],
-        _aiter_attn(0, 1, 2, 7, (0, 1, 2), "aiter mha_varlen_fwd", vl=_Varlen(3, 5, 6)), attention=True)
+_reg_ns(
+    ["aiter::mha_varlen_fwd", "aiter::fmha_v3_varlen_fwd"],
+    _aiter_attn(0, 1, 2, 7, (0, 1, 2), "aiter mha_varlen_fwd", vl=_Varlen(3, 5, 6)),
+    attention=True,
+)
 # mha_varlen_bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 #     dropout_p, softmax_scale, zero_tensors, is_causal, window_size_left, window_size_right, deterministic,
 #     dq, dk, dv, ...); fmha_v3_varlen_bwd: the same with is_v3_atomic_fp32, how_v3_bf16_cvt before dq
-_reg_ns(["aiter::mha_varlen_bwd", "aiter::fmha_v3_varlen_bwd"],
-        _aiter_attn(1, 2, 3, 10, (0, 1, 2, 3, 4, 5), "aiter mha_varlen_bwd", go=0, vl=_Varlen(6, 8, 9)),
-        attention=True)
+_reg_ns(
+    ["aiter::mha_varlen_bwd", "aiter::fmha_v3_varlen_bwd"],
+    _aiter_attn(1, 2, 3, 10, (0, 1, 2, 3, 4, 5), "aiter mha_varlen_bwd", go=0, vl=_Varlen(6, 8, 9)),
+    attention=True,
+)
 # mha_batch_prefill(q, k, v, cu_seqlens_q, kv_indptr, kv_page_indices, max_seqlen_q, max_seqlen_k, dropout_p,
 #     softmax_scale, logits_soft_cap, zero_tensors, is_causal, window_size_left, window_size_right,
 #     [sink_size,] return_softmax_lse, return_dropout_randval, out, ...) (mha_batch_prefill.h)
 #   q [total_q, hq, d]; k/v a paged cache: [slots, hk, d] (page size 1) or the vectorised 5-D layout
-_reg_ns("aiter::mha_batch_prefill",
-        _aiter_attn(0, 1, 2, 8, (0, 1, 2), "aiter mha_batch_prefill", vl=_Varlen(3, 6, 7, paged=True)),
-        attention=True)
+_reg_ns(
+    "aiter::mha_batch_prefill",
+    _aiter_attn(0, 1, 2, 8, (0, 1, 2), "aiter mha_batch_prefill", vl=_Varlen(3, 6, 7, paged=True)),
+    attention=True,
+)
 
 
 # ---- flash-attn 2.x ----
@@ -201,20 +227,40 @@ _reg_ns("aiter::mha_batch_prefill",
 #     max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_size_left, window_size_right,
 #     softcap, alibi_slopes, deterministic, rng_state)
 for _ns in ("flash_attn", "flashattn"):
-    _reg_ns(f"{_ns}::_flash_attn_forward",
-            attn(AttnSpec("bshd", 0, 1, 2, causal=5, align="bottom_right", window=(6, 7), reads=(0, 1, 2)),
-                  "_flash_attn_forward"), attention=True)
-    _reg_ns(f"{_ns}::_flash_attn_backward",
-            attn(AttnSpec("bshd", 1, 2, 3, go=0, causal=11, align="bottom_right", window=(12, 13),
-                            reads=(0, 1, 2, 3, 4, 5)), "_flash_attn_backward"), attention=True)
-    _reg_ns(f"{_ns}::_flash_attn_varlen_forward",
-            _varlen_attn(AttnSpec("bshd", 0, 1, 2, causal=9, align="bottom_right", window=(10, 11),
-                                   reads=(0, 1, 2)), _Varlen(3, 5, 6, padded_k=(16, 17)),
-                         "_flash_attn_varlen_forward"), attention=True)
-    _reg_ns(f"{_ns}::_flash_attn_varlen_backward",
-            _varlen_attn(AttnSpec("bshd", 1, 2, 3, go=0, causal=15, align="bottom_right", window=(16, 17),
-                                   reads=(0, 1, 2, 3, 4, 5)), _Varlen(9, 11, 12), "_flash_attn_varlen_backward"),
-            attention=True)
+    _reg_ns(
+        f"{_ns}::_flash_attn_forward",
+        attn(
+            AttnSpec("bshd", 0, 1, 2, causal=5, align="bottom_right", window=(6, 7), reads=(0, 1, 2)),
+            "_flash_attn_forward",
+        ),
+        attention=True,
+    )
+    _reg_ns(
+        f"{_ns}::_flash_attn_backward",
+        attn(
+            AttnSpec("bshd", 1, 2, 3, go=0, causal=11, align="bottom_right", window=(12, 13), reads=(0, 1, 2, 3, 4, 5)),
+            "_flash_attn_backward",
+        ),
+        attention=True,
+    )
+    _reg_ns(
+        f"{_ns}::_flash_attn_varlen_forward",
+        _varlen_attn(
+            AttnSpec("bshd", 0, 1, 2, causal=9, align="bottom_right", window=(10, 11), reads=(0, 1, 2)),
+            _Varlen(3, 5, 6, padded_k=(16, 17)),
+            "_flash_attn_varlen_forward",
+        ),
+        attention=True,
+    )
+    _reg_ns(
+        f"{_ns}::_flash_attn_varlen_backward",
+        _varlen_attn(
+            AttnSpec("bshd", 1, 2, 3, go=0, causal=15, align="bottom_right", window=(16, 17), reads=(0, 1, 2, 3, 4, 5)),
+            _Varlen(9, 11, 12),
+            "_flash_attn_varlen_backward",
+        ),
+        attention=True,
+    )
 
 
 # ---- vLLM ----
@@ -241,8 +287,7 @@ def vllm_batch_stats(annotation: str) -> dict | None:
     g = [int(x) for x in m.groups()]
     out = {"sq": 0, "sk": 0, "sqsq": 0, "sqsk": 0}
     for n, sq, sk, sqsq, sqsk in (g[:5], g[5:]):
-        if (n == 0) != (sq == 0) or not (n <= sq <= sqsq <= sqsk and sq <= sk
-                                         and sqsq <= sq * sq and sqsk <= sq * sk):
+        if (n == 0) != (sq == 0) or not (n <= sq <= sqsq <= sqsk and sq <= sk and sqsq <= sq * sq and sqsk <= sq * sk):
             return None
         out["sq"] += sq
         out["sk"] += sk
@@ -257,6 +302,7 @@ def _vllm_attn(out: int | None):
     The lengths are not arguments: context["seq_stats"] (vllm_batch_stats of the step's annotation)
     gives them. Bytes: the queries, the keys and values of all sk positions (in the key's dtype), the output.
     """
+
     def f(a: Args, out_dims) -> R:
         t, hq, dqk = a.shape(0, "query", (3,))
         has_out = out is not None and a.is_tensor(out)
@@ -283,13 +329,19 @@ def _vllm_attn(out: int | None):
         if not sq <= sqsq <= sqsk:
             raise Bad(f"vLLM attention: inconsistent seq_stats {stats!r}")
         per_pair = 2 * (dqk + dv)
-        r = R(hq * sqsk * per_pair, hq * kept * per_pair, mask="causal", reads=(0,),
-               outs=[((t, hq, dv), a.type(out if has_out else 0))])
+        r = R(
+            hq * sqsk * per_pair,
+            hq * kept * per_pair,
+            mask="causal",
+            reads=(0,),
+            outs=[((t, hq, dv), a.type(out if has_out else 0))],
+        )
         if hk is None:
             r.outs = None
         else:
             r.extra_reads = [((sk, hk, dqk), a.type(1)), ((sk, hk, dv), a.type(2))]
         return r
+
     return f
 
 
@@ -309,6 +361,7 @@ def _sage(lay: int, name: str):
     """SageAttention: Q·Kᵀ in int8, P·V in fp16 or fp8. The value operand arrives quantised into a padded,
     transposed layout, so the count takes the key's geometry with the output's head dim. The kernels'
     causal alignment is not documented: with Sq != Sk a causal mask counts as 'unknown'."""
+
     def f(a: Args, out_dims) -> R:
         reads = (0, 1, 2, 4, 5)
         layout = {0: "bshd", 1: "bhsd"}.get(a.c_int(lay))
@@ -323,21 +376,24 @@ def _sage(lay: int, name: str):
         r = attn(AttnSpec(layout, 0, 1, len(a.dims), causal=causal, reads=reads), name)(view, None)
         r.outs = [(o, a.type(3))]
         return r
+
     return f
 
 
 # thu-ml/SageAttention sageattention/sm80_compile.py, sm89_compile.py, sm90_compile.py (torch.library.custom_op):
 # ...(query, key, value, output, query_scale, key_scale, [value_scale, [value_mean,]] tensor_layout, is_causal,
 #     qk_quant_gran, sm_scale, return_lse); tensor_layout 0: [B, S, H, D], 1: [B, H, S, D]
-for _n, _lay in (("sageattention::qk_int8_sv_f16_accum_f16_attn", 6),
-                 ("sageattention::qk_int8_sv_f16_accum_f32_attn", 6),
-                 ("sageattention::qk_int8_sv_f16_accum_f16_attn_inst_buf", 6),
-                 ("sageattention_sm89::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn", 7),
-                 ("sageattention_sm89::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf", 7),
-                 ("sageattention_sm89::qk_int8_sv_f8_accum_f16_fuse_v_scale_attn_inst_buf", 7),
-                 ("sageattention_sm89::qk_int8_sv_f8_accum_f32_fuse_v_scale_fuse_v_mean_attn", 8),
-                 ("sageattention_sm90::qk_int8_sv_f8_accum_f32_attn_inst_buf", 6),
-                 ("sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf", 7)):
+for _n, _lay in (
+    ("sageattention::qk_int8_sv_f16_accum_f16_attn", 6),
+    ("sageattention::qk_int8_sv_f16_accum_f32_attn", 6),
+    ("sageattention::qk_int8_sv_f16_accum_f16_attn_inst_buf", 6),
+    ("sageattention_sm89::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn", 7),
+    ("sageattention_sm89::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf", 7),
+    ("sageattention_sm89::qk_int8_sv_f8_accum_f16_fuse_v_scale_attn_inst_buf", 7),
+    ("sageattention_sm89::qk_int8_sv_f8_accum_f32_fuse_v_scale_fuse_v_mean_attn", 8),
+    ("sageattention_sm90::qk_int8_sv_f8_accum_f32_attn_inst_buf", 6),
+    ("sageattention_sm90::qk_int8_sv_f8_accum_f32_fuse_v_scale_attn_inst_buf", 7),
+):
     _reg_ns(_n, _sage(_lay, _n.split("::")[1]), attention=True)
 
 
@@ -346,6 +402,7 @@ for _n, _lay in (("sageattention::qk_int8_sv_f16_accum_f16_attn", 6),
 
 def _fold_groups(fn: Formula, idxs: tuple[int, ...]) -> Formula:
     """xformers' grouped-query inputs [B, M, G, H, K] counted as [B, M, G·H, K]."""
+
     def f(a: Args, out_dims) -> R:
         dims = list(a.dims)
         for i in idxs:
@@ -358,15 +415,16 @@ def _fold_groups(fn: Formula, idxs: tuple[int, ...]) -> Formula:
         r = fn(view, out_dims)
         r.args = view
         return r
+
     return f
 
 
 def _newest_schema(fn: Formula, min_args: int, name: str) -> Formula:
     def f(a: Args, out_dims) -> R:
         if len(a.dims) < min_args:
-            return unknown(f"{name}: schema of an older xformers release (argument positions not confirmed)",
-                            (0, 1, 2))
+            return unknown(f"{name}: schema of an older xformers release (argument positions not confirmed)", (0, 1, 2))
         return fn(a, out_dims)
+
     return f
 
 
@@ -375,15 +433,36 @@ def _newest_schema(fn: Formula, min_args: int, name: str) -> Formula:
 # efficient_attention_forward_cutlass(query, key, value, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 #     max_seqlen_k, dropout_p, custom_mask_type, compute_log_sumexp, *, scale, seqlen_k, window_size)
 #     (the schema of aten::_efficient_attention_forward; older releases had 5- and 8-argument ones)
-_reg_ns("xformers::efficient_attention_forward_cutlass", _newest_schema(_fold_groups(
-    attn(AttnSpec("bshd", 0, 1, 2, mask_type=9, masks=(3,), window=(13,), varlen=(4, 5, 12),
-                    reads=(0, 1, 2, 3)), "xformers efficient_attention_forward_cutlass"), (0, 1, 2)),
-    11, "xformers efficient_attention_forward_cutlass"), attention=True)
+_reg_ns(
+    "xformers::efficient_attention_forward_cutlass",
+    _newest_schema(
+        _fold_groups(
+            attn(
+                AttnSpec("bshd", 0, 1, 2, mask_type=9, masks=(3,), window=(13,), varlen=(4, 5, 12), reads=(0, 1, 2, 3)),
+                "xformers efficient_attention_forward_cutlass",
+            ),
+            (0, 1, 2),
+        ),
+        11,
+        "xformers efficient_attention_forward_cutlass",
+    ),
+    attention=True,
+)
 # efficient_attention_forward_ck(query, key, value, attn_bias, seqstart_q, seqstart_k, max_seqlen_q, dropout_p,
 #     compute_logsumexp, custom_mask_type, scale, seqlen_k, window_size[, block_tables, page_size])
-_reg_ns("xformers::efficient_attention_forward_ck", _fold_groups(
-    attn(AttnSpec("bshd", 0, 1, 2, mask_type=9, masks=(3,), window=(12,), varlen=(4, 5, 11), paged=13,
-                    reads=(0, 1, 2, 3)), "xformers efficient_attention_forward_ck"), (0, 1, 2)), attention=True)
+_reg_ns(
+    "xformers::efficient_attention_forward_ck",
+    _fold_groups(
+        attn(
+            AttnSpec(
+                "bshd", 0, 1, 2, mask_type=9, masks=(3,), window=(12,), varlen=(4, 5, 11), paged=13, reads=(0, 1, 2, 3)
+            ),
+            "xformers efficient_attention_forward_ck",
+        ),
+        (0, 1, 2),
+    ),
+    attention=True,
+)
 # xformers/ops/fmha/flash.py (torch.library.custom_op; with PyTorch's flash kernels it calls
 # aten::_flash_attention_forward/_backward, which are then the counted leaves); causal bottom-right:
 # xformers_flash::flash_fwd(query, key, value, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
@@ -391,11 +470,22 @@ _reg_ns("xformers::efficient_attention_forward_ck", _fold_groups(
 # xformers_flash::flash_bwd(grads_share_storage, grad, query, key, value, out, lse, cu_seqlens_q,
 #     cu_seqlens_k, max_seqlen_q, max_seqlen_k, p, softmax_scale, is_causal, window_left, window_right, rng_state)
 #   [B, M, H, K], or packed [total, H, K] with cu_seqlens (a block-diagonal bias: variable lengths)
-_reg_ns("xformers_flash::flash_fwd",
-        _varlen_attn(AttnSpec("bshd", 0, 1, 2, causal=10, align="bottom_right", window=(11, 12),
-                               reads=(0, 1, 2)), _Varlen(3, 6, 7, padded_k=(5,)), "xformers flash_fwd"),
-        attention=True)
-_reg_ns("xformers_flash::flash_bwd",
-        _varlen_attn(AttnSpec("bshd", 2, 3, 4, go=1, causal=13, align="bottom_right", window=(14, 15),
-                               reads=(1, 2, 3, 4, 5, 6)), _Varlen(7, 9, 10), "xformers flash_bwd"),
-        primary=1, attention=True)
+_reg_ns(
+    "xformers_flash::flash_fwd",
+    _varlen_attn(
+        AttnSpec("bshd", 0, 1, 2, causal=10, align="bottom_right", window=(11, 12), reads=(0, 1, 2)),
+        _Varlen(3, 6, 7, padded_k=(5,)),
+        "xformers flash_fwd",
+    ),
+    attention=True,
+)
+_reg_ns(
+    "xformers_flash::flash_bwd",
+    _varlen_attn(
+        AttnSpec("bshd", 2, 3, 4, go=1, causal=13, align="bottom_right", window=(14, 15), reads=(1, 2, 3, 4, 5, 6)),
+        _Varlen(7, 9, 10),
+        "xformers flash_bwd",
+    ),
+    primary=1,
+    attention=True,
+)

@@ -29,12 +29,20 @@ _reg_ns = TABLE.ns
 # ---- GEMMs ----
 
 
-def _nk_gemm(ix: int, iw: int, reads: tuple[int, ...], out_dtype_idx: int | None = None,
-             out_idx: int | None = None, default_out: str | None = None, padded_k: bool = False):
+def _nk_gemm(
+    ix: int,
+    iw: int,
+    reads: tuple[int, ...],
+    out_dtype_idx: int | None = None,
+    out_idx: int | None = None,
+    default_out: str | None = None,
+    padded_k: bool = False,
+):
     """x [..., K] times a weight stored [N, K] (as F.linear): 2·M·N·K, M the product of x's leading dims.
 
     padded_k: a preshuffled weight may carry K padded up (aiter's bpreshuffle GEMMs); x's K is the work.
     """
+
     def f(a: Args, out_dims) -> R:
         x = a.shape(ix, "input", min_ndim=1)
         n, kw = a.shape(iw, "weight", (2,))
@@ -46,6 +54,7 @@ def _nk_gemm(ix: int, iw: int, reads: tuple[int, ...], out_dtype_idx: int | None
         else:
             ot = a.c_dtype(out_dtype_idx) or default_out or a.type(ix)
         return R(2 * math.prod(x[:-1]) * n * k, reads=reads, outs=[(tuple(x[:-1]) + (n,), ot)])
+
     return f
 
 
@@ -57,6 +66,7 @@ def _out_first_mm(reads: tuple[int, ...]):
         r = inner(a, out_dims)
         r.outs = [(r.outs[0][0], a.type(0))]
         return r
+
     return f
 
 
@@ -74,10 +84,14 @@ _reg_ns("aiter::hipb_mm", mm_like(0, 1, (0, 1, 3), out_dtype_idx=4))
 # gemm_a8w8_blockscale(XQ, WQ, x_scale, w_scale, dtype, isBpreshuffled)
 # gemm_a8w8_blockscale_bpreshuffle(XQ, WQ, x_scale, w_scale, dtype)
 _reg_ns("aiter::gemm_a8w8", _nk_gemm(0, 1, (0, 1, 2, 3, 4), out_dtype_idx=5, default_out="c10::BFloat16"))
-_reg_ns("aiter::gemm_a8w8_bpreshuffle",
-        _nk_gemm(0, 1, (0, 1, 2, 3, 4), out_dtype_idx=5, default_out="c10::BFloat16", padded_k=True))
-_reg_ns(["aiter::gemm_a8w8_blockscale", "aiter::gemm_a8w8_blockscale_bpreshuffle"],
-        _nk_gemm(0, 1, (0, 1, 2, 3), out_dtype_idx=4, default_out="c10::BFloat16"))
+_reg_ns(
+    "aiter::gemm_a8w8_bpreshuffle",
+    _nk_gemm(0, 1, (0, 1, 2, 3, 4), out_dtype_idx=5, default_out="c10::BFloat16", padded_k=True),
+)
+_reg_ns(
+    ["aiter::gemm_a8w8_blockscale", "aiter::gemm_a8w8_blockscale_bpreshuffle"],
+    _nk_gemm(0, 1, (0, 1, 2, 3), out_dtype_idx=4, default_out="c10::BFloat16"),
+)
 # vLLM (vllm/model_executor/layers/utils.py, direct_register_custom_op):
 # rocm_unquantized_gemm(x [..., K], weight [N, K], bias [N]): skinny wvSplitK/LLMM1 kernels or F.linear
 _reg_ns("vllm::rocm_unquantized_gemm", _nk_gemm(0, 1, (0, 1, 2)))
@@ -90,8 +104,10 @@ _reg_ns("_C::cutlass_scaled_mm_azp", _out_first_mm((1, 2, 3, 4, 5, 6, 7)), prima
 
 # ---- fused MoE ----
 
-_MOE_NO_WEIGHTS = ("fused MoE: the expert weights are not arguments of the op, and none of the ops it ran showed "
-                   "them with the top-k (re-profile with record_shapes=True)")
+_MOE_NO_WEIGHTS = (
+    "fused MoE: the expert weights are not arguments of the op, and none of the ops it ran showed "
+    "them with the top-k (re-profile with record_shapes=True)"
+)
 _PACKED = {"unsigned char", "c10::Float4_e2m1fn_x2"}  # MXFP4 experts: two 4-bit values per byte along K
 
 
@@ -124,7 +140,9 @@ def _fused_moe(a: Args, out_dims) -> R:
     k, ws = moe.get("topk"), moe.get("weights")
     if not (is_int(k) and 1 <= k <= e and isinstance(ws, (list, tuple)) and len(ws) == 2):
         raise Bad(f"fused MoE: malformed evidence {moe!r}")
-    if any(not (isinstance(w, (list, tuple)) and w and isinstance(w[0], (list, tuple)) and w[0][:1] == [e]) for w in ws):
+    if any(
+        not (isinstance(w, (list, tuple)) and w and isinstance(w[0], (list, tuple)) and w[0][:1] == [e]) for w in ws
+    ):
         raise Bad(f"fused MoE: expert weights {[w[0] for w in ws]} are not of the router's {e} experts")
     up, down = _expert_dims(ws[0], h, True), _expert_dims(ws[1], h, False)
     if up is None or down is None:

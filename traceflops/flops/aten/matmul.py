@@ -36,8 +36,14 @@ def _mm_mnk(a_shape, b_shape, what: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def mm_like(ia: int, ib: int, reads: tuple[int, ...], out_dtype_idx: int | None = None,
-             kmult: bool = False, out_type: str | None = None):
+def mm_like(
+    ia: int,
+    ib: int,
+    reads: tuple[int, ...],
+    out_dtype_idx: int | None = None,
+    kmult: bool = False,
+    out_type: str | None = None,
+):
     def f(a: Args, out_dims) -> R:
         sa = a.shape(ia, "mat1", (2,))
         sb = a.shape(ib, "mat2", (2,))
@@ -46,6 +52,7 @@ def mm_like(ia: int, ib: int, reads: tuple[int, ...], out_dtype_idx: int | None 
         flops = 2 * m * n * k
         ot = out_type or output_type(a, ia, out_dtype_idx)
         return R(flops, reads=reads, outs=[((m, n), ot)])
+
     return f
 
 
@@ -67,6 +74,7 @@ def _bmm_like(ia: int, ib: int, reads: tuple[int, ...]):
         m, n, k = _mm_mnk(sa[1:], sb[1:], "bmm")
         dt_idx = ib + 1 if a.type(ib + 1) == "Scalar" and ia == 0 else None
         return R(2 * sa[0] * m * n * k, reads=reads, outs=[((sa[0], m, n), output_type(a, ia, dt_idx))])
+
     return f
 
 
@@ -175,6 +183,7 @@ def _grouped(offs_idx: int, dtype_idx: int | None, reads: tuple[int, ...], scale
     Offset values are never recorded; the count assumes the groups cover the whole split
     dimension (rows beyond offs[-1] are left unwritten by the kernel, so this is an upper bound).
     """
+
     def f(a: Args, out_dims) -> R:
         sa = a.shape(0, "mat_a", (2, 3))
         sb = a.shape(1, "mat_b", (2, 3))
@@ -210,6 +219,7 @@ def _grouped(offs_idx: int, dtype_idx: int | None, reads: tuple[int, ...], scale
         if g != g2 or k != k2:
             raise Bad(f"grouped mm: shapes do not match ({list(sa)} x {list(sb)})")
         return R(2 * g * m * k * mult * n, reads=reads, outs=[((g, m, n), ot)])
+
     return f
 
 

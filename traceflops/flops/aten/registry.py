@@ -31,13 +31,13 @@ from traceflops.flops.aten.table import Entry, Formula
 
 @dataclass(frozen=True, slots=True)
 class OpFlops:
-    flops: int | None        # convention FLOPs (FlopCounterMode's: full attention whatever the mask); None = unknown
-    effective: int | None    # FLOPs the kernel really does (masked attention skips the masked part)
-    recompute: int           # part of `flops` that is in-kernel recompute (fused attention backward's QK^T)
-    mask: str | None         # attention only: 'full' | 'causal' | 'unknown'
-    bytes: int | None        # bytes of inputs read + outputs written, from dims and dtypes
-    dtype: str | None        # normalized compute dtype ('fp32', 'bf16', 'fp16', 'fp8', 'fp64', 'int8', ...)
-    reason: str | None       # why flops is None
+    flops: int | None  # convention FLOPs (FlopCounterMode's: full attention whatever the mask); None = unknown
+    effective: int | None  # FLOPs the kernel really does (masked attention skips the masked part)
+    recompute: int  # part of `flops` that is in-kernel recompute (fused attention backward's QK^T)
+    mask: str | None  # attention only: 'full' | 'causal' | 'unknown'
+    bytes: int | None  # bytes of inputs read + outputs written, from dims and dtypes
+    dtype: str | None  # normalized compute dtype ('fp32', 'bf16', 'fp16', 'fp8', 'fp64', 'int8', ...)
+    reason: str | None  # why flops is None
 
 
 _REGISTRY: dict[str, Entry] = {}
@@ -45,7 +45,7 @@ _REGISTRY: dict[str, Entry] = {}
 
 def _reg(names, fn: Formula, primary: int = 0, attention: bool = False) -> None:
     """Register a formula; a second formula for one op is refused (a silent override would change its count)."""
-    for n in ([names] if isinstance(names, str) else names):
+    for n in [names] if isinstance(names, str) else names:
         if "aten::" + n in _REGISTRY:
             raise ValueError(f"aten::{n} already has a FLOP formula")
         _REGISTRY["aten::" + n] = Entry(fn, primary, attention)
@@ -53,7 +53,7 @@ def _reg(names, fn: Formula, primary: int = 0, attention: bool = False) -> None:
 
 def _reg_ns(names, fn: Formula, primary: int = 0, attention: bool = False) -> None:
     """Register a formula under fully qualified names ("aiter::mha_fwd"); a second one is refused."""
-    for n in ([names] if isinstance(names, str) else names):
+    for n in [names] if isinstance(names, str) else names:
         if "::" not in n:
             raise ValueError(f"{n}: a framework op is registered with its namespace")
         if n in _REGISTRY:
@@ -68,20 +68,39 @@ for _table in (matmul.TABLE, conv.TABLE, attention.TABLE, framework_gemm.TABLE, 
 
 MATMUL_OPS: frozenset[str] = frozenset(_REGISTRY)
 
-WRAPPER_OPS: frozenset[str] = frozenset("aten::" + n for n in (
-    "matmul", "linear", "einsum",
-    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "convolution", "_convolution", "_convolution_mode", "convolution_overrideable",
-    "thnn_conv2d", "slow_conv3d",
-    "cudnn_convolution_backward", "cudnn_convolution_transpose_backward",
-    "miopen_convolution_backward", "miopen_convolution_transpose_backward",
-    "miopen_depthwise_convolution_backward",
-    "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-    "_scaled_dot_product_attention_math_for_mps",
-    # CUDA SDPA ops call the kernels _flash_attention_* / _efficient_attention_*
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
-))
+WRAPPER_OPS: frozenset[str] = frozenset(
+    "aten::" + n
+    for n in (
+        "matmul",
+        "linear",
+        "einsum",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "convolution",
+        "_convolution",
+        "_convolution_mode",
+        "convolution_overrideable",
+        "thnn_conv2d",
+        "slow_conv3d",
+        "cudnn_convolution_backward",
+        "cudnn_convolution_transpose_backward",
+        "miopen_convolution_backward",
+        "miopen_convolution_transpose_backward",
+        "miopen_depthwise_convolution_backward",
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_attention_math_for_mps",
+        # CUDA SDPA ops call the kernels _flash_attention_* / _efficient_attention_*
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_efficient_attention_backward",
+    )
+)
 assert WRAPPER_OPS <= MATMUL_OPS
 
 
@@ -94,8 +113,15 @@ def _norm_name(name: Any) -> str | None:
     return n
 
 
-def op_flops(name: str, dims: list | None, types: list | None, concrete: list | None,
-             out_dims: list[int] | None = None, *, context: dict | None = None) -> OpFlops | None:
+def op_flops(
+    name: str,
+    dims: list | None,
+    types: list | None,
+    concrete: list | None,
+    out_dims: list[int] | None = None,
+    *,
+    context: dict | None = None,
+) -> OpFlops | None:
     """FLOPs of one profiler cpu_op event; None when `name` has no formula (not matmul-class).
 
     dims / types / concrete are the event's 'Input Dims', 'Input type' and 'Concrete Inputs'.
@@ -123,11 +149,11 @@ def op_flops(name: str, dims: list | None, types: list | None, concrete: list | 
         r = entry.fn(a, list(out_dims) if out_dims is not None else None)
     except Bad as e:
         return OpFlops(None, None, 0, mask_default, None, dtype, str(e))
-    except Exception as e:  # noqa: BLE001  malformed in a way the formula did not foresee: never raise
+    except Exception as e:
         return OpFlops(None, None, 0, mask_default, None, dtype, f"malformed inputs ({type(e).__name__}: {e})")
     try:
         nbytes = _bytes(r.args if r.args is not None else a, r, out_dims)
-    except Exception:  # noqa: BLE001  bytes are best effort
+    except Exception:
         nbytes = None
     mask = r.mask if entry.attention else None
     if entry.attention and mask is None:
@@ -138,7 +164,9 @@ def op_flops(name: str, dims: list | None, types: list | None, concrete: list | 
         return OpFlops(None, None, 0, mask, nbytes, dtype, r.reason or "unknown")
     eff = r.effective if r.effective is not None else r.flops
     if not all(0 <= int(x) <= OP_FLOPS_MAX for x in (r.flops, eff, r.recompute)):
-        return OpFlops(None, None, 0, mask, nbytes, dtype, f"{OUT_OF_RANGE}: its shapes imply {float(r.flops):.3g} FLOPs")
+        return OpFlops(
+            None, None, 0, mask, nbytes, dtype, f"{OUT_OF_RANGE}: its shapes imply {float(r.flops):.3g} FLOPs"
+        )
     return OpFlops(int(r.flops), int(eff), int(r.recompute), mask, nbytes, dtype, None)
 
 

@@ -26,14 +26,33 @@ OUT_OF_RANGE = "out of range"
 
 # c10::ScalarType enum value (how Concrete Inputs records a dtype argument) -> profiler type string
 _SCALAR_TYPE_NUM: dict[int, str] = {
-    0: "unsigned char", 1: "signed char", 2: "short int", 3: "int", 4: "long int",
-    5: "c10::Half", 6: "float", 7: "double", 8: "c10::complex<c10::Half>",
-    9: "c10::complex<float>", 10: "c10::complex<double>", 11: "bool",
-    12: "c10::qint8", 13: "c10::quint8", 14: "c10::qint32", 15: "c10::BFloat16",
-    16: "c10::quint4x2", 17: "c10::quint2x4",
-    23: "c10::Float8_e5m2", 24: "c10::Float8_e4m3fn", 25: "c10::Float8_e5m2fnuz",
-    26: "c10::Float8_e4m3fnuz", 27: "short unsigned int", 28: "unsigned int",
-    29: "long unsigned int", 44: "c10::Float8_e8m0fnu", 45: "c10::Float4_e2m1fn_x2",
+    0: "unsigned char",
+    1: "signed char",
+    2: "short int",
+    3: "int",
+    4: "long int",
+    5: "c10::Half",
+    6: "float",
+    7: "double",
+    8: "c10::complex<c10::Half>",
+    9: "c10::complex<float>",
+    10: "c10::complex<double>",
+    11: "bool",
+    12: "c10::qint8",
+    13: "c10::quint8",
+    14: "c10::qint32",
+    15: "c10::BFloat16",
+    16: "c10::quint4x2",
+    17: "c10::quint2x4",
+    23: "c10::Float8_e5m2",
+    24: "c10::Float8_e4m3fn",
+    25: "c10::Float8_e5m2fnuz",
+    26: "c10::Float8_e4m3fnuz",
+    27: "short unsigned int",
+    28: "unsigned int",
+    29: "long unsigned int",
+    44: "c10::Float8_e8m0fnu",
+    45: "c10::Float4_e2m1fn_x2",
 }
 
 
@@ -185,10 +204,10 @@ class R:
     recompute: int = 0
     mask: str | None = None
     reason: str | None = None
-    reads: tuple[int, ...] = ()                         # argument indices read (tensors only are counted)
+    reads: tuple[int, ...] = ()  # argument indices read (tensors only are counted)
     outs: list[tuple[tuple[int, ...], str | None]] | None = None  # outputs written; None = unknown
-    single_out: bool = True                             # out_dims (if given) describes outs[0]
-    args: Args | None = None                           # the view the counts were made on, when not the event's
+    single_out: bool = True  # out_dims (if given) describes outs[0]
+    args: Args | None = None  # the view the counts were made on, when not the event's
     extra_reads: list[tuple[tuple[int, ...], str | None]] = field(default_factory=list)  # read, not arguments
 
 

@@ -18,7 +18,7 @@ Formula = Callable[[Args, Any], R]
 @dataclass(frozen=True)
 class Entry:
     fn: Formula
-    primary: int = 0          # argument whose dtype is the compute dtype
+    primary: int = 0  # argument whose dtype is the compute dtype
     attention: bool = False
 
 

@@ -61,15 +61,33 @@ class Builder:
             key = (program_id, module)
             if key not in self._missing_modules:
                 self._missing_modules.add(key)
-            self.w.add("XLA ops whose HLO module is not in the profile (no 'Hlo Proto' in /host:metadata): no shapes or shape-derived FLOPs")
+            self.w.add(
+                "XLA ops whose HLO module is not in the profile (no 'Hlo Proto' in /host:metadata): no shapes or shape-derived FLOPs"
+            )
             return None
         f = mod.facts(hlo_op)
         if f is None:
             self.w.add("XLA ops not found in their HLO module: no shapes or shape-derived FLOPs")
         return f
 
-    def add_op(self, *, name, cat, pid, tid, ts, dur, scope=None, facts: OpFacts | None = None,
-               flops=None, bytes_=None, matmul=None, ext_id=None, device=None, collective=None) -> int:
+    def add_op(
+        self,
+        *,
+        name,
+        cat,
+        pid,
+        tid,
+        ts,
+        dur,
+        scope=None,
+        facts: OpFacts | None = None,
+        flops=None,
+        bytes_=None,
+        matmul=None,
+        ext_id=None,
+        device=None,
+        collective=None,
+    ) -> int:
         o = self.ops
         op_id = len(o["op_id"])
         if facts is not None:
@@ -105,8 +123,21 @@ class Builder:
         o["collective"].append(collective)
         return op_id
 
-    def add_host_xla_op(self, *, name, pid, tid, ts, dur, scope, facts: OpFacts | None, flops, bytes_,
-                        device: int | None = None, run: int | None = None) -> None:
+    def add_host_xla_op(
+        self,
+        *,
+        name,
+        pid,
+        tid,
+        ts,
+        dur,
+        scope,
+        facts: OpFacts | None,
+        flops,
+        bytes_,
+        device: int | None = None,
+        run: int | None = None,
+    ) -> None:
         """An op XLA:CPU ran on a host thread; a fusion of several name stacks' matmuls becomes one op per name stack.
 
         The parts run back to back inside the op's span, each for its share of the
@@ -121,14 +152,39 @@ class Builder:
         coll = collective_of(facts.opcode if facts is not None else None, name)
         given = as_count(flops)
         if facts is None or not facts.parts or (given is not None and given != facts.flops) or not facts.flops:
-            self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts, flops=flops,
-                        bytes_=bytes_, device=device, collective=coll, ext_id=run)
+            self.add_op(
+                name=name,
+                cat="xla_op",
+                pid=pid,
+                tid=tid,
+                ts=ts,
+                dur=dur,
+                scope=scope,
+                facts=facts,
+                flops=flops,
+                bytes_=bytes_,
+                device=device,
+                collective=coll,
+                ext_id=run,
+            )
             return
         at = ts
         for k, part in enumerate(facts.parts):
             share = dur * part.flops / facts.flops if k < len(facts.parts) - 1 else ts + dur - at
-            self.add_op(name=name, cat="xla_op", pid=pid, tid=tid, ts=at, dur=share, scope=scope, facts=part,
-                        bytes_=bytes_ if k == 0 else None, device=device, collective=coll, ext_id=run)
+            self.add_op(
+                name=name,
+                cat="xla_op",
+                pid=pid,
+                tid=tid,
+                ts=at,
+                dur=share,
+                scope=scope,
+                facts=part,
+                bytes_=bytes_ if k == 0 else None,
+                device=device,
+                collective=coll,
+                ext_id=run,
+            )
             at += share
 
     def add_kernel(self, *, name, kind, pid, device, stream, ts, dur, corr, ext_id, bytes_=None, collective=None):
@@ -158,11 +214,45 @@ class Builder:
 
 
 # The columns this parser fills; any other column of the model's schemas comes out null.
-_OP_COLS = ("op_id", "name", "cat", "pid", "tid", "ts", "dur", "ext_id", "seq", "fwd_tid", "dims", "types",
-            "concrete", "strides", "scope", "flops_hint", "bytes_hint", "matmul_hint", "recompute_hint", "mask_hint",
-            "feeds_forward_hint", "device", "collective")
-_KERNEL_COLS = ("kernel_id", "name", "kind", "pid", "device", "stream", "ts", "dur", "correlation", "ext_id",
-                "bytes", "collective")
+_OP_COLS = (
+    "op_id",
+    "name",
+    "cat",
+    "pid",
+    "tid",
+    "ts",
+    "dur",
+    "ext_id",
+    "seq",
+    "fwd_tid",
+    "dims",
+    "types",
+    "concrete",
+    "strides",
+    "scope",
+    "flops_hint",
+    "bytes_hint",
+    "matmul_hint",
+    "recompute_hint",
+    "mask_hint",
+    "feeds_forward_hint",
+    "device",
+    "collective",
+)
+_KERNEL_COLS = (
+    "kernel_id",
+    "name",
+    "kind",
+    "pid",
+    "device",
+    "stream",
+    "ts",
+    "dur",
+    "correlation",
+    "ext_id",
+    "bytes",
+    "collective",
+)
 _LAUNCH_COLS = ("name", "pid", "tid", "ts", "dur", "correlation", "ext_id")
 
 

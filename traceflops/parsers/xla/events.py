@@ -43,5 +43,7 @@ def line_names(plane: XPlane) -> dict[int, str]:
     seen: dict[str, int] = {}
     for ln in plane.lines:
         seen[ln.name] = seen.get(ln.name, 0) + 1
-    return {id(ln): (ln.name or str(ln.id)) if seen[ln.name] == 1 and ln.name else f"{ln.name or 'line'}#{ln.id}"
-            for ln in plane.lines}
+    return {
+        id(ln): (ln.name or str(ln.id)) if seen[ln.name] == 1 and ln.name else f"{ln.name or 'line'}#{ln.id}"
+        for ln in plane.lines
+    }

@@ -25,8 +25,14 @@ def gpu_props(p: XPlane) -> dict:
     if isinstance(vendor, str) and vendor:
         props["name"] = f"{vendor} GPU"
         props["vendor"] = vendor
-    for src, dst in (("core_count", "numSms"), ("compute_cap_major", "computeMajor"), ("compute_cap_minor", "computeMinor"),
-                     ("memory_size", "totalGlobalMem"), ("clock_rate", "clockRate"), ("memory_bandwidth", "memoryBandwidth")):
+    for src, dst in (
+        ("core_count", "numSms"),
+        ("compute_cap_major", "computeMajor"),
+        ("compute_cap_minor", "computeMinor"),
+        ("memory_size", "totalGlobalMem"),
+        ("clock_rate", "clockRate"),
+        ("memory_bandwidth", "memoryBandwidth"),
+    ):
         v = _int(s.get(src))
         if v is not None:
             props[dst] = v
@@ -125,8 +131,9 @@ def resolve_gpu(b: Builder, host_lines, launches: list[Launch], kernel_launch: d
                 key = (la.hlo_op, tp, tt, s)
                 if key not in op_of_thunk:
                     facts = b.facts(la.program_id, la.module, la.hlo_op)
-                    op_of_thunk[key] = b.add_op(name=la.hlo_op, cat="xla_op", pid=tp, tid=tt, ts=s, dur=e - s,
-                                                scope=la.scope, facts=facts)
+                    op_of_thunk[key] = b.add_op(
+                        name=la.hlo_op, cat="xla_op", pid=tp, tid=tt, ts=s, dur=e - s, scope=la.scope, facts=facts
+                    )
                 _emit(b, la, ks, tp, tt, max(s, min(la.ts, e)), e)
                 continue
             pending.setdefault(la.line, []).append(la)
@@ -138,8 +145,16 @@ def resolve_gpu(b: Builder, host_lines, launches: list[Launch], kernel_launch: d
             key = (la.line, s, n)
             if key not in op_of_tf:
                 scope = n.rsplit(":", 1)[0]
-                op_of_tf[key] = b.add_op(name=n, cat="tf_op", pid=la.plane, tid=la.line, ts=s, dur=e - s, scope=scope,
-                                         matmul=bool(re.search(r":(MatMul|BatchMatMul\w*|Einsum|Conv\w*|_FusedMatMul|_FusedConv2D)$", n)))
+                op_of_tf[key] = b.add_op(
+                    name=n,
+                    cat="tf_op",
+                    pid=la.plane,
+                    tid=la.line,
+                    ts=s,
+                    dur=e - s,
+                    scope=scope,
+                    matmul=bool(re.search(r":(MatMul|BatchMatMul\w*|Einsum|Conv\w*|_FusedMatMul|_FusedConv2D)$", n)),
+                )
             _emit(b, la, ks, la.plane, la.line, max(s, min(la.ts, e)), e)
             continue
         # No op: e.g. an input transfer issued by the runtime. Keep the launch, no op encloses it.
@@ -155,8 +170,19 @@ def resolve_gpu(b: Builder, host_lines, launches: list[Launch], kernel_launch: d
                 continue
             for r in recs:
                 corr = b.next_corr()
-                b.add_kernel(name=r[0], kind=r[1], pid=r[2], device=r[3], stream=r[4], ts=r[5], dur=r[6], corr=corr,
-                             ext_id=r[7], bytes_=r[8], collective=None)
+                b.add_kernel(
+                    name=r[0],
+                    kind=r[1],
+                    pid=r[2],
+                    device=r[3],
+                    stream=r[4],
+                    ts=r[5],
+                    dur=r[6],
+                    corr=corr,
+                    ext_id=r[7],
+                    bytes_=r[8],
+                    collective=None,
+                )
         b.w.add("device activities whose launch is not in the profile (no host op; phase 'other')", orphan)
 
 
@@ -164,8 +190,19 @@ def _emit(b: Builder, la: Launch, ks, pid: str, tid: str, ts: float, end: float)
     corr = b.next_corr()
     for _key, recs in ks:
         for r in recs:
-            b.add_kernel(name=r[0], kind=r[1], pid=r[2], device=r[3], stream=r[4], ts=r[5], dur=r[6], corr=corr,
-                         ext_id=r[7], bytes_=r[8], collective=None)
+            b.add_kernel(
+                name=r[0],
+                kind=r[1],
+                pid=r[2],
+                device=r[3],
+                stream=r[4],
+                ts=r[5],
+                dur=r[6],
+                corr=corr,
+                ext_id=r[7],
+                bytes_=r[8],
+                collective=None,
+            )
     b.add_launch(name=la.name, pid=pid, tid=tid, ts=ts, dur=max(0.0, min(la.dur, end - ts)), corr=corr, ext_id=la.corr)
 
 
@@ -191,7 +228,9 @@ def _synthesize(b: Builder, pending: dict[str, list[Launch]], kernels_of) -> int
             s = la0.ts
             e = max(la.ts + la.dur for la in group)
             facts = b.facts(la0.program_id, la0.module, la0.hlo_op)
-            b.add_op(name=la0.hlo_op, cat="xla_op", pid=la0.plane, tid=line, ts=s, dur=e - s, scope=la0.scope, facts=facts)
+            b.add_op(
+                name=la0.hlo_op, cat="xla_op", pid=la0.plane, tid=line, ts=s, dur=e - s, scope=la0.scope, facts=facts
+            )
             made += 1
             for la in group:
                 _emit(b, la, kernels_of[id(la)], la0.plane, line, la.ts, e)

@@ -36,12 +36,25 @@ _MAX_USERS = 100_000  # instructions a dataflow walk visits at most
 
 # HLO element types as Kineto's `Input type` spells them (so dtype code reads both formats).
 _KINETO_TYPE = {
-    "f32": "float", "f64": "double", "f16": "c10::Half", "bf16": "c10::BFloat16",
-    "s8": "signed char", "u8": "unsigned char", "s16": "short int", "s32": "int",
-    "s64": "long int", "u16": "unsigned short", "u32": "unsigned int", "u64": "unsigned long long",
-    "pred": "bool", "c64": "c10::complex<float>", "c128": "c10::complex<double>",
-    "f8e4m3fn": "c10::Float8_e4m3fn", "f8e5m2": "c10::Float8_e5m2",
-    "f8e4m3fnuz": "c10::Float8_e4m3fnuz", "f8e5m2fnuz": "c10::Float8_e5m2fnuz",
+    "f32": "float",
+    "f64": "double",
+    "f16": "c10::Half",
+    "bf16": "c10::BFloat16",
+    "s8": "signed char",
+    "u8": "unsigned char",
+    "s16": "short int",
+    "s32": "int",
+    "s64": "long int",
+    "u16": "unsigned short",
+    "u32": "unsigned int",
+    "u64": "unsigned long long",
+    "pred": "bool",
+    "c64": "c10::complex<float>",
+    "c128": "c10::complex<double>",
+    "f8e4m3fn": "c10::Float8_e4m3fn",
+    "f8e5m2": "c10::Float8_e5m2",
+    "f8e4m3fnuz": "c10::Float8_e4m3fnuz",
+    "f8e5m2fnuz": "c10::Float8_e5m2fnuz",
     "f8e8m0fnu": "c10::Float8_e8m0fnu",
 }
 
@@ -63,7 +76,9 @@ class OpFacts:
     matmul: bool = False
     flops_reason: str | None = None  # why flops is None for a matmul op
     parts: tuple[OpFacts, ...] = ()  # a fusion of matmuls from several name stacks: one OpFacts per name stack
-    feeds_forward: bool | None = None  # a recomputed copy: does the forward use its result (CSE merged its twin into it)?
+    feeds_forward: bool | None = (
+        None  # a recomputed copy: does the forward use its result (CSE merged its twin into it)?
+    )
 
 
 def _array(shape: Shape | None) -> Shape | None:
@@ -175,8 +190,17 @@ class ModuleFacts:
             if _is_matmul_instr(cur):
                 found.append(cur)
                 continue
-            if depth >= _MAX_CALL_DEPTH or cur.opcode in ("while", "conditional", "map", "reduce", "sort",
-                                                          "scatter", "reduce-window", "select-and-scatter", "all-reduce"):
+            if depth >= _MAX_CALL_DEPTH or cur.opcode in (
+                "while",
+                "conditional",
+                "map",
+                "reduce",
+                "sort",
+                "scatter",
+                "reduce-window",
+                "select-and-scatter",
+                "all-reduce",
+            ):
                 continue
             for cid in cur.called_computation_ids:
                 if cid in seen or cid not in self.comps:
@@ -247,8 +271,11 @@ class ModuleFacts:
             if d is None or out is None or a is None or b is None:
                 return None, "convolution without shapes or dimension numbers"
             try:
-                return hlo.HloFlops(hlo.convolution(m.custom_call_target, out.dims, a.dims, b.dims,
-                                                    d.kernel_input_feature, d.kernel_spatial)), ""
+                return hlo.HloFlops(
+                    hlo.convolution(
+                        m.custom_call_target, out.dims, a.dims, b.dims, d.kernel_input_feature, d.kernel_spatial
+                    )
+                ), ""
             except IndexError:
                 return None, "convolution dimension numbers do not fit the kernel"
         if m.opcode == "custom-call" and _TE_ATTN_TARGET.search(m.custom_call_target):

@@ -24,14 +24,39 @@ MAX_DEPTH = 16  # nested tuple shapes
 
 # xla.PrimitiveType → (name, bytes per element); sub-byte types use a fractional size.
 PRIMITIVE_TYPES: dict[int, tuple[str, float]] = {
-    1: ("pred", 1), 2: ("s8", 1), 3: ("s16", 2), 4: ("s32", 4), 5: ("s64", 8),
-    6: ("u8", 1), 7: ("u16", 2), 8: ("u32", 4), 9: ("u64", 8),
-    10: ("f16", 2), 11: ("f32", 4), 12: ("f64", 8), 13: ("tuple", 0), 14: ("opaque", 0),
-    15: ("c64", 8), 16: ("bf16", 2), 17: ("token", 0), 18: ("c128", 16),
-    19: ("f8e5m2", 1), 20: ("f8e4m3fn", 1), 21: ("s4", 0.5), 22: ("u4", 0.5),
-    23: ("f8e4m3b11fnuz", 1), 24: ("f8e5m2fnuz", 1), 25: ("f8e4m3fnuz", 1),
-    26: ("s2", 0.25), 27: ("u2", 0.25), 28: ("f8e4m3", 1), 29: ("f8e3m4", 1),
-    30: ("s1", 0.125), 31: ("u1", 0.125), 32: ("f4e2m1fn", 0.5), 33: ("f8e8m0fnu", 1),
+    1: ("pred", 1),
+    2: ("s8", 1),
+    3: ("s16", 2),
+    4: ("s32", 4),
+    5: ("s64", 8),
+    6: ("u8", 1),
+    7: ("u16", 2),
+    8: ("u32", 4),
+    9: ("u64", 8),
+    10: ("f16", 2),
+    11: ("f32", 4),
+    12: ("f64", 8),
+    13: ("tuple", 0),
+    14: ("opaque", 0),
+    15: ("c64", 8),
+    16: ("bf16", 2),
+    17: ("token", 0),
+    18: ("c128", 16),
+    19: ("f8e5m2", 1),
+    20: ("f8e4m3fn", 1),
+    21: ("s4", 0.5),
+    22: ("u4", 0.5),
+    23: ("f8e4m3b11fnuz", 1),
+    24: ("f8e5m2fnuz", 1),
+    25: ("f8e4m3fnuz", 1),
+    26: ("s2", 0.25),
+    27: ("u2", 0.25),
+    28: ("f8e4m3", 1),
+    29: ("f8e3m4", 1),
+    30: ("s1", 0.125),
+    31: ("u1", 0.125),
+    32: ("f4e2m1fn", 0.5),
+    33: ("f8e8m0fnu", 1),
 }
 
 
@@ -141,7 +166,14 @@ def _ints_msg(buf: bytes, pos: int, end: int, repeated: dict[int, str], scalar: 
 
 _DOT_REP = {1: "lhs_contracting", 2: "rhs_contracting", 3: "lhs_batch", 4: "rhs_batch"}
 _CONV_REP = {11: "input_spatial", 6: "kernel_spatial", 12: "output_spatial"}
-_CONV_SCALAR = {7: "input_batch", 8: "input_feature", 3: "kernel_input_feature", 4: "kernel_output_feature", 9: "output_batch", 10: "output_feature"}
+_CONV_SCALAR = {
+    7: "input_batch",
+    8: "input_feature",
+    3: "kernel_input_feature",
+    4: "kernel_output_feature",
+    9: "output_batch",
+    10: "output_feature",
+}
 _WIN_SCALAR = {1: "size", 2: "stride", 3: "padding_low", 4: "padding_high", 5: "window_dilation", 6: "base_dilation"}
 
 

@@ -156,7 +156,10 @@ def build_trace(space: XSpace, source: str | None = None) -> Trace:
     steps_df = _steps(b)
 
     if kernels_df.height and kernels_df["correlation"].null_count():
-        w.add("device activities without a correlation id cannot be linked to an op", kernels_df["correlation"].null_count())
+        w.add(
+            "device activities without a correlation id cannot be linked to an op",
+            kernels_df["correlation"].null_count(),
+        )
     if ops_df.height == 0:
         w.add("no XLA op executions found in the profile (no XLA Ops line, no launches with hlo_op, no CPU thunks)")
 

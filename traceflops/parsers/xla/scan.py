@@ -19,8 +19,20 @@ from traceflops.parsers.xla.xspace_model import XPlane
 _MEMCPY_SIZE = re.compile(r"size:(\d+)")
 
 # Host events the analysis needs nothing from (runtime annotations): counted in meta, not warned.
-_DERIVED_GPU_LINES = ("XLA Ops", "XLA Modules", "TensorFlow Ops", "TensorFlow Name Scope", "Source", "Framework Ops",
-                      "Framework Name Scope", "XLA TraceMe", "Async XLA Ops", "Overlay", "SparseCore", "Sparse Core")
+_DERIVED_GPU_LINES = (
+    "XLA Ops",
+    "XLA Modules",
+    "TensorFlow Ops",
+    "TensorFlow Name Scope",
+    "Source",
+    "Framework Ops",
+    "Framework Name Scope",
+    "XLA TraceMe",
+    "Async XLA Ops",
+    "Overlay",
+    "SparseCore",
+    "Sparse Core",
+)
 
 
 # --------------------------------------------------------------------------------------
@@ -52,9 +64,20 @@ def scan_host_line(b: Builder, p: XPlane, ln, tid: str, base_ns: int, launches: 
             if c is None:
                 b.w.add("launches with a non-integer correlation id (skipped)")
                 continue
-            launches.append(Launch(pid, tid, ts, dur, md.name, c, stat(st, md.stats, "hlo_op"),
-                                    stat(st, md.stats, "program_id"), stat(st, md.stats, "hlo_module"),
-                                    stat(st, md.stats, "name") or tf_scope(stat(st, md.stats, "tf_op"))))
+            launches.append(
+                Launch(
+                    pid,
+                    tid,
+                    ts,
+                    dur,
+                    md.name,
+                    c,
+                    stat(st, md.stats, "hlo_op"),
+                    stat(st, md.stats, "program_id"),
+                    stat(st, md.stats, "hlo_module"),
+                    stat(st, md.stats, "name") or tf_scope(stat(st, md.stats, "tf_op")),
+                )
+            )
             continue
         hlo_op = stat(st, md.stats, "hlo_op")
         if isinstance(hlo_op, str) and hlo_op:
@@ -62,9 +85,19 @@ def scan_host_line(b: Builder, p: XPlane, ln, tid: str, base_ns: int, launches: 
             prog = stat(st, md.stats, "program_id")
             facts = b.facts(prog, module, hlo_op)
             scope = stat(st, md.stats, "name") or tf_scope(stat(st, md.stats, "tf_op"))
-            b.add_host_xla_op(name=hlo_op, pid=pid, tid=tid, ts=ts, dur=dur, scope=scope, facts=facts,
-                              flops=stat(st, md.stats, "flops"), bytes_=stat(st, md.stats, "bytes_accessed"),
-                              device=_int(stat(st, md.stats, "device_ordinal")), run=_int(stat(st, md.stats, "run_id")))
+            b.add_host_xla_op(
+                name=hlo_op,
+                pid=pid,
+                tid=tid,
+                ts=ts,
+                dur=dur,
+                scope=scope,
+                facts=facts,
+                flops=stat(st, md.stats, "flops"),
+                bytes_=stat(st, md.stats, "bytes_accessed"),
+                device=_int(stat(st, md.stats, "device_ordinal")),
+                run=_int(stat(st, md.stats, "run_id")),
+            )
             continue
         step = stat(st, md.stats, "step_num")
         if step is not None and _int(step) is not None:
@@ -99,7 +132,9 @@ def scan_device_plane(b: Builder, p: XPlane, base_ns: int, kernel_launch: dict) 
                     b.w.add("device 'Steps' events without a group id (skipped)")
                     continue
                 ts = us(ln.timestamp_ns, e.offset_ps, base_ns)
-                b.device_steps.setdefault(g, []).append((ts, ts + e.duration_ps / 1e6, p.name, tid, md.name if md else str(g)))
+                b.device_steps.setdefault(g, []).append(
+                    (ts, ts + e.duration_ps / 1e6, p.name, tid, md.name if md else str(g))
+                )
             continue
         if is_tpu and lname == "XLA Ops":
             tpu_ops(b, p, ln, tid, device, base_ns)
@@ -119,8 +154,18 @@ def scan_device_plane(b: Builder, p: XPlane, base_ns: int, kernel_launch: dict) 
                     size = int(m.group(1)) if m else None
                 rec = [md.name, kind, p.name, device, tid, ts, dur, corr, size, st or {}, md.stats]
                 if corr is None:
-                    b.add_kernel(name=md.name, kind=kind, pid=p.name, device=device, stream=tid, ts=ts, dur=dur,
-                                 corr=None, ext_id=None, bytes_=size)
+                    b.add_kernel(
+                        name=md.name,
+                        kind=kind,
+                        pid=p.name,
+                        device=device,
+                        stream=tid,
+                        ts=ts,
+                        dur=dur,
+                        corr=None,
+                        ext_id=None,
+                        bytes_=size,
+                    )
                 else:
                     kernel_launch.setdefault((p.name, corr), []).append(rec)
                 work = True

@@ -39,12 +39,34 @@ def tpu_ops(b: Builder, p: XPlane, ln, tid: str, device: int | None, base_ns: in
         # ones) would not contain its own launch, or a neighbour would take it. Such ops get
         # 2 ns in `ops`; their device activity keeps the measured duration.
         op_dur = dur if dur > _LINK_EPS_US else 2 * _LINK_EPS_US
-        op = b.add_op(name=name, cat="xla_op", pid=p.name, tid=tid, ts=ts, dur=op_dur, scope=scope, facts=facts,
-                      flops=flops, bytes_=stat(st, ms, "bytes_accessed"), matmul=matmul)
+        op = b.add_op(
+            name=name,
+            cat="xla_op",
+            pid=p.name,
+            tid=tid,
+            ts=ts,
+            dur=op_dur,
+            scope=scope,
+            facts=facts,
+            flops=flops,
+            bytes_=stat(st, ms, "bytes_accessed"),
+            matmul=matmul,
+        )
         corr = b.next_corr()
         size = stat(st, ms, "bytes_accessed") if kind == "memcpy" else None
-        b.add_kernel(name=name, kind=kind, pid=p.name, device=device, stream=tid, ts=ts, dur=dur, corr=corr,
-                     ext_id=None, bytes_=size, collective=coll)
+        b.add_kernel(
+            name=name,
+            kind=kind,
+            pid=p.name,
+            device=device,
+            stream=tid,
+            ts=ts,
+            dur=dur,
+            corr=corr,
+            ext_id=None,
+            bytes_=size,
+            collective=coll,
+        )
         # The launch sits inside the op's span (the op itself ran it): at its midpoint, past any
         # zero-length op that starts at the same instant; at the start of a padded short op.
         at = ts + dur / 2 if dur > 4 * _LINK_EPS_US else ts

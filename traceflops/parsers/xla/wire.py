@@ -85,9 +85,12 @@ class Budget:
 
 def too_many(path: str | None, e: TooManyMessages) -> FormatError:
     """The error line: the file, what overflowed, and how to go on."""
-    return FormatError(path, f"more than {e.bound:,} messages ({e.what}) in {e.n_bytes:,} bytes of XSpace: not a real profile's "
-                       f"density (one message per {BYTES_PER_MESSAGE} bytes, {STATS_PER_MESSAGE} event stats per message at most)",
-                       f"re-export the profile, or set {MAX_MESSAGES_ENV}=N (messages) to raise the bound")
+    return FormatError(
+        path,
+        f"more than {e.bound:,} messages ({e.what}) in {e.n_bytes:,} bytes of XSpace: not a real profile's "
+        f"density (one message per {BYTES_PER_MESSAGE} bytes, {STATS_PER_MESSAGE} event stats per message at most)",
+        f"re-export the profile, or set {MAX_MESSAGES_ENV}=N (messages) to raise the bound",
+    )
 
 
 def bad(what: str):

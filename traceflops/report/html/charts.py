@@ -101,7 +101,9 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
     sx = lambda v: x0 + (v - lo) / (hi - lo) * (x1 - x0)
     n = len(spans) + 1
     h = top + n * row + 28
-    out = [f'<svg class="waterfall" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img" aria-label="loss budget waterfall">']
+    out = [
+        f'<svg class="waterfall" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img" aria-label="loss budget waterfall">'
+    ]
     for g in (0.0, 0.25, 0.5, 0.75, 1.0):
         if lo <= g <= hi:
             x = _xy(sx(g))
@@ -111,7 +113,9 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
         y = top + i * row
         out.append(f'<text x="{lab}" y="{y + row * 0.68:.1f}" text-anchor="end">{e(k.replace("_", " "))}</text>')
         if v is None:
-            out.append(f'<text class="wf-unknown" data-term="{e(k)}" x="{x0 + 4}" y="{y + row * 0.68:.1f}" fill="#718096">unknown</text>')
+            out.append(
+                f'<text class="wf-unknown" data-term="{e(k)}" x="{x0 + 4}" y="{y + row * 0.68:.1f}" fill="#718096">unknown</text>'
+            )
             continue
         xa, xb = sorted((sx(a), sx(b)))
         w = max(xb - xa, 0.75)
@@ -123,7 +127,9 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
         )
         out.append(f'<text x="{_xy(xb + 6)}" y="{y + row * 0.68:.1f}">{fmt.pct(v, 2)}</text>')
         if i + 1 < len(spans):
-            out.append(f'<line x1="{_xy(sx(b))}" y1="{y + row - 3}" x2="{_xy(sx(b))}" y2="{y + row + 3}" stroke="#718096" stroke-dasharray="2,2"/>')
+            out.append(
+                f'<line x1="{_xy(sx(b))}" y1="{y + row - 3}" x2="{_xy(sx(b))}" y2="{y + row + 3}" stroke="#718096" stroke-dasharray="2,2"/>'
+            )
     y = top + len(spans) * row
     total_label = "total" if known_all else "total (known terms)"
     out.append(f'<text x="{lab}" y="{y + row * 0.68:.1f}" text-anchor="end" font-weight="600">{total_label}</text>')
@@ -131,13 +137,21 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
         f'<rect class="wf-total" data-value="{cum!r}" x="{_xy(sx(0))}" y="{y + 3}" width="{_xy(max(sx(cum) - sx(0), 0.75))}" height="{row - 6}" fill="#2d3748">'
         f"<title>sum of the terms: {fmt.pct(cum, 3)}</title></rect>"
     )
-    out.append(f'<text x="{_xy(sx(max(cum, 0)) + 6)}" y="{y + row * 0.68:.1f}" font-weight="600">{fmt.pct(cum, 2)}</text>')
+    out.append(
+        f'<text x="{_xy(sx(max(cum, 0)) + 6)}" y="{y + row * 0.68:.1f}" font-weight="600">{fmt.pct(cum, 2)}</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 
 
-def stacked_rows_svg(rows: list[tuple[str, dict[str, float], str]], colors: dict[str, str], labels: dict[str, str] | None = None,
-                     unit_us: bool = True, width: int = 900, css_class: str = "stacked") -> str:
+def stacked_rows_svg(
+    rows: list[tuple[str, dict[str, float], str]],
+    colors: dict[str, str],
+    labels: dict[str, str] | None = None,
+    unit_us: bool = True,
+    width: int = 900,
+    css_class: str = "stacked",
+) -> str:
     """Horizontal stacked bars, one per row (label, {part: value}, right-hand note), on a shared scale."""
     if not rows:
         return '<p class="mute">Nothing to show.</p>'
@@ -148,7 +162,9 @@ def stacked_rows_svg(rows: list[tuple[str, dict[str, float], str]], colors: dict
     out = [f'<svg class="{css_class}" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img">']
     for i, (label, parts, note) in enumerate(rows):
         y = 4 + i * row
-        out.append(f'<text x="{lab}" y="{y + row * 0.66:.1f}" text-anchor="end"><title>{e(label)}</title>{e(fmt.short(label, 28))}</text>')
+        out.append(
+            f'<text x="{lab}" y="{y + row * 0.66:.1f}" text-anchor="end"><title>{e(label)}</title>{e(fmt.short(label, 28))}</text>'
+        )
         x = float(x0)
         whole = sum(_f(v) for v in parts.values())
         out.append(f'<g class="bar" data-label="{e(label)}">')
@@ -159,7 +175,9 @@ def stacked_rows_svg(rows: list[tuple[str, dict[str, float], str]], colors: dict
             w = v / total * (x1 - x0)
             amount = fmt.ms(v) if unit_us else f"{v:.4g}"
             tip = f"{label}: {labels.get(k, k)} {amount} ({fmt.pct(v / whole if whole else None)})"
-            out.append(f'<rect data-part="{e(k)}" data-value="{v!r}" x="{_xy(x)}" y="{y + 3}" width="{_xy(max(w, 0.5))}" height="{row - 6}" fill="{c}"><title>{e(tip)}</title></rect>')
+            out.append(
+                f'<rect data-part="{e(k)}" data-value="{v!r}" x="{_xy(x)}" y="{y + 3}" width="{_xy(max(w, 0.5))}" height="{row - 6}" fill="{c}"><title>{e(tip)}</title></rect>'
+            )
             x += w
         out.append("</g>")
         out.append(f'<text x="{_xy(x + 6)}" y="{y + row * 0.66:.1f}">{e(note)}</text>')
@@ -175,15 +193,19 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
     """Kernels as points (FLOP/byte, FLOP/s), log-log, under each roof min(peak, intensity × bandwidth)."""
     if roof is None or roof.height == 0:
         return '<p class="mute">No device kernels in this trace: no roofline.</p>'
-    pts = roof.filter(
-        (pl.col("intensity") > 0) & (pl.col("roof_flops") > 0) & (pl.col("dur") > 0)
-    ).with_columns(achieved=pl.col("roof_flops") / (pl.col("dur") * 1e-6))
+    pts = roof.filter((pl.col("intensity") > 0) & (pl.col("roof_flops") > 0) & (pl.col("dur") > 0)).with_columns(
+        achieved=pl.col("roof_flops") / (pl.col("dur") * 1e-6)
+    )
     roofs = (
         roof.filter(pl.col("peak_flops").is_not_null() & pl.col("peak_bytes_per_s").is_not_null())
-        .group_by("cls").agg(pl.col("peak_flops").first(), pl.col("peak_bytes_per_s").first()).sort("cls")
+        .group_by("cls")
+        .agg(pl.col("peak_flops").first(), pl.col("peak_bytes_per_s").first())
+        .sort("cls")
     )
     if pts.height == 0:
-        return '<p class="mute">No kernel has both FLOPs and bytes known: no roofline points (shapes not recorded?).</p>'
+        return (
+            '<p class="mute">No kernel has both FLOPs and bytes known: no roofline points (shapes not recorded?).</p>'
+        )
     total = pts.height
     pts = pts.sort("dur", descending=True).head(MAX_POINTS)
     xs, ys = pts["intensity"].to_list(), pts["achieved"].to_list()
@@ -196,14 +218,22 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
     L, R, T, B = 70, width - 20, 16, height - 44
     lx = lambda v: L + (math.log10(v) - math.log10(xlo)) / (math.log10(xhi) - math.log10(xlo)) * (R - L)
     ly = lambda v: B - (math.log10(max(v, ylo)) - math.log10(ylo)) / (math.log10(yhi) - math.log10(ylo)) * (B - T)
-    out = [f'<svg class="roofline" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="roofline">']
+    out = [
+        f'<svg class="roofline" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="roofline">'
+    ]
     for t in _log_ticks(xlo, xhi):
         if xlo <= t <= xhi:
-            out.append(f'<line class="grid" x1="{_xy(lx(t))}" y1="{T}" x2="{_xy(lx(t))}" y2="{B}"/><text x="{_xy(lx(t))}" y="{B + 16}" text-anchor="middle">{t:g}</text>')
+            out.append(
+                f'<line class="grid" x1="{_xy(lx(t))}" y1="{T}" x2="{_xy(lx(t))}" y2="{B}"/><text x="{_xy(lx(t))}" y="{B + 16}" text-anchor="middle">{t:g}</text>'
+            )
     for t in _log_ticks(ylo, yhi):
         if ylo <= t <= yhi:
-            out.append(f'<line class="grid" x1="{L}" y1="{_xy(ly(t))}" x2="{R}" y2="{_xy(ly(t))}"/><text x="{L - 6}" y="{_xy(ly(t) + 4)}" text-anchor="end">{e(fmt.si(t))}</text>')
-    out.append(f'<line class="axis" x1="{L}" y1="{B}" x2="{R}" y2="{B}"/><line class="axis" x1="{L}" y1="{T}" x2="{L}" y2="{B}"/>')
+            out.append(
+                f'<line class="grid" x1="{L}" y1="{_xy(ly(t))}" x2="{R}" y2="{_xy(ly(t))}"/><text x="{L - 6}" y="{_xy(ly(t) + 4)}" text-anchor="end">{e(fmt.si(t))}</text>'
+            )
+    out.append(
+        f'<line class="axis" x1="{L}" y1="{B}" x2="{R}" y2="{B}"/><line class="axis" x1="{L}" y1="{T}" x2="{L}" y2="{B}"/>'
+    )
     out.append(f'<text x="{(L + R) / 2}" y="{height - 8}" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
     out.append(f'<text transform="translate(14,{(T + B) / 2}) rotate(-90)" text-anchor="middle">achieved FLOP/s</text>')
     for cls, p, b in zip(roofs["cls"].to_list(), peaks, bws):
@@ -213,18 +243,27 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
         path = " ".join(f"{_xy(lx(x))},{_xy(ly(y))}" for x, y in pts_line)
         color = CLS_COLORS.get(cls, "#4a5568")
         what = "tensor peak" if cls == "matmul" else "vector fp32 peak"
-        out.append(f'<polyline class="roof" points="{path}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="6,3"><title>{e(cls)} roof: {e(what)} {e(fmt.si(p, "FLOP/s"))}, HBM {e(fmt.si(b, "B/s"))}, ridge {ridge:.3g} FLOP/byte</title></polyline>')
-        out.append(f'<text x="{_xy(lx(max(ridge, xlo)) + 4)}" y="{_xy(ly(p) - 5)}" fill="{color}">{e(what)} {e(fmt.si(p, "FLOP/s"))}</text>')
+        out.append(
+            f'<polyline class="roof" points="{path}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="6,3"><title>{e(cls)} roof: {e(what)} {e(fmt.si(p, "FLOP/s"))}, HBM {e(fmt.si(b, "B/s"))}, ridge {ridge:.3g} FLOP/byte</title></polyline>'
+        )
+        out.append(
+            f'<text x="{_xy(lx(max(ridge, xlo)) + 4)}" y="{_xy(ly(p) - 5)}" fill="{color}">{e(what)} {e(fmt.si(p, "FLOP/s"))}</text>'
+        )
     for r in pts.iter_rows(named=True):
         color = CLS_COLORS.get(r["cls"], "#4a5568")
         tip = f"{r['name']} — {r['cls']}, {r['dur']:.1f} µs, {r['intensity']:.3g} FLOP/B, {fmt.si(r['achieved'], 'FLOP/s')}, {r['bound'] or 'bound unknown'}"
-        out.append(f'<circle cx="{_xy(lx(r["intensity"]))}" cy="{_xy(ly(r["achieved"]))}" r="3" fill="{color}" fill-opacity="0.55"><title>{e(tip)}</title></circle>')
+        out.append(
+            f'<circle cx="{_xy(lx(r["intensity"]))}" cy="{_xy(ly(r["achieved"]))}" r="3" fill="{color}" fill-opacity="0.55"><title>{e(tip)}</title></circle>'
+        )
     out.append("</svg>")
-    note = f"{pts.height} of {total} kernels with known FLOPs and bytes shown (the longest)." if total > pts.height else f"{total} kernels with known FLOPs and bytes."
+    note = (
+        f"{pts.height} of {total} kernels with known FLOPs and bytes shown (the longest)."
+        if total > pts.height
+        else f"{total} kernels with known FLOPs and bytes."
+    )
     if roofs.height == 0:
         note += " No roof: the device's peak or memory bandwidth is not in the hardware table (give --hardware)."
     return out[0] + "".join(out[1:]) + legend({k: v for k, v in CLS_COLORS.items()}) + f'<p class="mute">{e(note)}</p>'
-
 
 
 def paired_bars_svg(terms: list[dict[str, Any]], width: int = 900) -> str:
@@ -246,11 +285,11 @@ def paired_bars_svg(terms: list[dict[str, Any]], width: int = 900) -> str:
             if v is None:
                 continue
             xa, xb = sorted((sx(0.0), sx(v)))
-            out.append(f'<rect data-term="{e(r["term"])}" data-side="{side}" data-value="{v!r}" x="{_xy(xa)}" y="{y + 2 + j * 12}" '
-                       f'width="{_xy(max(xb - xa, 0.75))}" height="11" fill="{color}" fill-opacity="{0.4 if side == "before" else 1.0}">'
-                       f"<title>{e(r['term'])} {side}: {fmt.pp(v)}</title></rect>")
+            out.append(
+                f'<rect data-term="{e(r["term"])}" data-side="{side}" data-value="{v!r}" x="{_xy(xa)}" y="{y + 2 + j * 12}" '
+                f'width="{_xy(max(xb - xa, 0.75))}" height="11" fill="{color}" fill-opacity="{0.4 if side == "before" else 1.0}">'
+                f"<title>{e(r['term'])} {side}: {fmt.pp(v)}</title></rect>"
+            )
         out.append(f'<text x="{x1 + 8}" y="{y + 17}">{e(fmt.pp(r["delta"], True))}</text>')
     out.append("</svg>")
     return '<div class="legend"><span>light: before</span><span>dark: after</span></div>' + "".join(out)
-
-

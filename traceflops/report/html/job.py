@@ -39,15 +39,34 @@ def rank_budgets(summaries) -> str:
     terms = list(dict.fromkeys(k for _, b in budgets for k in (b or {})))
     colors = {k: TERM_COLORS.get(k, "#718096") for k in terms}
     labels = {k: k.replace("_", " ") for k in terms}
-    bars = [(f"rank {r}", {k: v for k, v in (b or {}).items() if v is not None}, "" if b else "no budget") for r, b in budgets]
+    bars = [
+        (f"rank {r}", {k: v for k, v in (b or {}).items() if v is not None}, "" if b else "no budget")
+        for r, b in budgets
+    ]
     out = legend(colors, labels) + stacked_rows_svg(bars, colors, labels, unit_us=False, css_class="rank-budgets")
-    rows = [[labels[k], *[num("—" if (b or {}).get(k) is None else fmt.pct(b[k], 2), (b or {}).get(k), f"{r}:{k}") for r, b in budgets],
-             TERM_HELP.get(k, "")] for k in terms]
-    return out + table(["term", *[f"rank {r}" for r, _ in budgets], "what it means"], rows, css_class="rank-budget-terms", explain_last=True)
+    rows = [
+        [
+            labels[k],
+            *[
+                num("—" if (b or {}).get(k) is None else fmt.pct(b[k], 2), (b or {}).get(k), f"{r}:{k}")
+                for r, b in budgets
+            ],
+            TERM_HELP.get(k, ""),
+        ]
+        for k in terms
+    ]
+    return out + table(
+        ["term", *[f"rank {r}" for r, _ in budgets], "what it means"],
+        rows,
+        css_class="rank-budget-terms",
+        explain_last=True,
+    )
 
 
-JOB_ADVICE_NONE = ('<p class="mute job-advice-none">Nothing stands out across the ranks: each rank\'s own advice is in its report '
-                   "(traceflops analyze RANK_TRACE --html PATH); the stragglers and collectives above say which rank and which collective to look at.</p>")
+JOB_ADVICE_NONE = (
+    '<p class="mute job-advice-none">Nothing stands out across the ranks: each rank\'s own advice is in its report '
+    "(traceflops analyze RANK_TRACE --html PATH); the stragglers and collectives above say which rank and which collective to look at.</p>"
+)
 
 STRAGGLER_WHY = {
     "compute": "it computed longer than the median rank in that step (more or slower kernels)",
@@ -61,13 +80,39 @@ def stragglers_table(st: pl.DataFrame | None) -> str:
     """Per step, the rank the others waited for, its time against the median rank's, and why."""
     if st is None or st.height == 0:
         return '<p class="mute">No straggler: no collective matched across ranks.</p>'
-    rows = [[num(str(r["step"]), r["step"], "step"), num(str(r["rank"]), r["rank"], "rank"), num(fmt.ms(r["wait_us"]), r["wait_us"], "wait_us"),
-             num(fmt.ms(r.get("excess_compute_us"), True), r.get("excess_compute_us"), "excess_compute_us"),
-             num(fmt.ms(r.get("excess_idle_us"), True), r.get("excess_idle_us"), "excess_idle_us"),
-             num(fmt.ms(r.get("excess_input_pipeline_us"), True), r.get("excess_input_pipeline_us"), "excess_input_pipeline_us"),
-             r["reason"], STRAGGLER_WHY.get(r["reason"], "")] for r in st.iter_rows(named=True)]
-    return table(["step", "rank", "others waited", "compute vs median", "idle vs median", "input vs median", "reason", "what it means"],
-                 rows, left=(6,), css_class="stragglers", explain_last=True)
+    rows = [
+        [
+            num(str(r["step"]), r["step"], "step"),
+            num(str(r["rank"]), r["rank"], "rank"),
+            num(fmt.ms(r["wait_us"]), r["wait_us"], "wait_us"),
+            num(fmt.ms(r.get("excess_compute_us"), True), r.get("excess_compute_us"), "excess_compute_us"),
+            num(fmt.ms(r.get("excess_idle_us"), True), r.get("excess_idle_us"), "excess_idle_us"),
+            num(
+                fmt.ms(r.get("excess_input_pipeline_us"), True),
+                r.get("excess_input_pipeline_us"),
+                "excess_input_pipeline_us",
+            ),
+            r["reason"],
+            STRAGGLER_WHY.get(r["reason"], ""),
+        ]
+        for r in st.iter_rows(named=True)
+    ]
+    return table(
+        [
+            "step",
+            "rank",
+            "others waited",
+            "compute vs median",
+            "idle vs median",
+            "input vs median",
+            "reason",
+            "what it means",
+        ],
+        rows,
+        left=(6,),
+        css_class="stragglers",
+        explain_last=True,
+    )
 
 
 def collectives_table(c: pl.DataFrame | None) -> str:
@@ -77,13 +122,44 @@ def collectives_table(c: pl.DataFrame | None) -> str:
     top = c.sort("arrival_skew_us", descending=True).head(MAX_ROWS)
     g = lambda v, d=1: "—" if v is None else f"{v:.{d}f}"
     roles = "role" in c.columns and c["role"].is_not_null().any()  # the group's mesh dimension, where the trace says
-    rows = [[r["pg"], *([r.get("role") or "—"] if roles else []), num(str(r["seq"]), r["seq"], "seq"), r["kind"], num(str(r["step"]), r["step"], "step"), num(fmt.si(r["bytes"], "B"), r["bytes"], "bytes"),
-             num(str(r["ranks"]), r["ranks"], "ranks"), num(fmt.ms(r["arrival_skew_us"]), r["arrival_skew_us"], "arrival_skew_us"),
-             num(str(r["last_rank"]), r["last_rank"], "last_rank"), num(fmt.ms(r["transfer_us"]), r["transfer_us"], "transfer_us"),
-             num(g(r.get("algbw_gbps")), r.get("algbw_gbps"), "algbw_gbps"), num(g(r.get("busbw_gbps")), r.get("busbw_gbps"), "busbw_gbps"),
-             num(fmt.pct(r.get("busbw_of_nvlink")), r.get("busbw_of_nvlink"), "busbw_of_nvlink")] for r in top.iter_rows(named=True)]
-    out = table(["group", *(["role"] if roles else []), "seq", "kind", "step", "bytes", "ranks", "arrival skew", "last rank", "transfer",
-                 "alg GB/s", "bus GB/s", "of link"], rows, left=(0, 1, 3) if roles else (0, 2), css_class="collectives")
+    rows = [
+        [
+            r["pg"],
+            *([r.get("role") or "—"] if roles else []),
+            num(str(r["seq"]), r["seq"], "seq"),
+            r["kind"],
+            num(str(r["step"]), r["step"], "step"),
+            num(fmt.si(r["bytes"], "B"), r["bytes"], "bytes"),
+            num(str(r["ranks"]), r["ranks"], "ranks"),
+            num(fmt.ms(r["arrival_skew_us"]), r["arrival_skew_us"], "arrival_skew_us"),
+            num(str(r["last_rank"]), r["last_rank"], "last_rank"),
+            num(fmt.ms(r["transfer_us"]), r["transfer_us"], "transfer_us"),
+            num(g(r.get("algbw_gbps")), r.get("algbw_gbps"), "algbw_gbps"),
+            num(g(r.get("busbw_gbps")), r.get("busbw_gbps"), "busbw_gbps"),
+            num(fmt.pct(r.get("busbw_of_nvlink")), r.get("busbw_of_nvlink"), "busbw_of_nvlink"),
+        ]
+        for r in top.iter_rows(named=True)
+    ]
+    out = table(
+        [
+            "group",
+            *(["role"] if roles else []),
+            "seq",
+            "kind",
+            "step",
+            "bytes",
+            "ranks",
+            "arrival skew",
+            "last rank",
+            "transfer",
+            "alg GB/s",
+            "bus GB/s",
+            "of link",
+        ],
+        rows,
+        left=(0, 1, 3) if roles else (0, 2),
+        css_class="collectives",
+    )
     more = f" Top {MAX_ROWS} of {c.height}." if c.height > MAX_ROWS else ""
     return str(macros("job.html").collectives(out, more))
 
@@ -98,10 +174,22 @@ def render_job_html(job, title: str | None = None) -> str:
     items = [
         ("job MFU", fmt.pct(t.mfu), "step time = slowest rank's"),
         ("job HFU", fmt.pct(t.hfu), f"devices = world size {t.world_size}"),
-        ("peak", fmt.si(hw.get("peak_flops"), "FLOP/s") if hw.get("peak_flops") else "unknown", f"{hw.get('name') or '?'}, dense {hw.get('precision') or '?'}"),
-        ("wall", fmt.ms(t.wall_us), f"{job.steps.height if job.steps is not None else 0} step(s), {len(job.summaries)} traces"),
+        (
+            "peak",
+            fmt.si(hw.get("peak_flops"), "FLOP/s") if hw.get("peak_flops") else "unknown",
+            f"{hw.get('name') or '?'}, dense {hw.get('precision') or '?'}",
+        ),
+        (
+            "wall",
+            fmt.ms(t.wall_us),
+            f"{job.steps.height if job.steps is not None else 0} step(s), {len(job.summaries)} traces",
+        ),
         ("arrival skew", fmt.ms(t.arrival_skew_us), f"transfer {fmt.ms(t.transfer_us)}"),
-        ("clock residual", "—" if ck.residual_skew_us is None else f"{ck.residual_skew_us:.2f} µs", f"{t.collectives_matched} matched collectives"),
+        (
+            "clock residual",
+            "—" if ck.residual_skew_us is None else f"{ck.residual_skew_us:.2f} µs",
+            f"{t.collectives_matched} matched collectives",
+        ),
     ]
     from traceflops.report.jobreport import (
         warning_lines,  # a rank's warning once for all the ranks that gave it
@@ -111,39 +199,109 @@ def render_job_html(job, title: str | None = None) -> str:
     rows = []
     for r in job.ranks.iter_rows(named=True):
         parts = {c: r.get(f"time_{c}") for c in PARTITION}
-        rows.append((f"rank {r['rank']}", parts, f"{fmt.ms(r['wall_us'])} · device MFU {fmt.pct(r['device_mfu'])} · HFU {fmt.pct(r['hfu'])}"))
+        rows.append(
+            (
+                f"rank {r['rank']}",
+                parts,
+                f"{fmt.ms(r['wall_us'])} · device MFU {fmt.pct(r['device_mfu'])} · HFU {fmt.pct(r['hfu'])}",
+            )
+        )
     s = {
-        "cards": cards(items), "warnings": warnings_list(said),
-        "rank_legend": legend(PART_COLORS, PART_LABELS), "rank_bars": stacked_rows_svg(rows, PART_COLORS, PART_LABELS, css_class="ranks"),
-        "ranks": table(["rank", "trace", "wall", "device MFU", "HFU", "executed FLOPs", "recompute FLOPs"],
-                       [[r["rank"], r["path"], fmt.ms(r["wall_us"]), fmt.pct(r["device_mfu"]), fmt.pct(r["hfu"]), fmt.si(r["executed_flops"], "FLOP"),
-                         fmt.si(r["recompute_flops"], "FLOP")] for r in job.ranks.iter_rows(named=True)], left=(1,), name_cols=(1,)),
-        "budgets": rank_budgets(job.summaries), "steps": None, "stragglers": stragglers_table(job.stragglers),
+        "cards": cards(items),
+        "warnings": warnings_list(said),
+        "rank_legend": legend(PART_COLORS, PART_LABELS),
+        "rank_bars": stacked_rows_svg(rows, PART_COLORS, PART_LABELS, css_class="ranks"),
+        "ranks": table(
+            ["rank", "trace", "wall", "device MFU", "HFU", "executed FLOPs", "recompute FLOPs"],
+            [
+                [
+                    r["rank"],
+                    r["path"],
+                    fmt.ms(r["wall_us"]),
+                    fmt.pct(r["device_mfu"]),
+                    fmt.pct(r["hfu"]),
+                    fmt.si(r["executed_flops"], "FLOP"),
+                    fmt.si(r["recompute_flops"], "FLOP"),
+                ]
+                for r in job.ranks.iter_rows(named=True)
+            ],
+            left=(1,),
+            name_cols=(1,),
+        ),
+        "budgets": rank_budgets(job.summaries),
+        "steps": None,
+        "stragglers": stragglers_table(job.stragglers),
         "collectives": collectives_table(job.collectives),
         "communication": communication_section(job.communication, job.communication_by_rank),
-        "experts": None, "advice": advice_section(job.advice) if job.advice else JOB_ADVICE_NONE, "pipeline": None,
+        "experts": None,
+        "advice": advice_section(job.advice) if job.advice else JOB_ADVICE_NONE,
+        "pipeline": None,
     }  # job.advice: plain dicts with Analysis.advice's keys (views.job.job_advice), read by advice_section as mappings
     if job.steps is not None and job.steps.height:
-        s["steps"] = table(["step", "step time (slowest rank)", "slowest rank", "ranks", "MFU", "HFU"],
-                           [[r["step"], fmt.ms(r["step_us"]), r["slowest_rank"], r["ranks"], fmt.pct(r["mfu"]), fmt.pct(r["hfu"])]
-                            for r in job.steps.iter_rows(named=True)])
+        s["steps"] = table(
+            ["step", "step time (slowest rank)", "slowest rank", "ranks", "MFU", "HFU"],
+            [
+                [r["step"], fmt.ms(r["step_us"]), r["slowest_rank"], r["ranks"], fmt.pct(r["mfu"]), fmt.pct(r["hfu"])]
+                for r in job.steps.iter_rows(named=True)
+            ],
+        )
     if job.experts is not None and job.experts.height:
         x = lambda r, k: num("—" if r[k] is None else f"{r[k]:.2f}×", r[k], k)
         s["experts"] = table(
             ["rank", "EP group", "expert FLOPs / step", "vs group mean", "all-to-all / step", "vs group mean"],
-            [[r["rank"], r["ep_group"] or "?", num(fmt.si(r["expert_flops_per_step"], "FLOP"), r["expert_flops_per_step"], "expert_flops_per_step"),
-              x(r, "flops_vs_group_mean"), num(fmt.nbytes(r["a2a_bytes_per_step"]), r["a2a_bytes_per_step"], "a2a_bytes_per_step"),
-              x(r, "bytes_vs_group_mean")] for r in job.experts.iter_rows(named=True)], left=(1,))
+            [
+                [
+                    r["rank"],
+                    r["ep_group"] or "?",
+                    num(
+                        fmt.si(r["expert_flops_per_step"], "FLOP"), r["expert_flops_per_step"], "expert_flops_per_step"
+                    ),
+                    x(r, "flops_vs_group_mean"),
+                    num(fmt.nbytes(r["a2a_bytes_per_step"]), r["a2a_bytes_per_step"], "a2a_bytes_per_step"),
+                    x(r, "bytes_vs_group_mean"),
+                ]
+                for r in job.experts.iter_rows(named=True)
+            ],
+            left=(1,),
+        )
     pipeline = None
     if job.pipeline is not None and job.pipeline.height:
         p = job.pipeline.sort("stage", "rank", "step", nulls_last=True)
         first = p.row(0, named=True)
-        pipeline = {"stages": "?" if first["stages"] is None else first["stages"],
-                    "microbatches": "?" if first["microbatches"] is None else first["microbatches"],
-                    "source": first["stages_source"] or "unknown"}
-        s["pipeline"] = table(["stage", "rank", "step", "blocked on recv", "P2P", "bubble", "ideal bubble", "sends", "recvs", "matched",
-                               "forward / backward"],
-                              [[r["stage"], r["rank"], r["step"], fmt.ms(r["recv_blocked_us"]), fmt.ms(r["p2p_us"]), fmt.pct(r["bubble"]),
-                                fmt.pct(r["ideal_bubble"]), r["sends"], r["recvs"], r["matched"],
-                                f"{r['forward_p2p']} / {r['backward_p2p']}"] for r in p.iter_rows(named=True)])
+        pipeline = {
+            "stages": "?" if first["stages"] is None else first["stages"],
+            "microbatches": "?" if first["microbatches"] is None else first["microbatches"],
+            "source": first["stages_source"] or "unknown",
+        }
+        s["pipeline"] = table(
+            [
+                "stage",
+                "rank",
+                "step",
+                "blocked on recv",
+                "P2P",
+                "bubble",
+                "ideal bubble",
+                "sends",
+                "recvs",
+                "matched",
+                "forward / backward",
+            ],
+            [
+                [
+                    r["stage"],
+                    r["rank"],
+                    r["step"],
+                    fmt.ms(r["recv_blocked_us"]),
+                    fmt.ms(r["p2p_us"]),
+                    fmt.pct(r["bubble"]),
+                    fmt.pct(r["ideal_bubble"]),
+                    r["sends"],
+                    r["recvs"],
+                    r["matched"],
+                    f"{r['forward_p2p']} / {r['backward_p2p']}",
+                ]
+                for r in p.iter_rows(named=True)
+            ],
+        )
     return page(title, [str(macros("job.html").report(title, len(said), s, pipeline))])

@@ -90,9 +90,17 @@ class _OneLine(Extension):
 
 @cache
 def _env() -> Environment:
-    env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True, undefined=StrictUndefined,
-                      finalize=_escaped, extensions=[_OneLine], auto_reload=False)
-    env.filters["e"] = env.filters["escape"] = _escaped  # never markupsafe's (it writes quotes as &#39; / &#34;, `e` as &#x27; / &quot;)
+    env = Environment(
+        loader=FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        finalize=_escaped,
+        extensions=[_OneLine],
+        auto_reload=False,
+    )
+    env.filters["e"] = env.filters["escape"] = (
+        _escaped  # never markupsafe's (it writes quotes as &#39; / &#34;, `e` as &#x27; / &quot;)
+    )
     env.filters["repr"] = repr
     return env
 
@@ -112,7 +120,9 @@ def macros(template: str) -> Any:
 
 def page(title: str, body: Iterable[str]) -> str:
     """The document shell: CSP forbids scripts and every remote load."""
-    return render("page.html", title=fmt.printable(title), csp=CSP, css=CSS, body=list(body), pkg="traceflops", version=VERSION)
+    return render(
+        "page.html", title=fmt.printable(title), csp=CSP, css=CSS, body=list(body), pkg="traceflops", version=VERSION
+    )
 
 
 def cards(items: list[tuple[str, str, str]]) -> str:
@@ -143,8 +153,14 @@ def span(n: Num, cls: str = "num") -> str:
     return str(macros("blocks.html").span(n, cls))
 
 
-def table(headers: list[str], rows: list[list[Any]], left: Iterable[int] = (0,), name_cols: Iterable[int] = (), css_class: str = "",
-          explain_last: bool = False) -> str:
+def table(
+    headers: list[str],
+    rows: list[list[Any]],
+    left: Iterable[int] = (0,),
+    name_cols: Iterable[int] = (),
+    css_class: str = "",
+    explain_last: bool = False,
+) -> str:
     """A table of escaped cells; `name_cols` are monospace, wrapped (kernel names); `Num` cells keep their value;
     `explain_last`: the last column is a one-line explanation (wrapped, muted)."""
     left, name_cols = set(left), set(name_cols)

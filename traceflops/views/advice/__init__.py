@@ -90,8 +90,9 @@ __all__ = ["BUDGET_MIN_SHARE", "ENTRIES", "MIN_SHARE", "RULES", "advise", "short
 RULES = (host_bound, memory_bound, attention, fp32_matmul, communication, recompute, input_pipeline, sync)
 
 
-def advise(a: Analysis, exclude_steps=None, min_share: float = MIN_SHARE,
-           term_share: float = BUDGET_MIN_SHARE) -> list[AdviceItem]:
+def advise(
+    a: Analysis, exclude_steps=None, min_share: float = MIN_SHARE, term_share: float = BUDGET_MIN_SHARE
+) -> list[AdviceItem]:
     """Items of advice the trace supports, largest share of peak × step time first.
 
     Every loss-budget term of at least `term_share` is an entry headed by the term's value, the rules' items that
@@ -106,7 +107,9 @@ def advise(a: Analysis, exclude_steps=None, min_share: float = MIN_SHARE,
     found = [it for rule in RULES if (it := rule(ctx)) is not None and it.recoverable >= min_share]
     budget = ctx.budget or {}
     big = [t for t in ENTRIES if budget.get(t) is not None and budget[t] >= term_share]
-    entries = [budget_entry(ctx, t, budget[t], sorted((f for f in found if f.term == t), key=lambda f: -f.recoverable))
-               for t in big]
+    entries = [
+        budget_entry(ctx, t, budget[t], sorted((f for f in found if f.term == t), key=lambda f: -f.recoverable))
+        for t in big
+    ]
     alone = [f for f in found if f.term not in big]
     return sorted(entries + alone, key=lambda it: (-it.recoverable, it.kind))

@@ -19,7 +19,9 @@ from traceflops.stages.steps import counted_steps
 from traceflops.views.rollup import CONV_OPS
 
 MIN_SHARE = 0.01
-CONV_DOMINATES = 0.5  # from this share of matmul time in convolutions, the matmul and fusion remedies speak of convolutions
+CONV_DOMINATES = (
+    0.5  # from this share of matmul time in convolutions, the matmul and fusion remedies speak of convolutions
+)
 BUDGET_MIN_SHARE = 0.05  # a loss-budget term from this share of peak × step time gets an entry of its own
 UNIT = "of step time at peak"  # the unit of every headline: a share of peak × step time, as the loss budget's terms
 SHORT_KERNEL_US = 10.0  # a kernel shorter than this is mostly launch and ramp-up
@@ -57,8 +59,10 @@ def build_context(a: Analysis, exclude_steps) -> Ctx | None:
         k = k.with_columns(a.roofline.select("bound", "recoverable_us", "achieved_bw_frac", "roof_bytes"))
     k = tl.on_devices(k.filter(pl.col("step").is_in(ids)), [device]) if k.height else k
     gaps = tl.on_devices(a.idle_gaps.filter(pl.col("step").is_in(ids)), [device]) if a.idle_gaps is not None else None
-    time = {c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
-            for c in (*PARTITION, *OVERLAYS)}
+    time = {
+        c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
+        for c in (*PARTITION, *OVERLAYS)
+    }
     peak = a.hardware.peak_flops if a.hardware else None
     peak = peak * (a.hardware.devices or 1) if peak else peak  # every device that ran the program
     mfu = None

@@ -16,30 +16,56 @@ from traceflops.views.advice.context import TOP, UNIT, Ctx, is_jax
 from traceflops.views.advice.wording import JAX_REMEDIES
 
 TERM_OF = {  # the budget term a rule's item explains part of
-    "host_bound": "idle", "input_pipeline": "idle", "sync": "idle",
-    "memory_bound": "non_matmul", "attention": "non_matmul",
+    "host_bound": "idle",
+    "input_pipeline": "idle",
+    "sync": "idle",
+    "memory_bound": "non_matmul",
+    "attention": "non_matmul",
     "fp32_matmul": "matmul_below_peak",
-    "communication": "communication_exposed", "recompute": "recompute",
+    "communication": "communication_exposed",
+    "recompute": "recompute",
 }
 
 
-def item(ctx: Ctx, kind: str, title: str, recoverable_us: float, evidence: list[str], remedies: list[str],
-          data: dict[str, Any] | None = None, share: float | None = None, unit: str = UNIT) -> AdviceItem:
+def item(
+    ctx: Ctx,
+    kind: str,
+    title: str,
+    recoverable_us: float,
+    evidence: list[str],
+    remedies: list[str],
+    data: dict[str, Any] | None = None,
+    share: float | None = None,
+    unit: str = UNIT,
+) -> AdviceItem:
     """One item; `share` (default: recoverable_us over the window) is its headline, taken as given so that a
     budget term's value is printed exactly."""
     if is_jax(ctx) and kind in JAX_REMEDIES:
         remedies = JAX_REMEDIES[kind]
     rec = ctx.share(recoverable_us) if share is None else float(share)
     after = ctx.mfu / (1.0 - rec) if ctx.mfu is not None and rec < 1.0 else None
-    return AdviceItem(kind=kind, title=title, recoverable=rec, share=rec, unit=unit, term=TERM_OF.get(kind, kind),
-                      recoverable_us=float(recoverable_us), mfu_after=after, evidence=evidence, remedies=remedies,
-                      data=data or {})
+    return AdviceItem(
+        kind=kind,
+        title=title,
+        recoverable=rec,
+        share=rec,
+        unit=unit,
+        term=TERM_OF.get(kind, kind),
+        recoverable_us=float(recoverable_us),
+        mfu_after=after,
+        evidence=evidence,
+        remedies=remedies,
+        data=data or {},
+    )
 
 
 def folded(findings: list[AdviceItem], ctx: Ctx) -> list[str]:
     """One line per folded item: its headline share and its first piece of evidence."""
-    return [f"{it.title}: {fmt.pct(it.recoverable, keep_small=False)} {UNIT}"
-            + (f" ({it.evidence[0]})" if it.evidence else "") for it in findings]
+    return [
+        f"{it.title}: {fmt.pct(it.recoverable, keep_small=False)} {UNIT}"
+        + (f" ({it.evidence[0]})" if it.evidence else "")
+        for it in findings
+    ]
 
 
 def remedies_of(findings: list[AdviceItem]) -> list[str]:
@@ -57,10 +83,17 @@ def top_names(frame: pl.DataFrame, ctx: Ctx, n: int = TOP) -> list[str]:
     """The names that took the most time, with their count, time and share of step time (as time)."""
     if frame.height == 0:
         return []
-    top = (frame.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"), pl.col("dur").median().alias("med"))
-           .sort(["t", "name"], descending=[True, False]).head(n))
-    return [f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} ({fmt.pct(ctx.share(r['t']), keep_small=False)} "
-            f"of step time, as time), median {fmt.duration(r['med'])}" for r in top.iter_rows(named=True)]
+    top = (
+        frame.group_by("name")
+        .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"), pl.col("dur").median().alias("med"))
+        .sort(["t", "name"], descending=[True, False])
+        .head(n)
+    )
+    return [
+        f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} ({fmt.pct(ctx.share(r['t']), keep_small=False)} "
+        f"of step time, as time), median {fmt.duration(r['med'])}"
+        for r in top.iter_rows(named=True)
+    ]
 
 
 def by_phase(frame: pl.DataFrame, ctx: Ctx) -> str | None:

@@ -46,35 +46,60 @@ def memory_bound(ctx: Ctx) -> AdviceItem | None:
     dur = float(mb["dur"].sum())
     short = mb.filter(pl.col("dur") < SHORT_KERNEL_US)
     ev = [
-        (f"{mb.height} memory-bound kernels (below the roofline ridge) ran {fmt.duration(dur)}; "
-        f"{fmt.duration(rec)} ({fmt.pct(ctx.share(rec), keep_small=False)} of step time) of it is above their HBM floor (bytes / bandwidth)"),
-        (f"{short.height} of them are shorter than {SHORT_KERNEL_US:.0f} µs ({fmt.duration(short['dur'].sum())}, "
-        f"{fmt.duration(short['recoverable_us'].sum())} above the floor)"),
+        (
+            f"{mb.height} memory-bound kernels (below the roofline ridge) ran {fmt.duration(dur)}; "
+            f"{fmt.duration(rec)} ({fmt.pct(ctx.share(rec), keep_small=False)} of step time) of it is above their HBM floor (bytes / bandwidth)"
+        ),
+        (
+            f"{short.height} of them are shorter than {SHORT_KERNEL_US:.0f} µs ({fmt.duration(short['dur'].sum())}, "
+            f"{fmt.duration(short['recoverable_us'].sum())} above the floor)"
+        ),
     ]
     top = (
         mb.group_by("name")
-        .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"), pl.col("dur").median().alias("med"),
-             pl.col("recoverable_us").sum().alias("r"), pl.col("achieved_bw_frac").median().alias("bw"),
-             pl.col("cls").first())
+        .agg(
+            pl.len().alias("n"),
+            pl.col("dur").sum().alias("t"),
+            pl.col("dur").median().alias("med"),
+            pl.col("recoverable_us").sum().alias("r"),
+            pl.col("achieved_bw_frac").median().alias("bw"),
+            pl.col("cls").first(),
+        )
         .sort(["r", "name"], descending=[True, False])
         .head(TOP)
     )
     for r in top.iter_rows(named=True):
         bw = f", median {fmt.pct(r['bw'], keep_small=False)} of HBM bandwidth" if r["bw"] is not None else ""
-        ev.append(f"{fmt.short(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median {fmt.duration(r['med'])}{bw}, "
-                  f"{fmt.duration(r['r'])} above the floor")
+        ev.append(
+            f"{fmt.short(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median {fmt.duration(r['med'])}{bw}, "
+            f"{fmt.duration(r['r'])} above the floor"
+        )
     remedies = [
-        (CONV_FUSE if conv_dominates(ctx) else
-         ("Fuse chains of elementwise and normalization ops (torch.compile, or fused kernels such as fused "
-          "LayerNorm/RMSNorm and fused activations): the intermediates never go through HBM")),
+        (
+            CONV_FUSE
+            if conv_dominates(ctx)
+            else (
+                "Fuse chains of elementwise and normalization ops (torch.compile, or fused kernels such as fused "
+                "LayerNorm/RMSNorm and fused activations): the intermediates never go through HBM"
+            )
+        ),
         "A larger batch (or sequence) per kernel: small kernels cannot reach memory bandwidth",
     ]
     opt = float(mb.filter(pl.col("phase") == "optimizer")["recoverable_us"].sum())
     if opt >= 0.2 * rec and opt > 0:
-        remedies.insert(1, f"The optimizer's kernels are {fmt.pct(opt / rec, keep_small=False)} of it: use a fused or foreach optimizer "
-                           "(e.g. torch.optim.AdamW(..., fused=True))")
-    data = {"kernels": mb.height, "time_us": dur, "above_floor_us": float(mb["recoverable_us"].sum()),
-            "busy_us": busy, "short_kernels": short.height, "optimizer_us": opt}
+        remedies.insert(
+            1,
+            f"The optimizer's kernels are {fmt.pct(opt / rec, keep_small=False)} of it: use a fused or foreach optimizer "
+            "(e.g. torch.optim.AdamW(..., fused=True))",
+        )
+    data = {
+        "kernels": mb.height,
+        "time_us": dur,
+        "above_floor_us": float(mb["recoverable_us"].sum()),
+        "busy_us": busy,
+        "short_kernels": short.height,
+        "optimizer_us": opt,
+    }
     return item(ctx, "memory_bound", "Memory-bound kernels run below bandwidth: fuse them", rec, ev, remedies, data)
 
 
@@ -155,7 +180,10 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         if i < 0 or j >= len(by_start):
             continue
         p, q = by_end[i], by_start[j]
-        if _mm_out_last2(name_l[p], _dims(dims[p])) != score[-2:] or _mm_in_last2(name_l[q], _dims(dims[q])) != score[-2:]:
+        if (
+            _mm_out_last2(name_l[p], _dims(dims[p])) != score[-2:]
+            or _mm_in_last2(name_l[q], _dims(dims[q])) != score[-2:]
+        ):
             continue
         blocks.append((s, p, q, score))
     if not blocks:
@@ -170,7 +198,9 @@ def attention(ctx: Ctx) -> AdviceItem | None:
     region_rows = []
     for s, p, q, _ in blocks:
         rows_t, ts_t = by_tid[tid[s]]
-        region_rows.append(rows_t[np.searchsorted(ts_t, ts[p], side="left"):np.searchsorted(ts_t, end[q], side="right")])
+        region_rows.append(
+            rows_t[np.searchsorted(ts_t, ts[p], side="left") : np.searchsorted(ts_t, end[q], side="right")]
+        )
     rows = np.unique(np.concatenate(region_rows))
     shapes = {b[3] for b in blocks}
     bwd = np.flatnonzero(names.is_in(list(SOFTMAX_BWD_OPS)).to_numpy() & use)
@@ -193,20 +223,27 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         between = np.zeros(ops.height, bool)
         for s, p, q, _ in blocks:
             rows_t, ts_t = by_tid[tid[s]]
-            mid = rows_t[np.searchsorted(ts_t, end[p], side="left"):np.searchsorted(ts_t, ts[q], side="left")]
+            mid = rows_t[np.searchsorted(ts_t, end[p], side="left") : np.searchsorted(ts_t, ts[q], side="left")]
             between[mid] = True
         sel = between & outer & ~top_mm
         mm_us = float(sum(dur[p] + dur[q] for _, p, q, _ in blocks))
         over_us = float(dur[sel].sum())
         bwd_us = float(dur[bwd].sum()) if len(bwd) else 0.0
-        top_names = pl.DataFrame({"name": names.filter(pl.Series(sel)), "t": dur[sel]}).group_by("name").agg(
-            pl.col("t").sum(), pl.len().alias("n"))
+        top_names = (
+            pl.DataFrame({"name": names.filter(pl.Series(sel)), "t": dur[sel]})
+            .group_by("name")
+            .agg(pl.col("t").sum(), pl.len().alias("n"))
+        )
     rec = over_us + bwd_us
     if rec <= 0:
         return None
 
     n_math = sum(1 for s, *_ in blocks if math_anc[s] >= 0)
-    fused = int(ops.filter(pl.col("name").str.contains(FUSED_ATTENTION_RE) & pl.col("ran") & pl.col("step").is_in(ctx.ids)).height)
+    fused = int(
+        ops.filter(
+            pl.col("name").str.contains(FUSED_ATTENTION_RE) & pl.col("ran") & pl.col("step").is_in(ctx.ids)
+        ).height
+    )
     common = max(shapes, key=lambda sh: sum(1 for b in blocks if b[3] == sh))
     ev = [
         f"{len(blocks)} attention blocks ran unfused as matmul → softmax → matmul, scores of shape {list(common)}"
@@ -219,22 +256,35 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         ev.append(f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])}")
     if n_math:
         ev.append(f"{n_math} of them are SDPA's math fallback ({min(SDPA_MATH)})")
-    ev.append(f"fused SDPA ops (flash / memory-efficient / cuDNN) also ran {fused} times" if fused
-              else "no fused SDPA op (flash / memory-efficient / cuDNN) ran")
+    ev.append(
+        f"fused SDPA ops (flash / memory-efficient / cuDNN) also ran {fused} times"
+        if fused
+        else "no fused SDPA op (flash / memory-efficient / cuDNN) ran"
+    )
     remedies = []
     if n_math:
         remedies.append(
             "SDPA fell back to its math path: the fused kernels need fp16/bf16 inputs (flash), a supported head dim, "
             "and is_causal=True rather than a dense attn_mask where the mask is causal; check "
-            "torch.nn.attention.sdpa_kernel settings")
+            "torch.nn.attention.sdpa_kernel settings"
+        )
     if n_math < len(blocks):
         remedies += [
-            ("Call torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...) instead of "
-            "matmul + softmax + matmul: the flash / memory-efficient / cuDNN kernels never write the score matrix"),
-            "Hugging Face models: load with attn_implementation=\"sdpa\" (or \"flash_attention_2\")",
+            (
+                "Call torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=...) instead of "
+                "matmul + softmax + matmul: the flash / memory-efficient / cuDNN kernels never write the score matrix"
+            ),
+            'Hugging Face models: load with attn_implementation="sdpa" (or "flash_attention_2")',
         ]
-    data = {"blocks": len(blocks), "math_fallback": n_math, "fused_sdpa_ops": fused, "non_matmul_us": over_us,
-            "softmax_backward_us": bwd_us, "matmul_us": mm_us, "score_shapes": [list(s) for s in sorted(shapes)]}
+    data = {
+        "blocks": len(blocks),
+        "math_fallback": n_math,
+        "fused_sdpa_ops": fused,
+        "non_matmul_us": over_us,
+        "softmax_backward_us": bwd_us,
+        "matmul_us": mm_us,
+        "score_shapes": [list(s) for s in sorted(shapes)],
+    }
     return item(ctx, "attention", "Attention is not on a fused kernel: use SDPA", rec, ev, remedies, data)
 
 
@@ -251,12 +301,18 @@ def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
     target, target_name = (tf32, "TF32") if tf32 and fp32 and tf32 > fp32 else (half, half_name)
     if not fp32 or not target or target <= fp32:
         return None
-    op_dtype = ctx.a.ops.select(pl.col("row").alias("matmul_row"), pl.col("dtype").alias("_dtype"), pl.col("name").alias("_op"),
-                                (pl.col("types") if "types" in ctx.a.ops.columns else pl.lit(None, pl.Utf8)).alias("_types"))
+    op_dtype = ctx.a.ops.select(
+        pl.col("row").alias("matmul_row"),
+        pl.col("dtype").alias("_dtype"),
+        pl.col("name").alias("_op"),
+        (pl.col("types") if "types" in ctx.a.ops.columns else pl.lit(None, pl.Utf8)).alias("_types"),
+    )
     mm = ctx.kernels.filter(pl.col("cls") == "matmul").join(op_dtype, on="matmul_row", how="left")
     types = mm.filter(pl.col("_dtype").is_null() & pl.col("_types").is_not_null())["_types"].unique().to_list()
     if types:  # a backward convolution's first input is a size list: its dtype is its first tensor's
-        first = pl.DataFrame({"_types": types, "_t": [first_tensor_dtype(t) for t in types]}, schema={"_types": pl.Utf8, "_t": pl.Utf8})
+        first = pl.DataFrame(
+            {"_types": types, "_t": [first_tensor_dtype(t) for t in types]}, schema={"_types": pl.Utf8, "_t": pl.Utf8}
+        )
         mm = mm.join(first, on="_types", how="left").with_columns(_dtype=pl.coalesce("_dtype", "_t"))
     f32 = mm.filter((pl.col("_dtype") == "fp32") & ~pl.col("name").str.contains(TF32_RE.pattern))
     if f32.height == 0:
@@ -267,30 +323,48 @@ def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
     flops = float(f32["flops"].fill_null(0).sum())
     achieved = flops / (float(f32["dur"].sum()) * 1e-6) if flops else None
     calls = f32["matmul_row"].n_unique()
-    op_names = f32.group_by("_op").agg(pl.col("dur").sum().alias("t"), pl.col("matmul_row").n_unique().alias("n")).sort("t", descending=True)
+    op_names = (
+        f32.group_by("_op")
+        .agg(pl.col("dur").sum().alias("t"), pl.col("matmul_row").n_unique().alias("n"))
+        .sort("t", descending=True)
+    )
     ev = [
         f"{calls} matmul-class calls with fp32 inputs ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time) on fp32 "
         f"(non-tensor-core) kernels" + (f" at {achieved / 1e12:.1f} TFLOP/s" if achieved else ""),
-        (f"{h.name}: fp32 peak {fmt.tflops(fp32)}, TF32 {fmt.tflops(tf32)}, {half_name} {fmt.tflops(half)}; at the same fraction of the "
-        f"{target_name} peak they would take {fmt.pct(fp32 / target, keep_small=False)} of that time"),
+        (
+            f"{h.name}: fp32 peak {fmt.tflops(fp32)}, TF32 {fmt.tflops(tf32)}, {half_name} {fmt.tflops(half)}; at the same fraction of the "
+            f"{target_name} peak they would take {fmt.pct(fp32 / target, keep_small=False)} of that time"
+        ),
     ]
     if achieved and half and half > fp32:
-        ev.append(f"against the {half_name} tensor-core peak they ran at {fmt.pct(achieved / half, keep_small=False)} "
-                  f"(against their own fp32 peak {fmt.pct(achieved / fp32, keep_small=False)})")
+        ev.append(
+            f"against the {half_name} tensor-core peak they ran at {fmt.pct(achieved / half, keep_small=False)} "
+            f"(against their own fp32 peak {fmt.pct(achieved / fp32, keep_small=False)})"
+        )
     for r in op_names.head(3).iter_rows(named=True):
         ev.append(f"{r['_op']}: {r['n']} calls, {fmt.duration(r['t'])}")
     remedies = []
     if half and half > fp32:  # autocast first: it reaches the faster peak
         dt = "torch.bfloat16" if half_name == "bf16" else "torch.float16 (with torch.amp.GradScaler)"
         remedies.append(
-            f"Mixed precision first: torch.autocast(device_type=\"cuda\", dtype={dt}) around the forward and loss "
-            f"({half_name} tensor-core peak {fmt.tflops(half)}, {half / fp32:.0f}× fp32's)")
+            f'Mixed precision first: torch.autocast(device_type="cuda", dtype={dt}) around the forward and loss '
+            f"({half_name} tensor-core peak {fmt.tflops(half)}, {half / fp32:.0f}× fp32's)"
+        )
     if tf32 and tf32 > fp32:
         conv = any("conv" in (n or "") for n in op_names["_op"].to_list())
         remedies.append(
-            "torch.set_float32_matmul_precision(\"high\") (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 "
+            'torch.set_float32_matmul_precision("high") (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 '
             "matmuls run on TF32 tensor cores, no model change"
-            + ("; convolutions follow torch.backends.cudnn.allow_tf32" if conv else ""))
-    data = {"calls": calls, "time_us": t, "flops": flops, "target": target_name, "peak_fp32": fp32, "peak_target": target,
-            "peak_tensor": half, "tensor": half_name}
+            + ("; convolutions follow torch.backends.cudnn.allow_tf32" if conv else "")
+        )
+    data = {
+        "calls": calls,
+        "time_us": t,
+        "flops": flops,
+        "target": target_name,
+        "peak_fp32": fp32,
+        "peak_target": target,
+        "peak_tensor": half,
+        "tensor": half_name,
+    }
     return item(ctx, "fp32_matmul", f"fp32 matmuls where {target_name} would do", rec, ev, remedies, data)

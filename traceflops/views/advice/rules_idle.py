@@ -42,8 +42,12 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
             f"{lg.height} bubbles between kernels already queued: {fmt.duration(lg['dur'].sum())} "
             f"({fmt.pct(ctx.share(lg['dur'].sum()), keep_small=False)}), median {fmt.duration(lg['dur'].median())}"
         )
-    data = {"host_bound_us": float(hb["dur"].sum()), "launch_gap_us": float(lg["dur"].sum()),
-            "host_bound_gaps": hb.height, "launch_gaps": lg.height}
+    data = {
+        "host_bound_us": float(hb["dur"].sum()),
+        "launch_gap_us": float(lg["dur"].sum()),
+        "host_bound_gaps": hb.height,
+        "launch_gaps": lg.height,
+    }
     title = "The device waits for kernel launches (host-bound)"
     path = ctx.a.path_summary
     if path is not None and path.available:
@@ -51,12 +55,18 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
         on_host = float(path.us["host"] + path.us["launch"])
         share = ctx.share(on_host)
         top = next((t for t in path.top if t.kind in ("host", "launch")), None)
-        ev.insert(0, f"critical path: the host and its launches bounded {fmt.pct(share, keep_small=False)} of the step"
-                     + (f" (longest: {fmt.short(top.name, 60)}, {fmt.duration(top.us)})" if top else ""))
+        ev.insert(
+            0,
+            f"critical path: the host and its launches bounded {fmt.pct(share, keep_small=False)} of the step"
+            + (f" (longest: {fmt.short(top.name, 60)}, {fmt.duration(top.us)})" if top else ""),
+        )
         data["critical_path_host_us"] = on_host
         total = min(total, on_host)
-        title = ("The host bounds the step (critical path): the device waits for launches" if share >= 0.5 else
-                 "Idle gaps wait for the host, but the device bounds the step (critical path)")
+        title = (
+            "The host bounds the step (critical path): the device waits for launches"
+            if share >= 0.5
+            else "Idle gaps wait for the host, but the device bounds the step (critical path)"
+        )
     many_short = False
     if "launch_kernels" in ctx.steps.columns and ctx.steps["launch_kernels"].null_count() < ctx.steps.height:
         per_step = float(ctx.steps["launch_kernels"].mean())
@@ -73,8 +83,10 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
         ev.append(line)
         data.update(kernels_per_step=per_step, median_kernel_us=med, median_launch_delay_us=delay)
     remedies = [
-        ("Capture the step's steady part in a CUDA/HIP graph (torch.compile(mode=\"reduce-overhead\"), or "
-        "torch.cuda.graph): one launch replaces one per kernel"),
+        (
+            'Capture the step\'s steady part in a CUDA/HIP graph (torch.compile(mode="reduce-overhead"), or '
+            "torch.cuda.graph): one launch replaces one per kernel"
+        ),
         "torch.compile the model: it fuses small kernels, so fewer launches and less host work per step",
         "A larger batch per step: the same launches, each doing more work",
     ]
@@ -90,8 +102,12 @@ def _gap_item(ctx: Ctx, reason: str) -> tuple[pl.DataFrame, list[str]] | None:
     if g.height == 0:
         return None
     worst = float(g["dur"].max())
-    return g, [(f"{g.height} idle gaps, {fmt.duration(g['dur'].sum())} ({fmt.pct(ctx.share(g['dur'].sum()), keep_small=False)} of step time), "
-               f"longest {fmt.duration(worst)}")]
+    return g, [
+        (
+            f"{g.height} idle gaps, {fmt.duration(g['dur'].sum())} ({fmt.pct(ctx.share(g['dur'].sum()), keep_small=False)} of step time), "
+            f"longest {fmt.duration(worst)}"
+        )
+    ]
 
 
 def _overlapping(frame: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -117,22 +133,33 @@ def input_pipeline(ctx: Ctx) -> AdviceItem | None:
     loaders = _overlapping(ctx.a.ops.filter(tl.is_dataloader(pl.col("name"))), g)
     single = False
     if loaders.height:
-        per = loaders.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
+        per = (
+            loaders.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
+        )
         for r in per.head(3).iter_rows(named=True):
             ev.append(f"{fmt.short(r['name'], 70, '?')}: {r['n']}× over the gaps, {fmt.duration(r['t'])} on the host")
         single = loaders["name"].str.contains("SingleProcess").any()
     if single:
         ev.append("the loader runs in the training process (num_workers=0)")
     remedies = [
-        ("DataLoader(num_workers=N > 0, persistent_workers=True, prefetch_factor=2 or more): batches are prepared "
-        "while the device computes"),
+        (
+            "DataLoader(num_workers=N > 0, persistent_workers=True, prefetch_factor=2 or more): batches are prepared "
+            "while the device computes"
+        ),
         "pin_memory=True with .to(device, non_blocking=True): the copy does not block the host",
         "Move decoding and augmentation to the device, or pre-process the data set offline",
     ]
     if not single:
         remedies[0] = "More DataLoader workers or a larger prefetch_factor: the workers do not keep up with the device"
-    return item(ctx, "input_pipeline", "The device waits for the data loader", float(g["dur"].sum()), ev, remedies,
-                 {"gaps": g.height, "time_us": float(g["dur"].sum()), "single_process": bool(single)})
+    return item(
+        ctx,
+        "input_pipeline",
+        "The device waits for the data loader",
+        float(g["dur"].sum()),
+        ev,
+        remedies,
+        {"gaps": g.height, "time_us": float(g["dur"].sum()), "single_process": bool(single)},
+    )
 
 
 def _enclosing(ops: pl.DataFrame, calls: pl.DataFrame) -> list[str]:
@@ -176,7 +203,10 @@ def sync(ctx: Ctx) -> AdviceItem | None:
     callers: list[str] = []
     if calls is not None and calls.height:
         per = calls.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
-        ev.append("synchronizing calls over the gaps: " + ", ".join(f"{r['name']} {r['n']}× ({fmt.duration(r['t'])})" for r in per.head(3).iter_rows(named=True)))
+        ev.append(
+            "synchronizing calls over the gaps: "
+            + ", ".join(f"{r['name']} {r['n']}× ({fmt.duration(r['t'])})" for r in per.head(3).iter_rows(named=True))
+        )
         callers = _enclosing(ctx.a.ops, calls)
         if callers:
             top = pl.Series(callers).value_counts(sort=True).head(3)
@@ -184,18 +214,33 @@ def sync(ctx: Ctx) -> AdviceItem | None:
     text = " ".join(callers + (calls["name"].to_list() if calls is not None and calls.height else []))
     remedies = []
     if re.search(r"item|_local_scalar_dense|is_nonzero|tolist", text) or not text:
-        remedies.append("Drop .item() / .cpu() / .tolist() / print(tensor) inside the step: log every N steps, or "
-                        "accumulate the metric on the device")
+        remedies.append(
+            "Drop .item() / .cpu() / .tolist() / print(tensor) inside the step: log every N steps, or "
+            "accumulate the metric on the device"
+        )
     if re.search(r"nonzero|masked_select|index|unique", text):
-        remedies.append("Data-dependent shapes (nonzero, boolean-mask indexing, unique) wait for the device: use "
-                        "fixed-shape ops (torch.where, masked arithmetic)")
+        remedies.append(
+            "Data-dependent shapes (nonzero, boolean-mask indexing, unique) wait for the device: use "
+            "fixed-shape ops (torch.where, masked arithmetic)"
+        )
     if re.search(r"Memcpy|copy_|aten::to\b|_to_copy", text):
-        remedies.append("Blocking copies: copy from pinned memory with non_blocking=True, and read results back "
-                        "once per step at most")
+        remedies.append(
+            "Blocking copies: copy from pinned memory with non_blocking=True, and read results back "
+            "once per step at most"
+        )
     if re.search(r"DeviceSynchronize|StreamSynchronize|EventSynchronize", text):
-        remedies.append("Remove explicit torch.cuda.synchronize() / event.synchronize() from the training loop "
-                        "(keep them for timing runs only)")
+        remedies.append(
+            "Remove explicit torch.cuda.synchronize() / event.synchronize() from the training loop "
+            "(keep them for timing runs only)"
+        )
     if not remedies:
         remedies.append("Find the host call that waits for the device (the callers above) and move it out of the step")
-    return item(ctx, "sync", "Host-device synchronisations stall the device", float(g["dur"].sum()), ev, remedies,
-                 {"gaps": g.height, "time_us": float(g["dur"].sum()), "callers": callers[:20]})
+    return item(
+        ctx,
+        "sync",
+        "Host-device synchronisations stall the device",
+        float(g["dur"].sum()),
+        ev,
+        remedies,
+        {"gaps": g.height, "time_us": float(g["dur"].sum()), "callers": callers[:20]},
+    )
