@@ -42,7 +42,10 @@ def test_an_analysis_shows_as_a_small_html_card(analysis):
 def test_the_html_card_escapes_what_the_trace_names(analysis):
     from dataclasses import replace
 
-    hostile = replace(analysis, advice=[{"title": "<script>alert(1)</script>", "share": 0.5, "unit": "x"}])
+    from traceflops.core import sections
+
+    item = sections.replace(analysis.advice[0], title="<script>alert(1)</script>", share=0.5, unit="x")
+    hostile = replace(analysis, advice=[item])
     page = hostile._repr_html_()
     assert "<script>" not in page and "&lt;script&gt;" in page
 

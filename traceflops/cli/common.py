@@ -8,8 +8,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    import rich.progress
 
 from traceflops.core.errors import (
     EXIT_INTERNAL,
@@ -74,7 +78,8 @@ def _terminated(signum, frame):
 
 
 def refuse_overwrite(inputs, **outputs) -> None:
-    """An output (by option name) that is one of the input files, however spelled or linked, is refused before any work."""
+    """An output (by option name) that is one of the input files, however spelled or linked, is refused before any
+    work."""
     for option, out in outputs.items():
         for path in [out] if isinstance(out, (str, Path)) else (out or []):
             hit = next((i for i in inputs if same_file(path, i)), None)
@@ -92,7 +97,8 @@ def model_options(fn):
         click.option(
             "--params",
             type=float,
-            help="matmul parameters N (weights used per token; no embeddings, norms, biases); a finite number from 1 to 1e+15",
+            help="matmul parameters N (weights used per token; no embeddings, norms, biases); a finite number from 1 "
+            "to 1e+15",
         ),
         click.option("--layers", type=int, help="transformer layers L; a whole number from 1 to 1048576"),
         click.option("--heads", type=int, help="attention heads H; a whole number from 1 to 1048576"),
@@ -114,7 +120,8 @@ def model_options(fn):
         click.option(
             "--precision",
             type=click.Choice(["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]),
-            help="the precision whose dense peak MFU is measured against (default: the dtype carrying the most matmul FLOPs)",
+            help="the precision whose dense peak MFU is measured against (default: the dtype carrying the most matmul "
+            "FLOPs)",
         ),
         click.option(
             "--peak-tflops",
@@ -170,7 +177,7 @@ class Progress:
 
     def __init__(self, quiet: bool):
         self.on = not quiet and sys.stderr.isatty()
-        self.bar = None
+        self.bar: rich.progress.Progress | None = None  # (imported when a big file is read)
         self.big = False  # a big file: its stages are worth saying too
 
     def _console(self):

@@ -1,7 +1,9 @@
-"""The commands `analyze`, `summarize`, `merge` and `mfu`: they wire `run` to the renderers and hold no logic of their own."""
+"""The commands `analyze`, `summarize`, `merge` and `mfu`: they wire `run` to the renderers and hold no logic of their
+own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import replace
@@ -13,7 +15,9 @@ from traceflops.core.memory import prefer_one_thread, prefer_prompt_release
 
 prefer_prompt_release()  # before anything loads polars
 
-from traceflops.cli.common import (
+# The imports below stay after that call: it must run before polars loads.
+from traceflops.cli.check import check_cmd  # noqa: E402
+from traceflops.cli.common import (  # noqa: E402
     Progress,
     model_options,
     options_from,
@@ -21,6 +25,7 @@ from traceflops.cli.common import (
     run_command,
     start_decode_helper,
 )
+from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras  # noqa: E402
 
 
 @click.group()
@@ -154,10 +159,9 @@ def _store_report(path, opts, cache_dir, a):
         return
     from traceflops.storage import report_cache
 
-    try:
+    # the parsed-tables cache already says why a cache cannot be written, in warnings
+    with contextlib.suppress(OSError):
         report_cache.store_report(path, opts, a, cache_dir)
-    except OSError:
-        pass  # the parsed-tables cache already says why a cache cannot be written, in warnings
 
 
 def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None, input_warnings=()):
@@ -428,9 +432,6 @@ def _mfu(
     if out["band"]:
         click.echo(f"band: {out['band']} ({mf.BAND_CAVEAT})")
 
-
-from traceflops.cli.check import check_cmd
-from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras
 
 main.add_command(annotate_cmd)
 main.add_command(diff_cmd)

@@ -143,7 +143,8 @@ def annotate_cmd(trace, output, **kw):
         s = annotate(trace, a, output, modules)
         click.echo(
             printable(
-                f"wrote {'standard output' if output == '-' else output}: {s['events_in']} events kept, {s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
+                f"wrote {'standard output' if output == '-' else output}: {s['events_in']} events kept, "
+                f"{s['kernels_annotated']} kernels and {s['ops_annotated']} ops annotated, "
                 f"{s['events_added']} events added, {s['redacted_values']} values redacted"
             ),
             err=True,

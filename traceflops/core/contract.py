@@ -12,7 +12,7 @@ parquet). Keys a source lacks are null, never absent.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -37,7 +37,7 @@ from traceflops.core.sections import (
 )
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 
-SCHEMA_ID = "traceflops.report/1"
+SCHEMA_ID: Final = "traceflops.report/1"
 ByPhaseFlops = dict[str, int | None]  # by phase, and executed
 
 # A communication row (per dimension, phase and kind: views.collectives.by_dimension), as reports and summaries hold it.
@@ -62,7 +62,7 @@ def _int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
-def loss_budget(row: Mapping[str, Any], keys: list[str] | None = None) -> dict[str, float] | None:
+def loss_budget(row: Mapping[str, Any], keys: list[str] | None = None) -> dict[str, float | None] | None:
     """The step's loss budget: a dict column (an Analysis) or `budget_<term>` columns (a rank summary)."""
     lb = row.get("loss_budget")
     if isinstance(lb, Mapping):
@@ -70,7 +70,7 @@ def loss_budget(row: Mapping[str, Any], keys: list[str] | None = None) -> dict[s
     return _prefixed(row, BUDGET_PREFIX, keys)
 
 
-def critical_path(row: Mapping[str, Any], keys: list[str] | None = None) -> dict[str, float] | None:
+def critical_path(row: Mapping[str, Any], keys: list[str] | None = None) -> dict[str, float | None] | None:
     """The step's critical path by kind (µs), from `path_<kind>` columns; None where the trace has none."""
     return _prefixed(row, PATH_PREFIX, keys)
 
@@ -110,7 +110,7 @@ def step_record(s: Mapping[str, Any], rank: int | None, keys: tuple[list[str], l
     counts = {p: _int(s.get(f"count_{p}")) for p in PHASES}
     return StepRecord(
         rank=rank,
-        step=s.get("step"),
+        step=s["step"],  # every step table has the column
         name=s.get("name"),
         start_us=s.get("start"),
         dur_us=s.get("window"),
@@ -164,7 +164,7 @@ def collective_record(row: Mapping[str, Any]) -> CollectiveRecord:
     """One matched collective of a job, as the report contract states it: its row, with its group's description,
     role (`dp`, `tp`, ... from a `mesh_<dim>` description; `world` for the default group) and ranks always present
     (null where the trace does not say)."""
-    fields = {
+    fields: dict[str, Any] = {
         k: row.get(k) for k in CollectiveRecord.__struct_fields__ if k != "group_ranks" and (k in row or k in _ALWAYS)
     }
     ranks = row.get("group_ranks")
@@ -187,7 +187,7 @@ Int = int | None
 Float = float | None
 
 
-class InputRecord(Section, kw_only=True):
+class InputRecord(Section, frozen=True, kw_only=True):
     """One input trace: its path (as given, printable), format, rank and device."""
 
     path: str | None
@@ -197,7 +197,7 @@ class InputRecord(Section, kw_only=True):
     device: str | None
 
 
-class StepLaunch(Section, kw_only=True):
+class StepLaunch(Section, frozen=True, kw_only=True):
     """How the step's kernels were launched: count, median duration, median delay from launch to start."""
 
     kernels: Int
@@ -205,7 +205,7 @@ class StepLaunch(Section, kw_only=True):
     median_launch_to_start_us: Float
 
 
-class StepRecord(Section, kw_only=True):
+class StepRecord(Section, frozen=True, kw_only=True):
     """One step of one rank: its window (device, else host), FLOPs, utilization, time classes and loss budget."""
 
     rank: Int
@@ -230,7 +230,7 @@ class StepRecord(Section, kw_only=True):
     launch: StepLaunch
 
 
-class RankRecord(Section, kw_only=True):
+class RankRecord(Section, frozen=True, kw_only=True):
     """One rank's whole-trace numbers (a single trace is one rank)."""
 
     rank: Int
@@ -244,31 +244,39 @@ class RankRecord(Section, kw_only=True):
     loss_budget: LossBudget | None
 
 
-def _described(kind: Any, text: str) -> Any:
-    return Annotated[kind, Meta(description=text)]
-
-
-class CollectiveRecord(Section, kw_only=True):
+class CollectiveRecord(Section, frozen=True, kw_only=True):
     """A collective matched across ranks: its process group and order within it, arrival skew apart from transfer,
     bandwidth."""
 
-    pg: _described(str, "the process group's name (`?` where the trace does not say)")
-    seq: _described(
-        int, "order within the group (the recorded sequence number where every collective of the group has one)"
-    )
-    kind: _described(
-        str | None, "the collective the caller asked for (a gloo reduce-scatter run as an all-reduce is reduce_scatter)"
-    )
-    pg_desc: _described(str | None, "the group's description: default_pg, mesh_dp, mesh_tp, ...")
-    role: _described(
+    pg: Annotated[str, Meta(description="the process group's name (`?` where the trace does not say)")]
+    seq: Annotated[
+        int,
+        Meta(
+            description="order within the group (the recorded sequence number where every collective of the group "
+            "has one)"
+        ),
+    ]
+    kind: Annotated[
         str | None,
-        "what the group is for: the mesh dimension of a mesh_<dim> group (dp, tp, pp, ep, cp, "
-        "...), world for default_pg",
-    )
+        Meta(
+            description="the collective the caller asked for (a gloo reduce-scatter run as an all-reduce is "
+            "reduce_scatter)"
+        ),
+    ]
+    pg_desc: Annotated[str | None, Meta(description="the group's description: default_pg, mesh_dp, mesh_tp, ...")]
+    role: Annotated[
+        str | None,
+        Meta(
+            description="what the group is for: the mesh dimension of a mesh_<dim> group (dp, tp, pp, ep, cp, "
+            "...), world for default_pg"
+        ),
+    ]
     step: Int
     bytes: Int
-    group_size: _described(Int, "ranks in the group (from the collective's args or pg_config), the bus factor's n")
-    ranks: _described(int, "ranks whose copy of it was matched")
+    group_size: Annotated[
+        Int, Meta(description="ranks in the group (from the collective's args or pg_config), the bus factor's n")
+    ]
+    ranks: Annotated[int, Meta(description="ranks whose copy of it was matched")]
     arrival_skew_us: Float
     last_rank: Int
     transfer_us: Float
@@ -276,13 +284,18 @@ class CollectiveRecord(Section, kw_only=True):
     algbw_gbps: Float
     busbw_gbps: Float
     busbw_of_nvlink: (
-        _described(Float, "bus bandwidth over the device's NVLink bandwidth per direction (where the device is known)")
+        Annotated[
+            Float,
+            Meta(
+                description="bus bandwidth over the device's NVLink bandwidth per direction (where the device is known)"
+            ),
+        ]
         | UnsetType
     ) = UNSET
-    group_ranks: _described(list[int] | None, "the group's global ranks")
+    group_ranks: Annotated[list[int] | None, Meta(description="the group's global ranks")]
 
 
-class CommunicationRow(Section, kw_only=True):
+class CommunicationRow(Section, frozen=True, kw_only=True):
     """Communication of one dimension (group role), phase and kind: calls, time, exposed and hidden, their shares."""
 
     rank: Int | UnsetType = UNSET  # a job's per-rank rows
@@ -301,7 +314,7 @@ class CommunicationRow(Section, kw_only=True):
     max_rank: Int | UnsetType = UNSET
 
 
-class PipelineRow(Section, kw_only=True):
+class PipelineRow(Section, frozen=True, kw_only=True):
     """One pipeline stage (rank) and step. stage: the rank's place in its pipeline (0 first), from the chain of P2P
     send directions (a step's first transfer between neighbours goes downstream); stages and microbatches: p and m,
     given (--pipeline-stages, --microbatches) or inferred (p from the chain, m from the first stage's forward sends in
@@ -330,10 +343,10 @@ class PipelineRow(Section, kw_only=True):
     ideal_bubble: Float
 
 
-def _rows(required: tuple[str, ...], text: str | None = None) -> Any:
+def _rows(required: tuple[str, ...], text: str | None = None) -> Meta:
     """A table's rows as the report lists them (their columns are the table's; these are always there)."""
     extra: dict[str, Any] = {"items": {"type": "object", "required": list(required)}}
-    return Annotated[list[dict[str, Any]], Meta(extra_json_schema=extra, **({"description": text} if text else {}))]
+    return Meta(extra_json_schema=extra, description=text) if text else Meta(extra_json_schema=extra)
 
 
 COMMUNICATION_TEXT = (
@@ -348,10 +361,27 @@ COMMUNICATION_TEXT = (
 )
 EXPERTS_TEXT = (
     "A job's expert parallelism (null: no rank runs experts or EP all-to-alls): per rank its EP group (its ranks, as "
-    "text), the expert FLOPs (matmuls of grouped-GEMM and fused-MoE ops) and EP all-to-all bytes per counted step, each "
-    "over its EP group's mean (1 = even). A single trace gives its expert FLOPs in totals.expert_flops (per phase; null "
-    "without expert ops)."
+    "text), the expert FLOPs (matmuls of grouped-GEMM and fused-MoE ops) and EP all-to-all bytes per counted step, "
+    "each over its EP group's mean (1 = even). A single trace gives its expert FLOPs in totals.expert_flops (per "
+    "phase; null without expert ops)."
 )
+JobStepRows = Annotated[list[dict[str, Any]], _rows(("step", "dur_us", "slowest_rank", "mfu", "hfu"))]
+ExpertRows = Annotated[
+    list[dict[str, Any]],
+    _rows(
+        (
+            "rank",
+            "ep_group",
+            "steps",
+            "expert_flops_per_step",
+            "a2a_bytes_per_step",
+            "flops_vs_group_mean",
+            "bytes_vs_group_mean",
+        ),
+        EXPERTS_TEXT,
+    ),
+]
+CommunicationRows = Annotated[list[CommunicationRow] | None, Meta(description=COMMUNICATION_TEXT)]
 PATH_RULE = {
     "if": {"properties": {"available": {"const": True}}},
     "then": {"required": ["us", "share", "top", "steps"]},
@@ -379,7 +409,7 @@ class Report(msgspec.Struct, kw_only=True):
     step_stats: StepStats | None
     critical_path: Annotated[PathSummary, Meta(extra_json_schema=PATH_RULE)] | None
     gemm_shapes: list[dict[str, Any]] | None  # GEMM shapes with wave quantization (at most 30)
-    communication: _described(list[CommunicationRow] | None, COMMUNICATION_TEXT)
+    communication: CommunicationRows
     totals: Totals
     warnings: list[str]
 
@@ -393,29 +423,15 @@ class JobReport(msgspec.Struct, kw_only=True):
     hardware: Hardware | None
     model: ModelSection | None
     steps: list[StepRecord]
-    job_steps: _rows(("step", "dur_us", "slowest_rank", "mfu", "hfu"))
+    job_steps: JobStepRows
     ranks: list[RankRecord]
     collectives: list[CollectiveRecord]
     stragglers: list[dict[str, Any]]  # per step, the rank that arrived last and why
     advice: list[JobAdviceItem]
     pipeline: list[PipelineRow]
-    communication: _described(list[CommunicationRow] | None, COMMUNICATION_TEXT)
+    communication: CommunicationRows
     communication_by_rank: list[CommunicationRow] | None
-    experts: (
-        _rows(
-            (
-                "rank",
-                "ep_group",
-                "steps",
-                "expert_flops_per_step",
-                "a2a_bytes_per_step",
-                "flops_vs_group_mean",
-                "bytes_vs_group_mean",
-            ),
-            EXPERTS_TEXT,
-        )
-        | None
-    )
+    experts: ExpertRows | None
     clock: Clock | None
     outside_steps: None
     totals: JobTotals
@@ -430,8 +446,8 @@ def schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "traceflops JSON report (one trace or a job of many ranks)",
-        "description": "Generated from traceflops.core.contract (python -m traceflops.core.contract); do not edit. Keys "
-        "are stable: new ones may be added, none renamed without a new `schema`.",
+        "description": "Generated from traceflops.core.contract (python -m traceflops.core.contract); do not edit. "
+        "Keys are stable: new ones may be added, none renamed without a new `schema`.",
         "if": {"required": ["job_steps"]},
         "then": job,
         "else": single,

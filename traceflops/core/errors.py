@@ -48,7 +48,8 @@ class InternalError(TraceflopsError):
 
 
 class NotATraceError(FormatError):
-    """The file is no profiler trace at all (a config.json beside the traces): a job skips it with a warning (exit 3 alone)."""
+    """The file is no profiler trace at all (a config.json beside the traces): a job skips it with a warning (exit 3
+    alone)."""
 
 
 class EmptyTraceError(FormatError):
@@ -56,7 +57,8 @@ class EmptyTraceError(FormatError):
 
 
 class OptionsError(TraceflopsError, ValueError):
-    """The options are inconsistent (e.g. --params without --layers): exit 2, as click's usage errors; a ValueError in Python.
+    """The options are inconsistent (e.g. --params without --layers): exit 2, as click's usage errors; a ValueError in
+    Python.
 
     Raised with path=None, so the line reads `error: WHAT; TODO`.
     """
@@ -65,7 +67,8 @@ class OptionsError(TraceflopsError, ValueError):
 
 
 class ConservationError(ValueError):
-    """An invariant of the numbers broke (a time partition or a loss budget does not add up): a bug, never the input's fault."""
+    """An invariant of the numbers broke (a time partition or a loss budget does not add up): a bug, never the input's
+    fault."""
 
     def __init__(self, what: str, message: str):
         self.what = what  # which check: 'time partition' | 'loss budget'

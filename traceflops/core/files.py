@@ -18,7 +18,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from traceflops.core.errors import InputError
 from traceflops.core.fmt import encodable
@@ -59,7 +59,8 @@ def _mode(path: Path) -> int | None:
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
-    """`write(tmp)` fills a temporary file, which then replaces `path`; on failure nothing is left and `path` is untouched."""
+    """`write(tmp)` fills a temporary file, which then replaces `path`; on failure nothing is left and `path` is
+    untouched."""
     path = Path(path)
     mode = _mode(path)
     if mode is not None and stat.S_ISBLK(mode):
@@ -100,7 +101,8 @@ def _created(tmp: Path) -> bool:
 
 
 def _write_through(path: Path, write: Callable[[Path], None]) -> None:
-    """A device or a FIFO: the whole output in a private temporary folder first, then copied into it (never replaced)."""
+    """A device or a FIFO: the whole output in a private temporary folder first, then copied into it (never
+    replaced)."""
     with tempfile.TemporaryDirectory(prefix="traceflops-") as d:
         tmp = Path(d) / "out"
         write(tmp)
@@ -113,7 +115,8 @@ class _Watched:
     (polars' parquet writer says "File out of specification" for a full disk)."""
 
     def __init__(self, f: BinaryIO):
-        self._f, self.os_error = f, None
+        self._f = f
+        self.os_error: OSError | None = None
 
     def write(self, data) -> int:
         try:
@@ -127,7 +130,8 @@ class _Watched:
 
 
 def write_file(path: str | os.PathLike, fill: Callable[[BinaryIO], Any]) -> Any:
-    """The one writer of outputs: `fill(f)` writes into an open binary file, which replaces `path` as `write_atomic` does.
+    """The one writer of outputs: `fill(f)` writes into an open binary file, which replaces `path` as `write_atomic`
+    does.
 
     A library is handed the open file, never the name (one that is not UTF-8 is legal on Linux and not every library
     takes it). An OS error on the way (no folder, no space, a file-size limit), raised as such or behind a library's
@@ -139,7 +143,7 @@ def write_file(path: str | os.PathLike, fill: Callable[[BinaryIO], Any]) -> Any:
         nonlocal result, watched
         with open(tmp, "wb") as raw:
             watched = _Watched(raw)
-            result = fill(watched)
+            result = fill(cast(BinaryIO, watched))  # a proxy of the open file: every other call goes to it
 
     try:
         write_atomic(path, write)

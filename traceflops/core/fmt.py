@@ -42,7 +42,8 @@ def path_text(path) -> str | None:
 
 
 def pct(v, digits: int = 1, keep_small: bool = True) -> str:
-    """A fraction as a percentage, never '-0.0%'; tiny non-zero values keep two significant digits unless `keep_small` is off."""
+    """A fraction as a percentage, never '-0.0%'; tiny non-zero values keep two significant digits unless `keep_small`
+    is off."""
     if v is None:
         return NONE
     x = float(v) * 100
@@ -111,7 +112,8 @@ def short(s: Any, n: int = 48, none: str = "(none)") -> str:
 
 
 def printable(s: Any, n: int | None = None, keep_newlines: bool = False) -> str:
-    """Text from a trace made safe for a terminal: control characters as visible `\\xNN`, then cut to `n` (escaping first, so a cut never leaves half an escape sequence).
+    """Text from a trace made safe for a terminal: control characters as visible `\\xNN`, then cut to `n` (escaping
+    first, so a cut never leaves half an escape sequence).
 
     `keep_newlines` is for whole lines a renderer composed itself, never for one value.
     """
@@ -139,7 +141,8 @@ def times(line: str, n: int) -> str:
 
 
 def ranks(rs) -> str:
-    """Rank numbers as a reader scans them: `rank 3`, `ranks 0-7`, `ranks 1, 3, 5-7` (runs of consecutive ranks joined)."""
+    """Rank numbers as a reader scans them: `rank 3`, `ranks 0-7`, `ranks 1, 3, 5-7` (runs of consecutive ranks
+    joined)."""
     xs = sorted(set(rs))
     runs: list[list[int]] = []
     for r in xs:

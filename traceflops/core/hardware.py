@@ -121,8 +121,8 @@ _SRC_TURING = (
 )
 _SRC_A100 = (
     "NVIDIA A100 Tensor Core GPU datasheet, "
-    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf ; "
-    "non-tensor fp16/bf16 from the NVIDIA Ampere (GA100) architecture whitepaper, "
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+    " ; non-tensor fp16/bf16 from the NVIDIA Ampere (GA100) architecture whitepaper, "
     "https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf"
 )
 _SRC_H100 = (
@@ -151,8 +151,8 @@ _SRC_MI200 = (
 )
 _SRC_MI300X = (
     "AMD Instinct MI300X data sheet (dense and 'with structured sparsity' columns; dense used), "
-    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf ; "
-    "AMD CDNA 3 architecture whitepaper, "
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf"
+    " ; AMD CDNA 3 architecture whitepaper, "
     "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-3-white-paper.pdf"
 )
 
@@ -169,12 +169,13 @@ _SRC_MI350 = (
     "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html , "
     "https://www.amd.com/en/products/accelerators/instinct/mi350/mi350x.html ; "
     "AMD CDNA 4 architecture whitepaper, "
-    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-4-architecture-whitepaper.pdf ; "
-    "CUs, VRAM, LLVM target and GFXIP (256 CUs, 288 GiB, gfx950, 9.5): ROCm 'AMD GPU specifications', "
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-4-architecture-whitepaper.pdf"
+    " ; CUs, VRAM, LLVM target and GFXIP (256 CUs, 288 GiB, gfx950, 9.5): ROCm 'AMD GPU specifications', "
     "https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html ; "
     "MI355X 'up to 10 petaFLOPS (MXFP4/MXFP6)': AMD technical article 'InferenceMAX: Benchmarking Progress in "
-    "Real Time', https://www.amd.com/en/developer/resources/technical-articles/2025/inferencemax-benchmarking-progress-in-real-time.html ; "
-    "no TF32 GEMM on CDNA 4: ROCm Compute Profiler 'AMD CDNA architecture', "
+    "Real Time', "
+    "https://www.amd.com/en/developer/resources/technical-articles/2025/inferencemax-benchmarking-progress-in-real-time.html"
+    " ; no TF32 GEMM on CDNA 4: ROCm Compute Profiler 'AMD CDNA architecture', "
     "https://rocm.docs.amd.com/projects/rocprofiler-compute/en/develop/conceptual/cdna/cdna-performance-model.html"
 )
 _SRC_GH200 = (
@@ -1138,9 +1139,8 @@ def detect_xla(device_type: str) -> tuple[Hardware | None, str]:
             return HARDWARE["tpu-v5e"], f"'{raw}' -> tpu-v5e ('v5 lite' is v5e)"
         if suffix == "p" or compact in ("tpuv5", "v5"):
             return HARDWARE["tpu-v5p"], f"'{raw}' -> tpu-v5p ('TPU v5' without 'lite' is v5p)"
-    if gen == "6":
-        if lite:
-            return HARDWARE["tpu-v6e"], f"'{raw}' -> tpu-v6e ('v6 lite' is Trillium v6e)"
+    if gen == "6" and lite:
+        return HARDWARE["tpu-v6e"], f"'{raw}' -> tpu-v6e ('v6 lite' is Trillium v6e)"
     return None, f"'{raw}': TPU type not in the table; pass --hardware or --peak-tflops"
 
 

@@ -55,7 +55,8 @@ def prefer_release_at_once() -> None:
 
 
 def release_at_once(conf: str | None) -> str:
-    """The allocator setting for a process that analyses trace after trace (a rank worker): freed pages handed back at once.
+    """The allocator setting for a process that analyses trace after trace (a rank worker): freed pages handed back at
+    once.
 
     A worker starts its next rank as soon as one ends, while the ~50 MB that
     rank freed are still unpurged (any decay above zero, even 1 ms, left them);

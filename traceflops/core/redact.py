@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -119,7 +120,10 @@ MAY_CHANGE = (
     r"|-----BEGIN"
 )
 
-_SHAPE_RES = ((URL_PASSWORD_RE, lambda m: m.group("head") + INLINE), *((r, INLINE) for r in TOKEN_RES))
+_SHAPE_RES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    (URL_PASSWORD_RE, lambda m: m.group("head") + INLINE),
+    *((r, INLINE) for r in TOKEN_RES),
+)
 _SHAPE_BYTES = tuple(
     (re.compile(r.pattern.encode()), (lambda m: m.group("head") + INLINE.encode()) if callable(to) else to.encode())
     for r, to in _SHAPE_RES
@@ -127,7 +131,8 @@ _SHAPE_BYTES = tuple(
 
 
 def is_secret_key(name: Any) -> bool:
-    """Whether a key, flag or parameter name looks like it names a credential (`tokenizer`, `monkey`, `author` do not)."""
+    """Whether a key, flag or parameter name looks like it names a credential (`tokenizer`, `monkey`, `author` do
+    not)."""
     words = _SEPARATORS.sub("_", _CAMEL.sub("_", str(name)).lower())
     return bool(_SECRET_NAME.search(words))
 
@@ -145,7 +150,8 @@ def _apply(rules, data):
 
 
 def redact_text(text: str) -> tuple[str, int]:
-    """Only the shape rules safe anywhere (URL passwords, token shapes): the new text and how many parts were replaced."""
+    """Only the shape rules safe anywhere (URL passwords, token shapes): the new text and how many parts were
+    replaced."""
     return _apply(_SHAPE_RES, text)
 
 
@@ -194,7 +200,8 @@ _CACHED = 1 << 16  # distinct strings (and keys) remembered; past it the memory 
 
 
 class Redactor:
-    """`redact`'s rules over many values (annotate's pass over every event of a trace), each distinct string and key decided once.
+    """`redact`'s rules over many values (annotate's pass over every event of a trace), each distinct string and key
+    decided once.
 
     `count` is how many values or parts of values were replaced, each occurrence counted.
     """
@@ -215,7 +222,8 @@ class Redactor:
         return got[0]
 
     def _key(self, k: Any) -> tuple[Any, int, int]:
-        """A key as written (shape rules), how many parts of it were replaced, and what its value is: plain, secret, an environment."""
+        """A key as written (shape rules), how many parts of it were replaced, and what its value is: plain, secret, an
+        environment."""
         key, m = redact_text(k) if isinstance(k, str) else (k, 0)
         got = (key, m, _ENV if str(k).lower() in ENV_KEYS else _SECRET if is_secret_key(k) else _PLAIN)
         if len(self._keys) >= _CACHED:
@@ -287,7 +295,8 @@ def _json_text(text: str) -> tuple[str, int]:
 
 
 def redact_column(s: pl.Series, json: bool = False) -> tuple[pl.Series, int]:
-    """A text column with `redact_string`'s rules (`json`: JSON text, `redact`'s on its value), and how many distinct values changed.
+    """A text column with `redact_string`'s rules (`json`: JSON text, `redact`'s on its value), and how many distinct
+    values changed.
 
     Polars finds the distinct values `MAY_CHANGE` matches; the rules run once on each; a column nothing changes
     is returned as it is (no copy).
@@ -312,7 +321,8 @@ def redact_column(s: pl.Series, json: bool = False) -> tuple[pl.Series, int]:
 
 
 def redact_frame(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Every text column of a frame through `redact_column` (`JSON_COLUMNS` as JSON); the frame itself when nothing changed."""
+    """Every text column of a frame through `redact_column` (`JSON_COLUMNS` as JSON); the frame itself when nothing
+    changed."""
     new, n = [], 0
     for c in df.columns:
         col, m = redact_column(df[c], json=c in JSON_COLUMNS)
@@ -325,8 +335,8 @@ def redact_frame(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
 def redact_trace(trace: Trace) -> Trace:
     """The trace with every string a report can copy redacted: its tables' text, its warnings, its metadata.
 
-    The file's own path (`meta['path']`, the name the user gave) is kept. Ops stay in thread order (`core.trace.thread_order`)
-    should a redacted pid or tid sort elsewhere.
+    The file's own path (`meta['path']`, the name the user gave) is kept. Ops stay in thread order
+    (`core.trace.thread_order`) should a redacted pid or tid sort elsewhere.
     """
     from traceflops.core.trace import Warnings, thread_order
 

@@ -1,4 +1,5 @@
-"""The result types every layer passes on: options in, an `Analysis` of one trace, a `RankSummary` per rank, a `Job` across ranks.
+"""The result types every layer passes on: options in, an `Analysis` of one trace, a `RankSummary` per rank, a `Job`
+across ranks.
 
 Plain values: built once, by keyword, and not changed afterwards.
 """
@@ -16,6 +17,7 @@ from traceflops.core.sections import (
     AdviceItem,
     Clock,
     Hardware,
+    JobAdviceItem,
     JobTotals,
     ModelSection,
     OutsideSteps,
@@ -87,12 +89,14 @@ class Analysis:
         sc = self.totals.step_count
         steps = f"{sc.counted} of {sc.in_trace} steps counted"
         return (
-            f"<traceflops.Analysis {fmt.printable(self.meta.get('path'))}: {self.meta.get('format') or 'trace'}, {steps}, "
-            f"{utilization_words(self.totals)}; {_budget_words(self.totals.loss_budget)}; {len(self.warnings)} warnings>"
+            f"<traceflops.Analysis {fmt.printable(self.meta.get('path'))}: {self.meta.get('format') or 'trace'}, "
+            f"{steps}, {utilization_words(self.totals)}; {_budget_words(self.totals.loss_budget)}; "
+            f"{len(self.warnings)} warnings>"
         )
 
     def _repr_html_(self) -> str:
-        """A notebook's view: the headline, the loss budget and the top of "what to try" (the full report: `to_html()`)."""
+        """A notebook's view: the headline, the loss budget and the top of "what to try" (the full report:
+        `to_html()`)."""
         return notebook("html_card")(self)
 
     def to_html(self) -> str:
@@ -114,7 +118,7 @@ class RankSummary:
 
     rank: int | None
     world_size: int | None
-    path: str
+    path: str | None
     hardware: Hardware | dict[str, Any] | None  # a stored summary's: as read back (storage.summary checks it)
     model: ModelSection | dict[str, Any] | None
     steps: pl.DataFrame  # per step: window, FLOPs, partition, model FLOPs
@@ -144,9 +148,8 @@ class Job:
     totals: JobTotals
     warnings: list[str]
     summaries: list[RankSummary]
-    advice: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # the job's "what to try": waits on late ranks, ranks' own top items
+    # the job's "what to try": waits on late ranks, ranks' own top items
+    advice: list[JobAdviceItem] = field(default_factory=list)
     communication: pl.DataFrame | None = (
         None  # per dimension, phase and kind over all ranks (views.collectives.across_ranks)
     )
@@ -154,13 +157,15 @@ class Job:
     experts: pl.DataFrame | None = (
         None  # per rank: expert FLOPs and EP all-to-all bytes against its EP group (views.experts)
     )
-    # Each warning once, as reports say it: (text, the ranks that gave it (none: the job's own), the most times one gave it).
+    # Each warning once, as reports say it: (text, the ranks that gave it (none: the job's own), the most times one gave
+    # it).
     warning_groups: list[tuple[str, tuple[int, ...], int]] = field(default_factory=list)
 
     def __repr__(self) -> str:
         """One line: ranks, steps, job MFU and HFU, the ranks' largest loss-budget terms (mean over ranks)."""
         return (
-            f"<traceflops.Job {len(self.summaries)} ranks, {self.steps.height} steps, {utilization_words(self.totals)}; "
+            f"<traceflops.Job {len(self.summaries)} ranks, {self.steps.height} steps, "
+            f"{utilization_words(self.totals)}; "
             f"{_budget_words(self.mean_budget())} (mean over ranks); {len(self.warnings)} warnings>"
         )
 
@@ -170,7 +175,7 @@ class Job:
 
     def mean_budget(self) -> dict[str, float | None] | None:
         """Each loss-budget term's mean over the ranks that know it (None without any rank's budget)."""
-        budgets = [s.totals.get("loss_budget") for s in self.summaries if s.totals.get("loss_budget")]
+        budgets = [b for s in self.summaries if (b := s.totals.get("loss_budget"))]
         if not budgets:
             return None
         out = {}

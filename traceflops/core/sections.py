@@ -25,16 +25,19 @@ from traceflops.core.vocab import OVERLAYS, PARTITION, PATH_KINDS, PHASES
 Num = int | float
 
 
-def _keyed(keys, value: Any = float | None) -> Any:
+def _keyed(keys: tuple[str, ...]) -> Meta:
     """A dict keyed by a vocabulary (the schema requires its keys): time classes, overlays, budget terms, phases."""
-    return Annotated[dict[str, value], Meta(extra_json_schema={"required": list(keys)})]
+    return Meta(extra_json_schema={"required": list(keys)})
 
 
-TimeUs = _keyed(PARTITION)  # the time partition by class, µs
-OverlayUs = _keyed(OVERLAYS)  # overlays of the partition, µs
-LossBudget = _keyed(("mfu", "recompute", "matmul_below_peak", "non_matmul", "idle"))  # shares of peak × step time
-PathUs = _keyed(PATH_KINDS)  # the critical path by kind, µs
-ByPhase = _keyed(PHASES, int | None)  # counts or FLOPs by phase
+TimeUs = Annotated[dict[str, float | None], _keyed(PARTITION)]  # the time partition by class, µs
+OverlayUs = Annotated[dict[str, float | None], _keyed(OVERLAYS)]  # overlays of the partition, µs
+LossBudget = Annotated[  # shares of peak × step time
+    dict[str, float | None], _keyed(("mfu", "recompute", "matmul_below_peak", "non_matmul", "idle"))
+]
+PathUs = Annotated[dict[str, float | None], _keyed(PATH_KINDS)]  # the critical path by kind, µs
+ByPhase = Annotated[dict[str, int | None], _keyed(PHASES)]  # counts or FLOPs by phase (a step's may be unknown)
+PhaseCounts = Annotated[dict[str, int], _keyed(PHASES)]  # counts or FLOPs by phase, over the counted steps
 
 
 class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -51,7 +54,7 @@ class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return v
 
     def __contains__(self, key: object) -> bool:
-        return key in self.__struct_fields__ and getattr(self, key) is not UNSET  # type: ignore[arg-type]
+        return key in self.__struct_fields__ and getattr(self, key) is not UNSET
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -96,14 +99,15 @@ def json_default(obj: Any) -> Any:
 
 
 def decode(value: Any, kind: Any) -> Any:
-    """A section read back from plain values (a stored report or summary); `msgspec.ValidationError` when it is not one."""
+    """A section read back from plain values (a stored report or summary); `msgspec.ValidationError` when it is not
+    one."""
     return msgspec.convert(value, kind)
 
 
 # --- hardware ------------------------------------------------------------------------------------------------------
 
 
-class Hardware(Section, kw_only=True):
+class Hardware(Section, frozen=True, kw_only=True):
     """The device and the peak MFU and HFU are measured against."""
 
     name: str
@@ -117,7 +121,7 @@ class Hardware(Section, kw_only=True):
 # --- model ---------------------------------------------------------------------------------------------------------
 
 
-class ModelPart(Section, kw_only=True):
+class ModelPart(Section, frozen=True, kw_only=True):
     """One part of the model (attention, MLP, embeddings, …): its model FLOPs beside what the trace ran."""
 
     part: str | None
@@ -127,7 +131,7 @@ class ModelPart(Section, kw_only=True):
     gemms_per_step: Num | None
 
 
-class ModelSection(Section, kw_only=True):
+class ModelSection(Section, frozen=True, kw_only=True):
     """Model FLOPs per step (PaLM's 6N + 12·L·H·Q·T from a description, or the trace's own forward + backward matmul
     FLOPs), tokens per step and the MFU band."""
 
@@ -157,7 +161,7 @@ class ModelSection(Section, kw_only=True):
 # --- totals --------------------------------------------------------------------------------------------------------
 
 
-class StepCount(Section, kw_only=True):
+class StepCount(Section, frozen=True, kw_only=True):
     """Steps in the trace, left out (asked, cut, the unbounded last) and counted in the totals."""
 
     in_trace: int
@@ -165,7 +169,7 @@ class StepCount(Section, kw_only=True):
     counted: int
 
 
-class UnknownKernel(Section, kw_only=True):
+class UnknownKernel(Section, frozen=True, kw_only=True):
     """A matmul-class kernel whose FLOPs are unknown, with why and what it cost."""
 
     name: str
@@ -178,7 +182,7 @@ class UnknownKernel(Section, kw_only=True):
     ]
 
 
-class BudgetUnknown(Section, kw_only=True):
+class BudgetUnknown(Section, frozen=True, kw_only=True):
     """The loss-budget terms a trace cannot know, the share of peak × time they hold together, and why."""
 
     terms: list[str]
@@ -187,7 +191,7 @@ class BudgetUnknown(Section, kw_only=True):
     holds: str  # what that share is made of
 
 
-class Totals(Section, kw_only=True):
+class Totals(Section, frozen=True, kw_only=True):
     """One trace's whole-run numbers over its counted steps: wall, time classes, FLOPs by phase, MFU and HFU, the loss
     budget, and what is unknown."""
 
@@ -195,7 +199,7 @@ class Totals(Section, kw_only=True):
     time_us: TimeUs | None  # the time partition by class (vocab.PARTITION)
     overlay_us: OverlayUs | None  # overlays of the partition (vocab.OVERLAYS)
     loss_budget: LossBudget | None  # shares of peak × step time; sums to exactly 1
-    matmul_count: ByPhase
+    matmul_count: PhaseCounts
     flops: ByPhase  # by phase, and executed
     flops_known: Annotated[
         bool,
@@ -242,7 +246,7 @@ class Totals(Section, kw_only=True):
 # --- outside the steps, step statistics ----------------------------------------------------------------------------
 
 
-class OutsideSteps(Section, kw_only=True):
+class OutsideSteps(Section, frozen=True, kw_only=True):
     """Device work outside every step window (before the first, between, after the last)."""
 
     device_us: float
@@ -250,7 +254,7 @@ class OutsideSteps(Section, kw_only=True):
     flops: dict[str, int]
 
 
-class StepOutlier(Section, kw_only=True):
+class StepOutlier(Section, frozen=True, kw_only=True):
     """A step far from the median window, with the time class that moved most."""
 
     step: int
@@ -267,7 +271,7 @@ class StepOutlier(Section, kw_only=True):
     last: bool
 
 
-class WarmupStep(Section, kw_only=True):
+class WarmupStep(Section, frozen=True, kw_only=True):
     """A first step much slower than the median (compilation, allocator warm-up)."""
 
     step: int
@@ -275,7 +279,7 @@ class WarmupStep(Section, kw_only=True):
     ratio: float
 
 
-class StepStats(Section, kw_only=True):
+class StepStats(Section, frozen=True, kw_only=True):
     """How steady the steps are: mean, median, spread, outliers and warm-up steps."""
 
     count: int
@@ -291,7 +295,7 @@ class StepStats(Section, kw_only=True):
 # --- the critical path ---------------------------------------------------------------------------------------------
 
 
-class PathStretch(Section, kw_only=True):
+class PathStretch(Section, frozen=True, kw_only=True):
     """A stretch of the critical path by kind and name, with its length and how many segments it joins."""
 
     kind: Literal["host", "launch", "device_matmul", "device_other", "memcpy", "communication", "sync", "idle"]
@@ -300,7 +304,7 @@ class PathStretch(Section, kw_only=True):
     segments: int
 
 
-class PathStep(Section, kw_only=True):
+class PathStep(Section, frozen=True, kw_only=True):
     """One step's critical path: its length and time by kind, and its longest stretches."""
 
     step: int
@@ -309,7 +313,7 @@ class PathStep(Section, kw_only=True):
     top: list[PathStretch]
 
 
-class PathSummary(Section, kw_only=True):
+class PathSummary(Section, frozen=True, kw_only=True):
     """The critical path as reports show it; `available` False with `why` when the trace cannot give one."""
 
     available: bool
@@ -325,7 +329,7 @@ class PathSummary(Section, kw_only=True):
 # --- advice --------------------------------------------------------------------------------------------------------
 
 
-class AdviceItem(Section, kw_only=True):
+class AdviceItem(Section, frozen=True, kw_only=True):
     """One entry of "what to try": its headline share, the time it would recover, evidence, remedies, what to record."""
 
     kind: str
@@ -347,7 +351,7 @@ class AdviceItem(Section, kw_only=True):
 # --- a job across ranks --------------------------------------------------------------------------------------------
 
 
-class JobTotals(Section, kw_only=True):
+class JobTotals(Section, frozen=True, kw_only=True):
     """A job's whole-run numbers over its counted steps: the slowest rank's windows, MFU and HFU over every device."""
 
     wall_us: float
@@ -360,15 +364,16 @@ class JobTotals(Section, kw_only=True):
     model_source: str | None
 
 
-class Clock(Section, kw_only=True):
-    """How ranks' clocks were aligned: each rank's offset from the reference rank, and what matching left unexplained."""
+class Clock(Section, frozen=True, kw_only=True):
+    # The docstring is this section's description in schema/report.schema.json: one line, or the schema changes.
+    """How ranks' clocks were aligned: each rank's offset from the reference rank, and what matching left unexplained."""  # noqa: E501
 
     reference_rank: int | None
     offsets_us: dict[str, float]
     residual_skew_us: float | None
 
 
-class JobAdviceItem(Section, kw_only=True):
+class JobAdviceItem(Section, frozen=True, kw_only=True):
     """One entry of a job's "what to try": a job-level finding, or a title the ranks' own advice shares."""
 
     kind: str | None

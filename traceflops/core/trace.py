@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
 # What a collective records about itself (Kineto args), on the op that launched it or on the kernel.
-COLLECTIVE_SCHEMA = {
+COLLECTIVE_SCHEMA: dict[str, PolarsDataType] = {
     "collective": pl.Utf8,
     "in_nelems": pl.Int64,
     "out_nelems": pl.Int64,
@@ -25,7 +28,7 @@ COLLECTIVE_SCHEMA = {
     "coll_seq": pl.Int64,  # the collective's sequence number within its group (`Seq`)
 }
 
-OPS_SCHEMA = {
+OPS_SCHEMA: dict[str, PolarsDataType] = {
     "op_id": pl.Int64,
     "name": pl.Utf8,
     "cat": pl.Utf8,
@@ -70,7 +73,7 @@ def with_null_hints(ops: pl.DataFrame) -> pl.DataFrame:
     return ops.with_columns([pl.lit(None, OPS_SCHEMA[c]).alias(c) for c in HINT_COLUMNS]).select(list(OPS_SCHEMA))
 
 
-KERNELS_SCHEMA = {
+KERNELS_SCHEMA: dict[str, PolarsDataType] = {
     "kernel_id": pl.Int64,
     "name": pl.Utf8,
     "kind": pl.Utf8,  # compute | communication | memcpy | memset
@@ -87,7 +90,7 @@ KERNELS_SCHEMA = {
 
 COLLECTIVE_COLUMNS = tuple(COLLECTIVE_SCHEMA)
 
-LAUNCHES_SCHEMA = {
+LAUNCHES_SCHEMA: dict[str, PolarsDataType] = {
     "name": pl.Utf8,
     "pid": pl.Utf8,
     "tid": pl.Utf8,
@@ -98,7 +101,7 @@ LAUNCHES_SCHEMA = {
     "kernel": pl.Utf8,  # the kernel a launch names (Kineto's `kernel` arg): what a graph capture recorded
 }
 
-MARKERS_SCHEMA = {
+MARKERS_SCHEMA: dict[str, PolarsDataType] = {
     "name": pl.Utf8,
     "cat": pl.Utf8,  # cuda_sync | gpu_user_annotation: device rows that are not device work
     "device": pl.Int64,
@@ -106,7 +109,7 @@ MARKERS_SCHEMA = {
     "dur": pl.Float64,
 }
 
-STEPS_SCHEMA = {
+STEPS_SCHEMA: dict[str, PolarsDataType] = {
     "step": pl.Int64,
     "name": pl.Utf8,
     "pid": pl.Utf8,
@@ -191,6 +194,7 @@ def in_thread_order(ops: pl.DataFrame) -> bool:
         before = (a.is_null() & b.is_not_null()) | (a.is_not_null() & b.is_not_null() & ((a > b) if d else (a < b)))
         same = a.eq_missing(b)
         after = before if after is None else before | (same & after)
+    assert after is not None  # OP_ORDER names at least one key
     ok = ops.select(after.fill_null(True).head(ops.height - 1).all()).item()  # the last row has no next
     return bool(ok)
 

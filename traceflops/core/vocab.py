@@ -45,7 +45,8 @@ JAX_BACKWARD_SCOPE_RE = r"(^|/)([A-Za-z_][\w.\-]*\()*transpose\("
 # A CPU backend's collective: the work as it ran (its worker thread's annotation), and the call that issued it.
 HOST_COMM_WORK_RE = r"^gloo:"
 HOST_COMM_CALL_RE = r"^c10d::"
-# The collective a `c10d::` call asks for; the backend may run it as another (gloo: a reduce-scatter as `gloo:all_reduce`).
+# The collective a `c10d::` call asks for; the backend may run it as another (gloo: a reduce-scatter as
+# `gloo:all_reduce`).
 HOST_COMM_CALL_KIND = {
     "c10d::allreduce_": "allreduce",
     "c10d::allreduce_coalesced_": "allreduce",
@@ -63,7 +64,8 @@ HOST_COMM_CALL_KIND = {
     "c10d::recv_": "sendrecv",
     "c10d::recv_any_source_": "sendrecv",
 }
-# A CPU backend's work as it names it (`gloo:<op>`) -> its kind; send and recv run on the calling thread, inside the call.
+# A CPU backend's work as it names it (`gloo:<op>`) -> its kind; send and recv run on the calling thread, inside the
+# call.
 HOST_COMM_WORK_KIND = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",

@@ -1,4 +1,5 @@
-"""Traces written back for other tools, with what traceflops found: a layer above `report`, reading only `core` and `parsers`.
+"""Traces written back for other tools, with what traceflops found: a layer above `report`, reading only `core` and
+`parsers`.
 
 It rewrites the user's own trace (the parser's streaming reader and event
 rules), so it needs the parsers a renderer never sees; it renders nothing else.

@@ -57,8 +57,8 @@ FAMILIES: tuple[KernelFamily, ...] = (
         "cuBLASLt epilogue",
         "gemm",
         r"\bepilogue::impl::globalKernel<|cublasLt::",
-        "void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t, "
-        "int, float*, long, void*, long, long, long, float*, long, int*)",
+        "void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, "
+        "cublasLtEpilogue_t, int, float*, long, void*, long, long, long, float*, long, int*)",
     ),
     KernelFamily(
         "nvjet (cuBLAS, Hopper/Blackwell)", "gemm", r"^nvjet_", "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT"
@@ -67,15 +67,16 @@ FAMILIES: tuple[KernelFamily, ...] = (
         "CUTLASS GEMM",
         "gemm",
         r"cutlass\w*_(?:simt|tensorop|wmma)_\w*gemm|\bcutlass3x_\w*gemm|cutlass::gemm::kernel",
-        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4>(cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4::Params)",
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4>"
+        "(cutlass_80_tensorop_s1688gemm_64x64_16x6_nt_align4::Params)",
     ),
     KernelFamily(
         "MAGMA GEMM",
         "gemm",
         r"\bmagma_\w*gemm",
-        "void magma_sgemmEx_kernel<float, float, float, true, false, 6, 4, 6, 3, 4>(int, int, int, Tensor, int, Tensor, "
-        "int, Tensor, int, Tensor, int, int, int, float const*, float const*, float, float, int, cublasLtEpilogue_t, int, "
-        "void const*, long)",
+        "void magma_sgemmEx_kernel<float, float, float, true, false, 6, 4, 6, 3, 4>(int, int, int, Tensor, int, "
+        "Tensor, int, Tensor, int, Tensor, int, int, int, float const*, float const*, float, float, int, "
+        "cublasLtEpilogue_t, int, void const*, long)",
     ),
     KernelFamily(
         "TensorRT-LLM / FlashInfer batched GEMM",

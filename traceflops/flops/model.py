@@ -422,6 +422,7 @@ def _count_decoder(cfg: dict, fam: str) -> dict:
     if not mla:
         shapes["attention"] = ((H * Q, d), (K * Q, d), (d, H * Q))
     if dense_mlp and not n_moe:
+        assert dense_ff is not None  # dense layers need intermediate_size (checked above)
         shapes["mlp"] = ((dense_ff, d), (d, dense_ff))
     return {
         "N": N,
@@ -458,11 +459,11 @@ def model_flops(spec: ModelSpec, mode: str = "training", tokens_per_step: float 
     """PaLM appendix-B model FLOPs per token (and per step when tokens_per_step is given)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if tokens_per_step is not None:
-        if isinstance(tokens_per_step, bool) or not (
-            isinstance(tokens_per_step, (int, float)) and math.isfinite(tokens_per_step) and tokens_per_step > 0
-        ):
-            raise ValueError(f"tokens_per_step must be a positive number, got {tokens_per_step!r}")
+    if tokens_per_step is not None and (
+        isinstance(tokens_per_step, bool)
+        or not (isinstance(tokens_per_step, (int, float)) and math.isfinite(tokens_per_step) and tokens_per_step > 0)
+    ):
+        raise ValueError(f"tokens_per_step must be a positive number, got {tokens_per_step!r}")
     N, L, H, Q, T = (spec.params_matmul, spec.layers, spec.heads, spec.head_dim, spec.seq_len)
     wmul, amul = (6, 12) if mode == "training" else (2, 4)
     dense = float(wmul * N)
@@ -485,6 +486,7 @@ def model_flops(spec: ModelSpec, mode: str = "training", tokens_per_step: float 
         labels["per_token"] += (
             "; assumes a full T-token forward (prefill): a decode token attends to its context length, not T"
         )
+    steps: tuple[float | None, float | None, float | None]
     if tokens_per_step is None:
         steps = (None, None, None)
     else:

@@ -167,9 +167,10 @@ def check_budget(budget: Mapping[str, float | None], tol: float = SUM_TOLERANCE)
     window, or an input was counted twice: a bug, never a result to print.
     """
     vals = [budget.get(k) for k in TERMS]
-    if any(v is None for v in vals):
+    known = [v for v in vals if v is not None]
+    if len(known) < len(vals):
         return
-    total = sum(vals)
+    total = sum(known)
     if abs(total - 1.0) > tol:
         raise ConservationError(
             "loss budget", f"loss budget sums to {total!r}, not 1 (|error| > {tol}): {dict(budget)}"
@@ -191,7 +192,7 @@ def unknown_terms(budget: Mapping[str, float | None] | None, hardware: Hardware 
     unknown = [k for k in TERMS if budget.get(k) is None]
     if not unknown:
         return None
-    known = sum(float(budget[k]) for k in TERMS if budget.get(k) is not None)
+    known = sum(float(v) for k in TERMS if (v := budget.get(k)) is not None)
     if budget.get("matmul_below_peak") is None:
         if not hardware:
             why = "no peak: the hardware is unknown; give --hardware NAME or --peak-tflops N"

@@ -1,4 +1,5 @@
-"""Conservation checks on a finished analysis: a broken invariant stops with InternalError (exit 4) instead of becoming a number.
+"""Conservation checks on a finished analysis: a broken invariant stops with InternalError (exit 4) instead of becoming
+a number.
 
 Every device activity is in exactly one time class, each (device, step) time
 partition sums to its window (`stages.timeline.check_partition`), and every

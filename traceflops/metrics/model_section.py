@@ -1,4 +1,5 @@
-"""The report's model section: model FLOPs per step from a description (PaLM) or from the trace, tokens per step, the MFU band."""
+"""The report's model section: model FLOPs per step from a description (PaLM) or from the trace, tokens per step, the
+MFU band."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def _input_lookups(ops: pl.DataFrame) -> list[tuple[int, list[int]]]:
 
 
 def _shape(x) -> bool:
-    """A plausible recorded tensor shape: a non-empty list of dimensions, each an int below 2^40 (exact products, no wrap)."""
+    """A plausible recorded tensor shape: a non-empty list of dimensions, each an int below 2^40 (exact products, no
+    wrap)."""
     return (
         isinstance(x, list)
         and bool(x)
@@ -94,7 +96,8 @@ def infer_seq_len_from_attention(ops: pl.DataFrame, head_dim: int | None) -> int
 
 
 def resolve_seq_len(spec, seen: int | None, warnings: list[str]):
-    """T from --seq-len, else the one the trace ran (`seen`), and only as a last resort the config's (with a warning)."""
+    """T from --seq-len, else the one the trace ran (`seen`), and only as a last resort the config's (with a
+    warning)."""
     if spec.seq_len_source == "flag":
         if seen is not None and seen != spec.seq_len:
             warnings.append(
@@ -150,10 +153,10 @@ def by_part(spec, ops: pl.DataFrame, mode: str, tokens: float | None, steps: int
         & pl.col("dims").is_not_null()
         & (pl.col("step") >= 0)
     )
-    shape_of = {}
-    for part in ("lm_head", "mlp", "attention"):  # first match wins: the LM head's shape is the most distinctive
-        for o, i in spec.part_shapes.get(part, ()):
-            shape_of.setdefault((min(o, i), max(o, i)), part)
+    shape_of: dict[tuple[int, int] | None, str] = {}  # (looked up with None: a shape that does not fit)
+    for which in ("lm_head", "mlp", "attention"):  # first match wins: the LM head's shape is the most distinctive
+        for o, i in spec.part_shapes.get(which, ()):
+            shape_of.setdefault((min(o, i), max(o, i)), which)
     seen: dict[str, float] = {}
     count: dict[str, int] = {}
     shapes = work.group_by("name", "dims", "phase").agg(
@@ -192,7 +195,10 @@ def frozen_parts(model: ModelSection | None) -> list[str]:
     return [
         p.part
         for p in model.by_part or []
-        if p.model_flops_per_step and abs(p.trace_flops_per_step / p.model_flops_per_step - 2 / 3) <= FROZEN_TOLERANCE
+        if p.part is not None
+        and p.model_flops_per_step
+        and p.trace_flops_per_step is not None
+        and abs(p.trace_flops_per_step / p.model_flops_per_step - 2 / 3) <= FROZEN_TOLERANCE
     ]
 
 
@@ -203,11 +209,11 @@ def shortfall_warnings(model: ModelSection, steps: pl.DataFrame) -> list[str]:
     use = steps.filter(pl.col("step") >= 0)
     if share is None or share is UNSET or use.height == 0:
         return []
-    executed = float((use["flops_forward"] + use["flops_backward"]).mean())
+    executed = float((use["flops_forward"] + use["flops_backward"]).mean())  # type: ignore[arg-type]  # polars stubs: a mean
     if executed <= 0 or share <= executed * (1 + SHORTFALL):
         return []
     parts = model.by_part or []
-    missing = [p.part for p in parts if p.trace_flops_per_step == 0]
+    missing = [p.part for p in parts if p.trace_flops_per_step == 0 and p.part is not None]
     frozen = frozen_parts(model)
     head = (
         f"model FLOPs per step ({share:.4g}) exceed the forward + backward FLOPs the trace executed ({executed:.4g}) "
@@ -289,7 +295,8 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
         mode=mode,
         flops_per_step=None,
         flops_per_step_no_attention=None,
-        note="model FLOPs derived from the trace: forward + backward matmul FLOPs (no recompute, no optimizer); see flops_coverage",
+        note="model FLOPs derived from the trace: forward + backward matmul FLOPs (no recompute, no optimizer); see "
+        "flops_coverage",
         band=None,
         band_caveat=mf.BAND_CAVEAT,
     )

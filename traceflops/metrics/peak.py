@@ -20,8 +20,8 @@ TF32_RE = re.compile(r"tf32|s1688|tensorop_s\d|xmma_gemm_f32f32_tf32", re.IGNORE
 def tf32_share(kernels: pl.DataFrame) -> float:
     """Share of matmul kernel time spent in TF32 kernels (fp32 tensors on tensor cores)."""
     mm = kernels.filter(pl.col("cls") == "matmul")
-    total = mm["dur"].sum()
-    return float(mm.filter(pl.col("name").str.contains(TF32_RE.pattern))["dur"].sum() / total) if total else 0.0
+    total = float(mm["dur"].sum())
+    return float(mm.filter(pl.col("name").str.contains(TF32_RE.pattern))["dur"].sum()) / total if total else 0.0
 
 
 def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt: ModelOptions, warnings: list[str]):
@@ -39,8 +39,8 @@ def choose_hardware(trace: Trace, ops: pl.DataFrame, kernels: pl.DataFrame, opt:
         if precision == "fp32" and tf32_share(kernels) > 0.5:
             precision = "tf32"
     if opt.peak_tflops:
-        h = hw.custom(opt.peak_tflops, precision)
-        return hardware_row(h, precision, "--peak-tflops"), opt.peak_tflops * 1e12, precision
+        given = hw.custom(opt.peak_tflops, precision)
+        return hardware_row(given, precision, "--peak-tflops"), opt.peak_tflops * 1e12, precision
     detected, why = detect_device(trace, kernels)
     if opt.hardware:
         h = hw.lookup(opt.hardware)
@@ -98,7 +98,8 @@ def hardware_row(h, precision: str, source: str) -> Hardware:
 
 
 def other_peaks(hardware: Hardware, totals: Totals, precision: str, opt: ModelOptions) -> dict[str, float] | None:
-    """The MFU against other peaks of the same device, the run's own precision first: the same clock, a different ceiling.
+    """The MFU against other peaks of the same device, the run's own precision first: the same clock, a different
+    ceiling.
 
     An FP8 run is shown against the bf16 peak too. An fp32 run against the tensor-core peaks it could use, TF32 and the
     faster of bf16 / fp16 (bf16 on a tie; fp16 on Volta and Turing, which have no bf16 tensor cores); a TF32 run against

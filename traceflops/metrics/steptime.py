@@ -1,4 +1,5 @@
-"""Each step's time partition and loss budget over the devices that ran the program, and time totals over the analysed steps.
+"""Each step's time partition and loss budget over the devices that ran the program, and time totals over the analysed
+steps.
 
 With several devices (a JAX process's chips) a step's time classes are their
 mean, so they still partition the step's window; the peak is then the
@@ -31,7 +32,8 @@ def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None, dev
 
 
 def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions, devices: list) -> dict[str, float] | None:
-    """Why the devices sat idle, per device (the mean over `devices`): each gap is explained by the first rule that decides it."""
+    """Why the devices sat idle, per device (the mean over `devices`): each gap is explained by the first rule that
+    decides it."""
     if gaps is None:
         return None
     use = tl.on_devices(gaps, devices).filter(~pl.col("step").is_in(list(opt.exclude_steps)))
@@ -42,7 +44,8 @@ def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions, devices: list) 
 def memory_bound_us(
     kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions, devices: list
 ) -> float:
-    """Device time during which a memory-bound kernel ran (union over streams, within the analysed steps; per device)."""
+    """Device time during which a memory-bound kernel ran (union over streams, within the analysed steps; per
+    device)."""
     bound = kernels.filter(roofline.memory_bound_overlay(roof))
     if bound.height == 0:
         return 0.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -73,11 +73,13 @@ def suspect(mfu: float | None, hfu: float | None, frozen: list[str] | None = Non
         ]
     if hfu is not None and hfu > HFU_SUSPECT:
         out.append(
-            f"HFU {hfu:.1%} is above {HFU_SUSPECT:.0%}: likely a counting error (wrong peak, precision or FLOPs), not a fast run"
+            f"HFU {hfu:.1%} is above {HFU_SUSPECT:.0%}: likely a counting error (wrong peak, precision or FLOPs), not "
+            "a fast run"
         )
     if mfu is not None and hfu is not None and mfu > hfu * (1 + 1e-9):
         out.append(
-            f"MFU {mfu:.1%} exceeds HFU {hfu:.1%}: the model FLOPs exceed what was executed; check the model description or tokens per step"
+            f"MFU {mfu:.1%} exceeds HFU {hfu:.1%}: the model FLOPs exceed what was executed; check the model "
+            "description or tokens per step"
         )
     return out
 
@@ -141,8 +143,9 @@ def flops_unknown(device_only, executed, unknown_count):
 def step_metrics(
     steps: pl.DataFrame, model_flops, model_no_attn, peak: float | None, device_only: bool = False
 ) -> pl.DataFrame:
-    """Per step: executed and model FLOPs, MFU, HFU, `flops_known`. A step whose matmul FLOPs are all unknown has HFU null, never 0."""
-    executed = sum(pl.col(f"flops_{p}") for p in PHASES)
+    """Per step: executed and model FLOPs, MFU, HFU, `flops_known`. A step whose matmul FLOPs are all unknown has HFU
+    null, never 0."""
+    executed = cast(pl.Expr, sum(pl.col(f"flops_{p}") for p in PHASES))  # an Expr: PHASES is not empty
     secs = pl.col("window") * 1e-6
     peak_e = pl.lit(peak, pl.Float64)
     unknown = flops_unknown(pl.lit(device_only), executed, pl.col("flops_unknown_count").fill_null(0))
@@ -163,7 +166,8 @@ def step_metrics(
 def outside_section(
     kernels: pl.DataFrame, ops: pl.DataFrame, activities: pl.DataFrame | None = None
 ) -> OutsideSteps | None:
-    """Work outside every step: device activities launched there, or (no device activity) the host ops and XLA ops that ran there."""
+    """Work outside every step: device activities launched there, or (no device activity) the host ops and XLA ops that
+    ran there."""
     work = kernels if kernels.height or activities is None else activities
     out = work.filter(pl.col("step") == OUTSIDE)
     if out.height == 0:
@@ -224,7 +228,8 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
         "flops": flops,
         "flops_known": not nothing_known,  # the one decision renderers and diffs read: unknown is never shown as 0
         "flops_coverage": cov,
-        # Below COVERAGE_COMPLETE the executed FLOPs miss a share of the matmul work: HFU, and an MFU whose model FLOPs are
+        # Below COVERAGE_COMPLETE the executed FLOPs miss a share of the matmul work: HFU, and an MFU whose model FLOPs
+        # are
         # the trace's own, are lower bounds (a model description's FLOPs do not depend on what was recognised).
         "flops_lower_bound": bool(partial),
         "unknown_matmul_kernels": unknown_matmul_kernels(kernels, ops, opt) if kernels.height else [],
@@ -239,13 +244,15 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Tot
     """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes."""
     if ops.height == 0 and kernels.height:
         return [
-            "the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are told by "
+            "the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are "
+            "told by "
             "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"
         ]
     if device_only(ops, kernels):
         return [
             (
-                "no device activity can be tied to a host op (the trace has no CPU ops or no runtime launch events): phases "
+                "no device activity can be tied to a host op (the trace has no CPU ops or no runtime launch events): "
+                "phases "
                 "and FLOPs are unknown, MFU and HFU too, and GEMM kernels are told by name; profile with activities="
                 "[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True, and keep the cuda_runtime events"
             )
@@ -265,7 +272,8 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Tot
     if wild:
         return out + [
             (
-                f"{n} matmul ops have unknown FLOPs, {wild} of them because their shapes imply more than {OP_FLOPS_MAX:.2g} "
+                f"{n} matmul ops have unknown FLOPs, {wild} of them because their shapes imply more than "
+                f"{OP_FLOPS_MAX:.2g} "
                 "FLOPs in one op (corrupt or edited shapes): left uncounted"
             )
         ]
@@ -288,24 +296,28 @@ def rank_row(trace: Trace, totals: Totals) -> dict[str, Any]:
 def window_warnings(
     steps: pl.DataFrame, kernels: pl.DataFrame, outside: OutsideSteps | None, last_counted: bool = True
 ) -> list[str]:
-    """What the report's windows leave open: a counted last step with nothing to bound it, work launched outside every step."""
+    """What the report's windows leave open: a counted last step with nothing to bound it, work launched outside every
+    step."""
     out = []
     if last_counted and steps.filter(pl.col("last")).height and kernels.height:
         out.append("the last step ends at its last device activity (no next step to bound it)")
     if outside and kernels.height:
         out.append(
-            f"{outside.kernels} device activities ({outside.device_us:.1f} us) were launched outside every step; reported under outside_steps"
+            f"{outside.kernels} device activities ({outside.device_us:.1f} us) were launched outside every step; "
+            "reported under outside_steps"
         )
     elif outside:
         out.append(
             f"{outside.kernels} ops ({outside.device_us:.1f} us of work) ran outside every step (an XLA program that "
-            "runs after its step's host span, without block_until_ready, or host work between steps); reported under outside_steps"
+            "runs after its step's host span, without block_until_ready, or host work between steps); reported under "
+            "outside_steps"
         )
     return out
 
 
 def hook_warnings(ops: pl.DataFrame) -> list[str]:
-    """Matmuls that gradient hooks ran (a DDP communication hook such as PowerSGD): seen, counted in HFU, not in model FLOPs."""
+    """Matmuls that gradient hooks ran (a DDP communication hook such as PowerSGD): seen, counted in HFU, not in model
+    FLOPs."""
     hooked = ops.filter(pl.col("in_hook") & pl.col("matmul") & pl.col("ran") & (pl.col("step") >= 0))
     if hooked.height == 0:
         return []

@@ -1,4 +1,5 @@
-"""File → `Trace`: the format detected, then its parser. Every parser ends at the `Trace` model; nothing here caches or analyses.
+"""File → `Trace`: the format detected, then its parser. Every parser ends at the `Trace` model; nothing here caches or
+analyses.
 
 The one place names enter the model: `parse` returns the trace redacted (`core.redact.redact_trace`), so no
 secret in an event's name, label, recorded input or category reaches a report, a summary or the cache.

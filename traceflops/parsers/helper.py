@@ -118,13 +118,15 @@ def _start() -> subprocess.Popen | None:
 
 def _write_arrays(proc: subprocess.Popen, outbox: queue.Queue) -> None:
     """Frames to the helper until None, then the empty frame that stops it and a wait for its exit."""
+    stdin = proc.stdin
+    assert stdin is not None  # the helper is started with stdin=PIPE
     try:
         while (text := outbox.get()) is not None:
-            proc.stdin.write(len(text).to_bytes(_LEN, "little"))
-            proc.stdin.write(text)
-            proc.stdin.flush()
-        proc.stdin.write((0).to_bytes(_LEN, "little"))
-        proc.stdin.close()
+            stdin.write(len(text).to_bytes(_LEN, "little"))
+            stdin.write(text)
+            stdin.flush()
+        stdin.write((0).to_bytes(_LEN, "little"))
+        stdin.close()
     except (BrokenPipeError, OSError, ValueError):
         pass  # the reader sees the helper gone; its arrays are decoded by the caller
     try:

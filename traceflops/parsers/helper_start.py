@@ -9,6 +9,7 @@ process decodes alone.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import multiprocessing
 import os
@@ -69,11 +70,12 @@ def _widen(*pipes) -> None:
     """1 MiB pipe buffers where Linux allows: an 8 MB array then crosses in 8 copies, not 128 wake-ups of its reader
     (the helper's read of one took 10 ms, now 5)."""
     size = getattr(fcntl, "F_SETPIPE_SZ", None)
-    for pipe in pipes if size is not None else ():
-        try:
+    if size is None:
+        return
+    for pipe in pipes:
+        # above this system's pipe-max-size: the default buffer works, a little slower
+        with contextlib.suppress(OSError):
             fcntl.fcntl(pipe.fileno(), size, 1 << 20)
-        except OSError:
-            pass  # above this system's pipe-max-size: the default buffer works, a little slower
 
 
 def start_early(path: str) -> None:

@@ -4,8 +4,8 @@ The file is read in chunks (decompressing as it goes). Each chunk is cut at its
 last likely boundary between events, and a validating skim in C proves the
 cut; where it does not, numpy finds the string, escape and nesting structure
 of the chunk. The rest of the top-level object (device
-properties, distributed info) comes out as a small document of its own. Neither the whole file nor its decoded form is held
-at once. A document cut short yields every event that was complete.
+properties, distributed info) comes out as a small document of its own.
+Neither the whole file nor its decoded form is held at once. A document cut short yields every event that was complete.
 
 Hostile layouts are bounded, not trusted: a UTF-8 byte-order mark is dropped,
 a second root-level traceEvents array is read too (and counted), an entry
@@ -18,6 +18,7 @@ held (and counted), top-level fields beside the events longer than
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -273,7 +274,8 @@ def root_members(doc: bytes) -> list[bytes]:
 
 
 def _locate(prefix: bytes, depth: int = 0) -> tuple[int | None, bool]:
-    """Offset of the '[' that opens a root-level traceEvents array once it has arrived, and whether one may still arrive.
+    """Offset of the '[' that opens a root-level traceEvents array once it has arrived, and whether one may still
+    arrive.
 
     `depth` is the nesting at the prefix's start: 0 before the root object, 1 inside it.
     The second answer is True when a root-level key was found whose value is not in yet.
@@ -321,11 +323,9 @@ def last_cut(data: bytes) -> int:
     n = len(data)
     for window in (1 << 16, 1 << 20, n):
         lo = max(0, n - window)
-        found = None
-        for found in _CUT.finditer(data, lo):
-            pass
-        if found is not None:
-            return found.start() + 1
+        last = deque(_CUT.finditer(data, lo), maxlen=1)  # the last match
+        if last:
+            return last[0].start() + 1
         if lo == 0:
             break
     return -1
@@ -372,7 +372,7 @@ class Claimed:
 
 def _without_bom(pieces: Iterator[bytes]) -> Iterator[bytes]:
     """The pieces with a leading UTF-8 byte-order mark dropped (editors on Windows write one; JSON allows it)."""
-    head = b""
+    head: bytes | None = b""
     for piece in pieces:
         if head is None:
             yield piece
@@ -465,7 +465,7 @@ def stream_events(
             pending, skipping = b"", True
             res.oversized += 1
 
-    def advance(data: bytes) -> Iterator[tuple[list, StreamResult]]:
+    def advance(data: bytes | None) -> Iterator[tuple[list, StreamResult]]:
         """Consume one piece of the document; after an array closes, what follows it is read on."""
         nonlocal pending, skipping
         while data:
@@ -491,6 +491,7 @@ def stream_events(
             if cut >= 0:
                 text = _as_array(pending, data, cut)
                 got = claim(text) if claim is not None else None
+                item: bytearray | Claimed
                 if got is None:
                     proven, item = _whole(text), text
                 else:

@@ -116,7 +116,8 @@ _OTHER_PHASES = tuple(
 _ARGS = tuple(_Args.__struct_fields__)
 
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[Union[(_X, *_OTHER_PHASES)]])
+_EVENT: Any = Union[(_X, *_OTHER_PHASES)]  # a union of generated structs: built at run time
+_EVENTS_DECODER = msgspec.json.Decoder(list[_EVENT])
 
 
 class _Head(msgspec.Struct):
@@ -269,7 +270,8 @@ def _loose(piece: bytes):
 
 
 def decode_head(head: bytes, warnings: Warnings) -> _Head:
-    """The top-level fields; when they do not decode together, field by field, each one that fails counted and ignored."""
+    """The top-level fields; when they do not decode together, field by field, each one that fails counted and
+    ignored."""
     try:
         return _HEAD_DECODER.decode(head)
     except _UNREADABLE:
@@ -348,7 +350,8 @@ def _parse_kineto(path: str, *, max_bytes: int | None, progress, chunk: int | No
     warnings.add(TRAILING, res.trailing)
     if res.arrays > 1:
         warnings.add(
-            f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): the events of all were read"
+            f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): the events of "
+            "all were read"
         )
     trace = build_trace(frames, head, warnings, source=str(path))
     frames.clear()
@@ -530,7 +533,7 @@ def event_table(
                     values = tuple(n if n is not None else o for n, o in zip(values, old))
         data[c] = _BUILD[c](values)
         why = _UNREAD.get(_BUILD[c]) if warnings is not None else None
-        if why:  # values given but not read (C-level counts, no loop over the events)
+        if why and warnings is not None:  # values given but not read (C-level counts, no loop over the events)
             warnings.add(
                 f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", data[c].null_count() - values.count(None)
             )
@@ -558,7 +561,8 @@ def _by_table(events: list) -> tuple[dict[str, list], list]:
 def _usable(df: pl.DataFrame, warnings: Warnings) -> pl.DataFrame:
     """Rows without a numeric ts/dur or a name, or with a negative duration, counted by category and dropped."""
     low = df["dur"].min()
-    if not (df["ts"].null_count() or df["dur"].null_count() or df["name"].null_count()) and (low is None or low >= 0):
+    no_negative = low is None or low >= 0  # type: ignore[operator]  # polars' stub
+    if not (df["ts"].null_count() or df["dur"].null_count() or df["name"].null_count()) and no_negative:
         return df  # the usual case, decided without an expression per column
     missing = df["ts"].is_null() | df["dur"].is_null() | df["name"].is_null()
     negative = (df["dur"] < 0).fill_null(False)
@@ -666,7 +670,8 @@ MAX_LISTED_RANKS = 1 << 16  # a group's ranks kept when listed; a longer list ke
 
 
 def _group_ranks(v: Any) -> list[int] | None:
-    """A group's global ranks: a list of whole numbers in [0, MAX_RANKS), or its JSON text ("[0, 1]"); None otherwise."""
+    """A group's global ranks: a list of whole numbers in [0, MAX_RANKS), or its JSON text ("[0, 1]"); None
+    otherwise."""
     if isinstance(v, str):
         if len(v) > 16 * MAX_LISTED_RANKS:
             return None
@@ -676,8 +681,8 @@ def _group_ranks(v: Any) -> list[int] | None:
             return None
     if not isinstance(v, list) or len(v) > MAX_LISTED_RANKS:
         return None
-    out = [_int(x) for x in v]
-    if any(x is None or not 0 <= x < MAX_RANKS for x in out) or len(set(out)) != len(out):
+    out = [x for x in map(_int, v) if x is not None and 0 <= x < MAX_RANKS]
+    if len(out) != len(v) or len(set(out)) != len(out):
         return None
     return out
 
@@ -763,4 +768,4 @@ def profiler_steps(ops: pl.DataFrame, warnings: Warnings | None = None) -> pl.Da
             found["step"].null_count(),
         )
     steps = found.filter(pl.col("step").is_not_null()).select(list(STEPS_SCHEMA)).sort("ts")
-    return steps.cast(STEPS_SCHEMA)
+    return steps.cast(STEPS_SCHEMA)  # type: ignore[arg-type]  # polars' stub: Mapping keys invariant

@@ -1,4 +1,5 @@
-"""Renderers of a finished `Analysis`, `Job` or diff: terminal, JSON, HTML, tables, the annotated trace. A renderer computes nothing new."""
+"""Renderers of a finished `Analysis`, `Job` or diff: terminal, JSON, HTML, tables, the annotated trace. A renderer
+computes nothing new."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import polars as pl
@@ -22,7 +22,7 @@ from traceflops.core.contract import (
     step_record,
 )
 from traceflops.core.results import Job
-from traceflops.core.sections import encode, json_default
+from traceflops.core.sections import Hardware, ModelSection, encode, json_default
 from traceflops.report.jsonreport import SCHEMA
 from traceflops.report.terminal import BAR, communication_table, printable_console, text
 
@@ -40,8 +40,9 @@ def report(job: Job) -> JobReport:
             InputRecord(path=s.path, format=None, rank=s.rank, device=(s.hardware or {}).get("name"))
             for s in job.summaries
         ],
-        hardware=first.hardware if first else None,
-        model=first.model if first else None,
+        # A stored summary reads its sections back as plain objects, which encode to the same JSON.
+        hardware=cast(Hardware | None, first.hardware if first else None),
+        model=cast(ModelSection | None, first.model if first else None),
         steps=[step_record(r, s.rank) for s in job.summaries for r in s.steps.iter_rows(named=True)],
         job_steps=[
             {
@@ -92,9 +93,10 @@ def render(job: Job, console: Console | None = None) -> None:
         "trace": "model FLOPs from the trace (forward + backward matmuls)",
         "flags": "model FLOPs from flags",
         "config": "model FLOPs from the config",
-    }.get(t.model_source, "model FLOPs unknown")
+    }.get(t.model_source or "", "model FLOPs unknown")
     c.print(
-        f"[bold]MFU {fmt.pct(t.mfu)}   HFU {fmt.pct(t.hfu)}[/bold]  ({label}; step time = slowest rank's; devices = world size)"
+        f"[bold]MFU {fmt.pct(t.mfu)}   HFU {fmt.pct(t.hfu)}[/bold]  ({label}; step time = slowest rank's; devices = "
+        "world size)"
     )
     ck = job.clock
     if ck.residual_skew_us is not None:
@@ -218,7 +220,8 @@ def stacked_bar(budget: dict[str, Any]) -> str:
 
 
 def budget_table(c: Console, job: Job) -> None:
-    """Each rank's own loss budget (its totals' `loss_budget`, over its own wall), terms as columns and as one stacked bar."""
+    """Each rank's own loss budget (its totals' `loss_budget`, over its own wall), terms as columns and as one stacked
+    bar."""
     budgets = {s.rank: (s.totals or {}).get("loss_budget") for s in job.summaries}
     if not any(budgets.values()):
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -13,7 +13,7 @@ from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis
 from traceflops.core.sections import encode, json_default
 
-SCHEMA = SCHEMA_ID
+SCHEMA: Final = SCHEMA_ID  # (Final keeps its literal type once contract's is one)
 
 
 def _rows(df, n: int) -> list[dict[str, Any]] | None:

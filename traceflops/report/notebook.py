@@ -6,15 +6,17 @@ Self-contained, escaped, no script: what IPython shows for a value (`_repr_html_
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import Any
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis, Job, top_terms, utilization_words
-from traceflops.core.sections import AdviceItem, JobTotals, Totals
+from traceflops.core.sections import AdviceItem, JobAdviceItem, JobTotals, Totals
 
 
 def card(value: Analysis | Job) -> str:
-    """The card of an analysis (its file, steps, wall, hardware) or a job (its ranks and steps, the ranks' mean budget)."""
+    """The card of an analysis (its file, steps, wall, hardware) or a job (its ranks and steps, the ranks' mean
+    budget)."""
     if isinstance(value, Job):
         head = f"{len(value.summaries)} ranks, {value.steps.height} steps, wall {fmt.duration(value.totals.wall_us)}"
         return _card(
@@ -51,17 +53,17 @@ def _card(
     totals: Totals | JobTotals,
     budget: dict[str, Any] | None,
     budget_title: str,
-    advice: list[AdviceItem] | list[dict[str, Any]],
+    advice: Sequence[AdviceItem | JobAdviceItem],
     warnings: list[str],
 ) -> str:
-    """The card's HTML; `advice` is an Analysis' items or a Job's (plain dicts, `views.job.job_advice`): read as mappings."""
+    """The card's HTML; `advice` is an Analysis' items or a Job's (`views.job.job_advice`): both have a title, a
+    share and a unit."""
     e = lambda v: html.escape(fmt.printable(v), quote=True)
     rows = "".join(
         f"<tr><td>{e(k)}</td><td style='text-align:right'>{e(fmt.pct(v))}</td></tr>" for k, v in top_terms(budget, 10)
     )
     tips = "".join(
-        f"<li>{e(t.get('title'))} <span style='color:#718096'>({e(fmt.pct(t.get('share')))} "
-        f"{e(t.get('unit') or '')})</span></li>"
+        f"<li>{e(t.title)} <span style='color:#718096'>({e(fmt.pct(t.share))} {e(t.unit or '')})</span></li>"
         for t in advice[:3]
     )
     where = f" <code>{e(path)}</code>" if path else ""

@@ -17,8 +17,9 @@ escape sequence, a bidi override) are shown as the terminal shows them
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 import polars as pl
@@ -144,7 +145,8 @@ FORMULA_START = r"^[=+\-@\t\r]"  # what a spreadsheet reads as the start of a fo
 
 
 def printable_cells(df: pl.DataFrame) -> pl.DataFrame:
-    """Text columns with control characters shown as the terminal shows them (`core.fmt.printable`: `\\x1b`), decided once
+    """Text columns with control characters shown as the terminal shows them (`core.fmt.printable`: `\\x1b`), decided
+    once
     per distinct value; other columns, and a column without one, as they are."""
     out = []
     for n, t in df.schema.items():
@@ -177,6 +179,14 @@ def table_files(directory: str | os.PathLike) -> list[Path]:
     return [d / f"{name}.{ext}" for name in TABLE_NAMES for ext in ("parquet", "csv")]
 
 
+def _write_parquet(df: pl.DataFrame, f: BinaryIO) -> None:
+    flat(df, nested=True).write_parquet(f)
+
+
+def _write_csv(df: pl.DataFrame, f: BinaryIO) -> None:
+    spreadsheet_safe(flat(df, nested=False)).write_csv(f)
+
+
 def write_frames(named: dict[str, pl.DataFrame], directory: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """Write each frame as NAME.parquet and NAME.csv under `directory` (created if needed).
 
@@ -187,8 +197,8 @@ def write_frames(named: dict[str, pl.DataFrame], directory: str | os.PathLike) -
     written: dict[str, dict[str, Any]] = {}
     for name, df in named.items():
         pq, csv = d / f"{name}.parquet", d / f"{name}.csv"
-        write_file(pq, lambda f, df=df: flat(df, nested=True).write_parquet(f))
-        write_file(csv, lambda f, df=df: spreadsheet_safe(flat(df, nested=False)).write_csv(f))
+        write_file(pq, partial(_write_parquet, df))
+        write_file(csv, partial(_write_csv, df))
         written[name] = {"rows": df.height, "parquet": str(pq), "csv": str(csv)}
     return written
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UnsetType
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -41,9 +42,11 @@ NAME_CUT = 60  # characters of a kernel or module name on a terminal
 # What an MFU band says, in one line (the bands are `flops.model.verdict_band`'s). Dense training only: `band_caveat`
 # says where the bands do not apply.
 BAND_MEANING = {
-    "likely broken": "under 20% MFU: for dense training something large is wrong or missing (host-bound steps, small batches, "
+    "likely broken": "under 20% MFU: for dense training something large is wrong or missing (host-bound steps, small "
+    "batches, "
     "fp32 matmuls, unfused kernels, or a wrong peak): the loss budget and what to try below say where the time went",
-    "room to improve": "20-35% MFU: typical of an untuned dense training run: the largest items of what to try below are the levers",
+    "room to improve": "20-35% MFU: typical of an untuned dense training run: the largest items of what to try below "
+    "are the levers",
     "good": "35-55% MFU: a well-tuned dense training run",
     "excellent": "55-75% MFU: about the best dense training reaches on current accelerators",
     "exceptional": "over 75% MFU: rare: check the peak, the FLOPs and the device count before trusting it",
@@ -60,7 +63,8 @@ class _PrintableConsole(Console):
 def printable_console(**kw) -> Console:
     """The console the terminal renderers print on by default (rich's Console arguments).
 
-    Not a terminal and no width given: tables `PIPE_WIDTH` wide and each printed line kept whole (not wrapped), for grep.
+    Not a terminal and no width given: tables `PIPE_WIDTH` wide and each printed line kept whole (not wrapped), for
+    grep.
     """
     c = _PrintableConsole(**kw)
     if "width" not in kw and not c.is_terminal:
@@ -73,31 +77,36 @@ console = printable_console  # the name the other renderers and the CLI import
 
 
 def text(v, n: int | None = None) -> str:
-    """A value from a trace as rich markup that prints literally: `—` when unknown, control characters visible, cut to `n`, brackets escaped."""
+    """A value from a trace as rich markup that prints literally: `—` when unknown, control characters visible, cut to
+    `n`, brackets escaped."""
     return escape(fmt.printable(fmt.NONE if v is None else v, n))
 
 
 def name_column(c: Console, tab: Table, header: str) -> None:
-    """A column of names: whole and wrapped when piped, cut with an ellipsis on a terminal (it gives way before numbers)."""
+    """A column of names: whole and wrapped when piped, cut with an ellipsis on a terminal (it gives way before
+    numbers)."""
     tab.add_column(header, overflow="ellipsis" if c.is_terminal else "fold")
 
 
 def name(c: Console, v) -> str | Text:
-    """A kernel or module name: whole when piped; on a terminal one line, cut to the column (plain `Text`: no markup to escape)."""
+    """A kernel or module name: whole when piped; on a terminal one line, cut to the column (plain `Text`: no markup to
+    escape)."""
     if c.is_terminal:
         return Text(fmt.printable(fmt.NONE if v is None else v, NAME_CUT), no_wrap=True, overflow="ellipsis")
     return text(v)
 
 
 def bar(share) -> str:
-    """A share as a bar of `BAR` cells for 100%: a thin mark for a share under half a cell, nothing for none, zero or a negative one."""
+    """A share as a bar of `BAR` cells for 100%: a thin mark for a share under half a cell, nothing for none, zero or a
+    negative one."""
     if share is None or share <= 0:
         return ""
     return "█" * round(share * BAR) or "▏"
 
 
 def flops_cell(v, ops: int, unknown: int, known: bool = True) -> str:
-    """A FLOP count, or `—` where it is unknown: none known in the trace, or a phase with matmuls that counted none while some have unknown FLOPs."""
+    """A FLOP count, or `—` where it is unknown: none known in the trace, or a phase with matmuls that counted none
+    while some have unknown FLOPs."""
     if not known or (not v and ops and unknown):
         return fmt.NONE
     return fmt.flops(v)
@@ -139,7 +148,8 @@ def header(c: Console, a: Analysis) -> None:
             c.print(f"[bold yellow]warning:[/bold yellow] {text(w)}")
     if hw is not None:
         c.print(
-            f"hardware: {text(hw.name)}, dense {text(hw.precision)} peak {fmt.si(hw.peak_flops, 'FLOP/s')} [dim](source in --format json)[/dim]"
+            f"hardware: {text(hw.name)}, dense {text(hw.precision)} peak {fmt.si(hw.peak_flops, 'FLOP/s')} "
+            "[dim](source in --format json)[/dim]"
         )
     else:
         c.print("hardware: unknown (give --hardware or --peak-tflops)")
@@ -156,8 +166,10 @@ def header(c: Console, a: Analysis) -> None:
         unknown_lines(c, t)
     if m is not None and present(m.seq_len) is not None:
         c.print(
-            f"model: T = {text(m.seq_len)} (from the {text(present(m.seq_len_source))}), {fmt.si(present(m.tokens_per_step))} "
-            f"tokens per step ({text(present(m.tokens_source))}), {fmt.si(present(m.flops_per_token), 'FLOP')} per token"
+            f"model: T = {text(m.seq_len)} (from the {text(present(m.seq_len_source))}), "
+            f"{fmt.si(present(m.tokens_per_step))} "
+            f"tokens per step ({text(present(m.tokens_source))}), {fmt.si(present(m.flops_per_token), 'FLOP')} per "
+            "token"
         )
         for note in m.notes or []:
             c.print(f"  [dim]{text(note)}[/dim]")
@@ -177,7 +189,8 @@ def header(c: Console, a: Analysis) -> None:
     devices = (hw.devices if hw is not None else None) or 1
     on = f" on {devices} devices (time per device)" if devices > 1 else ""
     c.print(
-        f"wall {fmt.duration(t.wall_us)} over {steps_counted(a)}{on}; FLOPs known for {fmt.pct(t.flops_coverage)} of matmul time"
+        f"wall {fmt.duration(t.wall_us)} over {steps_counted(a)}{on}; FLOPs known for {fmt.pct(t.flops_coverage)} of "
+        "matmul time"
     )
 
 
@@ -340,7 +353,8 @@ def modules_table(c: Console, a: Analysis) -> None:
 
 
 def critical_path_section(c: Console, ps: PathSummary) -> None:
-    """What bounded the steps: the path's shares by kind (summing to the steps' windows), its longest stretches, or why there is none."""
+    """What bounded the steps: the path's shares by kind (summing to the steps' windows), its longest stretches, or why
+    there is none."""
     title = "What bounded the steps (critical path)"
     if not ps.available:
         c.print(f"[bold]{title}[/bold]: none: {text(present(ps.why))}")
@@ -352,6 +366,7 @@ def critical_path_section(c: Console, ps: PathSummary) -> None:
     kt.add_column("time", justify="right", no_wrap=True)
     kt.add_column("", no_wrap=True)
     kt.add_column("meaning", overflow="fold")
+    assert not isinstance(ps.us, UnsetType) and not isinstance(ps.share, UnsetType)  # an available path has both
     for k, us in ps.us.items():
         share = ps.share.get(k)
         kt.add_row(text(k), fmt.pct(share, 2), fmt.duration(us), bar(share), f"[dim]{text(meaning.get(k))}[/dim]")
@@ -382,7 +397,8 @@ def advice_lines(c: Console, advice: list[AdviceItem]) -> None:
 
 
 def step_flags(ss: StepStats | None, names: dict[Any, str]) -> list[str]:
-    """One line per flagged step, saying why: warm-up (a leading slow step), outlier (with its rules and what moved most), or both."""
+    """One line per flagged step, saying why: warm-up (a leading slow step), outlier (with its rules and what moved
+    most), or both."""
     warm = {w.step: w for w in ss.warmup} if ss is not None else {}
     out = {o.step: o for o in ss.outliers} if ss is not None else {}
     lines = []
@@ -402,7 +418,10 @@ def step_flags(ss: StepStats | None, names: dict[Any, str]) -> list[str]:
             moved = f"; {o.term} moved most ({fmt.ms(o.term_delta_us, True)} against its median)" if o.term else ""
             parts.append(f"{dev}, {why}{moved}" if dev else f"{why}{moved}")
         if w and o:
-            kind = "warm-up and outlier: it is an outlier because it is warm-up (first calls: allocation, compilation, autotuning)"
+            kind = (
+                "warm-up and outlier: it is an outlier because it is warm-up (first calls: allocation, "
+                "compilation, autotuning)"
+            )
         elif w:
             kind = "warm-up"
         else:
@@ -417,6 +436,7 @@ def step_flag_lines(c: Console, a: Analysis) -> None:
     names = dict(a.steps.select("step", "name").iter_rows()) if a.steps.height else {}
     lines = step_flags(ss, names)
     if lines:  # a flagged step: step statistics there
+        assert ss is not None  # (step_flags flags none without them)
         c.print(f"steps: median {fmt.duration(ss.median_us)}, CV {fmt.pct(ss.cv)}; flagged (still counted):")
         for line in lines:
             c.print(f"  {line}")

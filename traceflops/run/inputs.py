@@ -24,13 +24,15 @@ def _stem(name: str, suffixes: tuple[str, ...]) -> str | None:
 
 
 def profile_files(files: list[Path]) -> list[Path]:
-    """A folder's traces, a `jax.profiler` log directory's `<host>.trace.json.gz` left out beside its `<host>.xplane.pb`."""
+    """A folder's traces, a `jax.profiler` log directory's `<host>.trace.json.gz` left out beside its
+    `<host>.xplane.pb`."""
     xplanes = {(f.parent, _stem(f.name, XPLANE_SUFFIXES)) for f in files if _stem(f.name, XPLANE_SUFFIXES) is not None}
     return [f for f in files if (f.parent, _stem(f.name, (JAX_JSON_SUFFIX,))) not in xplanes]
 
 
 def walk_traces(root: str) -> tuple[list[Path], list[str]]:
-    """The trace files under a folder (links followed, each real folder once), and a warning per folder or file left out.
+    """The trace files under a folder (links followed, each real folder once), and a warning per folder or file left
+    out.
 
     A folder that cannot be listed, or a trace-named pipe or device, is named
     in the warnings rather than skipped in silence: a job view missing a rank

@@ -49,12 +49,13 @@ def bounds_text(name: str) -> str:
 
 
 def check_number(name: str, value: Any) -> None:
-    """`value` of option `name` within BOUNDS, else an OptionsError naming the flag and the keyword (None passes: not given)."""
+    """`value` of option `name` within BOUNDS, else an OptionsError naming the flag and the keyword (None passes: not
+    given)."""
     if value is None:
         return
     whole, lo, hi = BOUNDS[name]
     kind = numbers.Integral if whole else numbers.Real
-    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi  # type: ignore[operator]  # typeshed: numbers.Real has no <=
     if not ok:
         flag = "--" + name.replace("_", "-")
         raise OptionsError(
@@ -106,7 +107,8 @@ def model_spec(params=None, layers=None, heads=None, head_dim=None, seq_len=None
         raise OptionsError(
             None,
             "a model description needs all of params, layers, heads, head_dim and seq_len",
-            "give the missing ones (--params, --layers, --heads, --head-dim, --seq-len), or a model config (--model-config)",
+            "give the missing ones (--params, --layers, --heads, --head-dim, --seq-len), or a model config "
+            "(--model-config)",
         )
     return mf.spec_from_flags(int(params), layers, heads, head_dim, seq_len)
 

@@ -1,8 +1,10 @@
-"""Many ranks: each summarised in this process, in this process beside a process pool, or as Ray tasks, with the same summaries
+"""Many ranks: each summarised in this process, in this process beside a process pool, or as Ray tasks, with the same
+summaries
 either way."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -63,8 +65,9 @@ def summarize_all(
     """
     work = [(p, opts, cache_dir) for p in paths]
     done = on_done or (lambda n, total: None)  # ranks done so far, of all (a progress display)
+    got: list[RankSummary | NotATraceError]
     if executor == "ray":
-        got = _on_ray(work, ray_address)
+        got = list(_on_ray(work, ray_address))
         done(len(got), len(work))
     elif jobs <= 1 or len(paths) <= 1:
         got = []
@@ -135,10 +138,8 @@ def _shared(work: list, pool, workers: int, done) -> list:
             while not replies.empty():
                 collect(*replies.get_nowait())
         while finished < len(work):
-            try:
+            with contextlib.suppress(queue.Empty):
                 collect(*replies.get(timeout=0.2))  # a timeout, so Ctrl-C and SIGTERM are taken while it waits
-            except queue.Empty:
-                pass
     finally:
         stop.set()
     return results

@@ -196,7 +196,7 @@ def _median_positive(frame: pl.DataFrame) -> tuple[float | None, int]:
     if frame.height == 0:
         return None, 0
     d = frame.filter(pl.col("dur") > 0)["dur"]
-    return (float(d.median()) if d.len() else None), d.len()
+    return (float(d.median()) if d.len() else None), d.len()  # type: ignore[arg-type]  # polars' stub
 
 
 def _times(frame: pl.DataFrame) -> tuple[float, float, float] | None:
@@ -260,7 +260,8 @@ def clean(trace: Trace) -> Trace:
             c.clipped,
         )
     w.add(
-        "device activities wholly inside an earlier one on their stream: their time is counted once, under the earlier one",
+        "device activities wholly inside an earlier one on their stream: their time is counted once, under the earlier "
+        "one",
         c.contained,
     )
     out = dataclasses.replace(
@@ -276,7 +277,8 @@ def clean(trace: Trace) -> Trace:
     why = time_unit_suspicion(out)
     if why:
         w.add(
-            f"times look like nanoseconds, not microseconds ({why}); nothing was rescaled: check the tool that wrote the trace"
+            f"times look like nanoseconds, not microseconds ({why}); nothing was rescaled: check the tool that wrote "
+            "the trace"
         )
     return out
 

@@ -103,7 +103,7 @@ def _decode(text: str | None):
 def formula_table(
     ops: pl.DataFrame,
     rows: np.ndarray,
-    out_dims: dict[int, list[int]] | None = None,
+    out_dims: dict[int, str] | None = None,
     contexts: dict[int, str] | None = None,
 ) -> pl.DataFrame:
     """Apply the registry once per distinct (name, dims, types, concrete, out, context) signature.
@@ -128,6 +128,7 @@ def formula_table(
         r = registry.op_flops(name, d, _decode(types), _decode(concrete), out_dims=_decode(out), context=_decode(ctx))
         if r is None:
             r = registry.OpFlops(None, None, 0, None, None, None, "no formula")
+        reason: str | None
         if d is None and r.flops is None:
             reason = "no Input Dims (re-profile with record_shapes=True)"
         else:
@@ -212,7 +213,8 @@ def weight_grad_shapes(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
     return out
 
 
-# A serving engine's step annotation that carries its batch's sequence lengths (vLLM: execute_<n>_context_…_generation_…).
+# A serving engine's step annotation that carries its batch's sequence lengths (vLLM:
+# execute_<n>_context_…_generation_…).
 BATCH_ANNOTATION_RE = r"^execute_\d+_context_\d+\(sq"
 _TOPK_RE = re.compile(r"(?i)topk")
 

@@ -211,7 +211,8 @@ class _Path:
 
 
 def _walk_run(g: _Graph, i: int, p: _Path) -> int:
-    """Emit the stream run ending at kernel i (busy time and the idle gaps between), back to its head; return the head."""
+    """Emit the stream run ending at kernel i (busy time and the idle gaps between), back to its head; return the
+    head."""
     h = int(g.run_head[i])
     # Only the run's tail that ends after the window's start matters.
     first = max(h + int(np.searchsorted(g.end[h : i + 1], p.lo, "right")), h)
@@ -236,7 +237,7 @@ def _host(g: _Graph, tid, t: float, p: _Path) -> int | None:
         k = -1 if s is None else int(np.searchsorted(s[1], t + _EPS, "right")) - 1
         while s is not None and k >= 0 and s[0][k] >= t:  # a sync that starts at the launch is not before it
             k -= 1
-        if k < 0 or s[1][k] <= p.lo:
+        if s is None or k < 0 or s[1][k] <= p.lo:  # no sync before it
             p.add(p.lo, "host", "host", tid)
             return None
         s_ts, s_end, s_name = float(s[0][k]), float(s[1][k]), s[2][k]
@@ -253,7 +254,8 @@ def _host(g: _Graph, tid, t: float, p: _Path) -> int | None:
 
 
 def _walk(g: _Graph, start_kernel: int, p: _Path, skip_busy: bool) -> None:
-    i, guard = start_kernel, 4 * len(g.ts) + 16
+    i: int | None = start_kernel
+    guard = 4 * len(g.ts) + 16
     while i is not None and not p.done and guard > 0:
         guard -= 1  # every round moves `cur` back or to an earlier kernel; the guard only bounds a bug
         if skip_busy:  # the next step's first kernel: only what it waited for lies in this window

@@ -208,7 +208,8 @@ _ONE_ACTIVITY_LAUNCH_RE = r"^(cuda|hip|cu|hipExt)(Launch(Cooperative)?Kernel|Mod
 
 
 def implausible_links(launches: pl.DataFrame, kernels: pl.DataFrame, warnings) -> None:
-    """Count the links a real profiler never writes: launches sharing a correlation id, kernels that start before their launch."""
+    """Count the links a real profiler never writes: launches sharing a correlation id, kernels that start before their
+    launch."""
     keyed = launches["correlation"].drop_nulls()
     shared = keyed.len() - keyed.n_unique()
     if shared:

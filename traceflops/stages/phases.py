@@ -236,8 +236,9 @@ def _operand_numels(dims: str | None) -> set[int]:
             return n
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             parts = [walk(x) for x in d]
-            if all(p is not None for p in parts):
-                out.add(sum(parts))
+            known = [p for p in parts if p is not None]
+            if len(known) == len(parts):
+                out.add(sum(known))
         return None
 
     for d in parsed if isinstance(parsed, list) else []:
@@ -250,7 +251,8 @@ def _work_kind(name: str) -> str | None:
 
 
 def _fits(work_kind: str | None, call_kind: str | None, work_n: set[int], call_n: set[int]) -> bool:
-    """Whether a call could have issued the work: kinds that agree (gloo runs a reduce-scatter as an all-reduce), a common payload."""
+    """Whether a call could have issued the work: kinds that agree (gloo runs a reduce-scatter as an all-reduce), a
+    common payload."""
     if (
         work_kind
         and call_kind
@@ -267,7 +269,8 @@ _PAIR_LOOKAHEAD = (
 
 
 def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
-    """For each CPU collective's work (`gloo:*` on the backend's thread), the row of the `c10d::` call that issued it; -1 elsewhere.
+    """For each CPU collective's work (`gloo:*` on the backend's thread), the row of the `c10d::` call that issued it;
+    -1 elsewhere.
 
     The work runs outside the caller's nesting, so it cannot inherit the caller's
     phase by nesting. A process group runs its collectives in the order they were
@@ -354,7 +357,9 @@ def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None 
     code[opt] = _PHASE_CODE["optimizer"]
     # Step markers and bare annotations outside any model work are 'other'.
     code[ops["name"].str.contains(PROFILER_STEP_RE).to_numpy()] = _PHASE_CODE["other"]
-    phase_s = pl.Series(code).replace_strict({v: k for k, v in _PHASE_CODE.items()}, return_dtype=pl.Utf8)
+    phase_s: pl.Series | pl.Expr = pl.Series(code).replace_strict(
+        {v: k for k, v in _PHASE_CODE.items()}, return_dtype=pl.Utf8
+    )
     if ops["scope"].is_not_null().any():
         # Name-stack rules (JAX: jvp / transpose(jvp) / rematted_computation) decide where they apply.
         from traceflops.stages.xla_phases import tag as scope_phases

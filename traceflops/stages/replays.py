@@ -13,7 +13,8 @@ A replay is matched to a captured graph holding the same kernels (by name, as
 a multiset: streams may interleave), the i-th replay of a kernel set to the
 i-th capture of it, round robin; the k-th replayed kernel of a name is then
 the k-th captured launch of that name. Each captured op a replay ran (the
-matmul op above a launch, else the op that made it) becomes one op of the analysed trace, nested under the op that launched the
+matmul op above a launch, else the op that made it) becomes one op of the
+analysed trace, nested under the op that launched the
 replay (so it takes the phase and the step of the replay), with the captured
 op's name and recorded inputs: the FLOP formulas then count it as if it had
 run eagerly. Replays whose kernel set matches no capture, or matches captures
@@ -137,7 +138,7 @@ def captured_launches(trace: Trace) -> Captures:
             gathered,
         ],
         how="horizontal",
-    ).cast(out_schema)
+    ).cast(out_schema)  # type: ignore[arg-type]  # polars' stub: Mapping keys invariant
     return Captures(out, _below(ops, np.unique(rows[rows >= 0])))
 
 
@@ -160,7 +161,7 @@ def _below(ops: pl.DataFrame, roots: np.ndarray) -> pl.DataFrame:
             ops[sub].select("ts", *[pl.col(c).alias(f"op_{c}") for c in OP_FIELDS]),
         ],
         how="horizontal",
-    ).cast(_BELOW_SCHEMA)
+    ).cast(_BELOW_SCHEMA)  # type: ignore[arg-type]  # polars' stub: Mapping keys invariant
 
 
 def merge_captures(captures: Sequence[Captures]) -> Captures:
@@ -171,8 +172,10 @@ def merge_captures(captures: Sequence[Captures]) -> Captures:
             continue
         parts.append(c.launches.with_columns(pl.col("graph") + graphs, pl.col("op") + ops))
         below.append(c.below.with_columns(pl.col("op") + ops, pl.col("sub") + ops, pl.col("up") + ops))
-        graphs += int(c.launches["graph"].max()) + 1
-        ops += max(int(c.launches["op"].max() or 0), int(c.below["sub"].max() or 0) if c.below.height else 0) + 1
+        graphs += int(c.launches["graph"].max()) + 1  # type: ignore[arg-type]  # polars' stub
+        last_op = int(c.launches["op"].max() or 0)  # type: ignore[arg-type]  # polars' stub
+        last_sub = int(c.below["sub"].max() or 0) if c.below.height else 0  # type: ignore[arg-type]  # polars' stub
+        ops += max(last_op, last_sub) + 1
     if not parts:
         return Captures(pl.DataFrame(), pl.DataFrame(schema=_BELOW_SCHEMA))
     return Captures(pl.concat(parts), pl.concat(below) if below else pl.DataFrame(schema=_BELOW_SCHEMA))
@@ -326,7 +329,7 @@ def _with_replayed_ops(linked: Linked, hit: pl.DataFrame, below: pl.DataFrame, w
     outer = nodes["outer"].fill_null(-1).to_numpy()
     if n and (outer >= 0).any():
         pid[outer >= 0] = ops["pid"].gather(outer[outer >= 0]).to_numpy()
-    first_id = int(ops["op_id"].max() or 0) + 1 if n else 0
+    first_id = int(ops["op_id"].max() or 0) + 1 if n else 0  # type: ignore[arg-type]  # polars' stub
     rows = pl.DataFrame(
         {
             "op_id": pl.int_range(first_id, first_id + nodes.height, dtype=pl.Int64, eager=True),

@@ -36,7 +36,8 @@ def distinct_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, list[in
     """
     if steps.height < 2 or steps["step"].n_unique() == steps.height:
         return steps, {}, 0
-    top = int(steps["step"].max() or 0)  # no number at all (every span unnumbered): count from 1
+    # no number at all (every span unnumbered): count from 1
+    top = int(steps["step"].max() or 0)  # type: ignore[arg-type]  # polars' stub
     room = _I64_MAX - top  # how many numbers are left after the largest
     ordered = (
         steps.with_row_index("_row")
@@ -76,7 +77,7 @@ def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
     opt = trace.ops.filter(pl.col("name").str.starts_with("Optimizer.step#")).sort("ts")
     if opt.height:
         ends = (opt["ts"] + opt["dur"]).to_list()
-        first = float(trace.ops["ts"].min())
+        first = float(trace.ops["ts"].min())  # type: ignore[arg-type]  # polars' stub
         starts = [first] + ends[:-1]
         return (
             pl.DataFrame(
@@ -95,9 +96,8 @@ def host_steps(trace: Trace) -> tuple[pl.DataFrame, str]:
         for x in [(trace.ops["ts"] + trace.ops["dur"]).max(), (trace.kernels["ts"] + trace.kernels["dur"]).max()]
         if x is not None
     )
-    return pl.DataFrame(
-        {"step": [0], "name": ["whole trace"], "ts": [float(t0)], "dur": [float(t1 - t0)]}
-    ), "whole trace"
+    ts, dur = float(t0), float(t1 - t0)  # type: ignore[arg-type, operator]  # polars' stub
+    return pl.DataFrame({"step": [0], "name": ["whole trace"], "ts": [ts], "dur": [dur]}), "whole trace"
 
 
 def assign(times: pl.DataFrame, col: str, steps: pl.DataFrame) -> pl.Series:
@@ -183,7 +183,7 @@ def incomplete_steps(
         return {}, unsure
     found = kernels.select("correlation").unique()
     # Launches are written in time order: a step that ends after the last surviving launch lost its tail.
-    last_launch = float(work["ts"].max())
+    last_launch = float(work["ts"].max())  # type: ignore[arg-type]  # polars' stub
     tail = steps.filter(pl.col("ts") + pl.col("dur") > last_launch)["step"].to_list()
     work = work.with_columns(step=assign(work, "ts", steps)).filter(pl.col("step") != OUTSIDE)
     lost = work.join(found, on="correlation", how="anti")
@@ -211,7 +211,7 @@ def leave_out_cut_steps(trace: Trace, host: pl.DataFrame, opt: ModelOptions) -> 
         return opt, ["the file was cut: steps of a CPU-only trace cannot be checked for completeness"]
     if not trace.kernels.height:
         # a device trace cut before any device activity was written: no step can be checked
-        cut, unbounded = {int(st): 0 for st in host["step"].to_list()}, set()
+        cut, unbounded = {int(st): 0 for st in host["step"].to_list()}, set[int]()
     else:
         cut, unbounded = incomplete_steps(host, trace.launches, trace.kernels)
     notes = [
@@ -258,7 +258,8 @@ def excluded_steps(host: pl.DataFrame, opt: ModelOptions) -> list[str]:
         return []
     shown = f"{min(have)}..{max(have)}" if have else "none"
     return [
-        f"--exclude-step {', '.join(map(str, missing))}: no such step in the trace (its steps: {shown}); nothing left out for it"
+        f"--exclude-step {', '.join(map(str, missing))}: no such step in the trace (its steps: {shown}); nothing left "
+        "out for it"
     ]
 
 
@@ -270,11 +271,13 @@ def step_count(steps: pl.DataFrame, opt: ModelOptions) -> dict:
 
 
 def step_warnings(trace: Trace, steps: pl.DataFrame, step_source: str, cut_notes: list[str]) -> list[str]:
-    """The trace's own warnings, then what the step windows showed: clamped windows, cut steps, the step markers used."""
+    """The trace's own warnings, then what the step windows showed: clamped windows, cut steps, the step markers
+    used."""
     clamped = steps.filter((pl.col("window_source") == "device") & (pl.col("window") <= 0) & ~pl.col("last")).height
     if clamped:
         trace.warnings.add(
-            "steps whose first device activity precedes the previous step's (clock or ordering problem): window set to 0",
+            "steps whose first device activity precedes the previous step's (clock or ordering problem): window set to "
+            "0",
             clamped,
         )
     warnings = list(trace.warnings.lines()) + cut_notes

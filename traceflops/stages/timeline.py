@@ -412,8 +412,8 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def union_measure(starts: np.ndarray, ends: np.ndarray):
-    """F(x): the length of the union of [starts, ends) up to x, as a vectorized function (sorted-array interval algebra);
-    how much of [s, e) the union covers is F(e) - F(s)."""
+    """F(x): the length of the union of [starts, ends) up to x, as a vectorized function (sorted-array interval
+    algebra); how much of [s, e) the union covers is F(e) - F(s)."""
     ms, me = merged(starts, ends)
     before = np.r_[0.0, np.cumsum(me - ms)][:-1] if len(ms) else np.zeros(0)
 
@@ -591,7 +591,8 @@ DEVICE_HOST_OPS_RE = r"^(nccl|rccl):|^aten::record_stream$"
 
 
 def device_not_captured(trace: Trace) -> str | None:
-    """The warning for a trace that names a device but holds none of its activity (no kernel, memcpy or memset), else None.
+    """The warning for a trace that names a device but holds none of its activity (no kernel, memcpy or memset), else
+    None.
 
     The device is named by CUPTI range-profiler events (hardware counters, no timeline), `deviceProperties`,
     NCCL / RCCL or `aten::record_stream` ops, or runtime launches whose device activity is absent. Such a trace
@@ -636,7 +637,8 @@ def device_not_captured(trace: Trace) -> str | None:
 
 
 def cpu_activities(ops: pl.DataFrame) -> pl.DataFrame:
-    """On a CPU trace the ops are the work: leaf matmuls, every other top-level op, and collectives as they ran (`gloo:*`).
+    """On a CPU trace the ops are the work: leaf matmuls, every other top-level op, and collectives as they ran
+    (`gloo:*`).
 
     XLA:CPU runs the program's ops (`xla_op`) on its worker threads: every one that ran is work, its collectives
     (the parser names their opcode in `collective`) communication, each on the op's `device` (a program over
@@ -746,7 +748,7 @@ def program_devices(part: pl.DataFrame, activities: pl.DataFrame | None = None) 
         dev = dev.join(ran, on="device", how="left", nulls_equal=True, maintain_order="left")
         most = dev["_n"].max() or 0
         if most:
-            keep = keep | (pl.col("_n").fill_null(0) >= PROGRAM_SHARE * most)
+            keep = keep | (pl.col("_n").fill_null(0) >= PROGRAM_SHARE * most)  # type: ignore[operator]  # polars' stub
     return dev.filter(keep)["device"].to_list()
 
 

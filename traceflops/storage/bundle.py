@@ -44,8 +44,9 @@ def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[s
     write_atomic(path, write)
 
 
-def open_regular(path: str | Path, max_bytes: int):
-    """The bundle file opened for reading: InputError when it is missing, unreadable or not a regular file (a pipe, /dev/zero), FormatError past `max_bytes`."""
+def open_regular(path: str | os.PathLike, max_bytes: int):
+    """The bundle file opened for reading: InputError when it is missing, unreadable or not a regular file (a pipe,
+    /dev/zero), FormatError past `max_bytes`."""
     try:
         f, st = open_if_regular(path)
     except FileNotFoundError:

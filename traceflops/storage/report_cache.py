@@ -53,7 +53,8 @@ REPORT_FIELDS = {
 
 
 def report_key(path: str, options) -> str | None:
-    """The trace's content key (`trace_cache.key`) with the options: None, and no report kept, when the trace cannot be read."""
+    """The trace's content key (`trace_cache.key`) with the options: None, and no report kept, when the trace cannot be
+    read."""
     k = key(path)
     # The fields kept are part of the key: a report of another shape is never served.
     return (
@@ -98,7 +99,8 @@ def load_report(path: str, options, cache_dir: Path):
     if meta.get("_loss_budgets") is not None:
         steps = steps.with_columns(loss_budget=pl.Series(meta["_loss_budgets"], dtype=pl.Object))
     trace_meta = dict(meta.get("_meta") or {}, path=str(path))
-    trace = Trace(*(empty({}) for _ in TABLES), meta=trace_meta, warnings=Warnings())
+    no_ops, no_kernels, no_launches, no_markers, no_steps = (empty({}) for _ in TABLES)
+    trace = Trace(no_ops, no_kernels, no_launches, no_markers, no_steps, meta=trace_meta, warnings=Warnings())
     try:
         fields = {f: decode(meta[f], kind) for f, kind in REPORT_FIELDS.items()}
     except ValidationError:  # kept by a build whose sections had another shape: analysed again

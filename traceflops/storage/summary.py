@@ -45,7 +45,8 @@ def write_summary(s: RankSummary, path: str | Path) -> None:
 
 
 def _tampered(meta, tables) -> str | None:
-    """What a summary's contents lack that `write_summary` always writes, or None: checked before the job view trusts them."""
+    """What a summary's contents lack that `write_summary` always writes, or None: checked before the job view trusts
+    them."""
     if not isinstance(meta, dict) or meta.get("kind") != KIND:
         return "not a traceflops rank summary"
     for f, kind in _FIELDS.items():
@@ -68,7 +69,7 @@ def _tampered(meta, tables) -> str | None:
 # What the job view reads from a summary's totals and hardware, and the kind of each (null allowed throughout).
 _TOTAL_NUMBERS = ("wall_us", "mfu", "hfu")
 _TOTAL_GROUPS = {"flops": ("executed", "recompute"), "time_us": PARTITION}
-_HARDWARE = {"name": str, "peak_flops": (int, float)}
+_HARDWARE: dict[str, type | tuple[type, ...]] = {"name": str, "peak_flops": (int, float)}
 
 # The tables' columns of one kind, as `write_summary` writes them; other columns of `steps` are numbers
 # (the integer ones by their prefix). A column given is of its kind; `step` columns and those below are required.
@@ -118,7 +119,8 @@ def _in_range(v) -> bool:
 
 
 def _ranged_totals(t: dict, notes: list[str]) -> dict:
-    """The totals with each negative or non-finite number the job view reads left unknown (None), each said in `notes`."""
+    """The totals with each negative or non-finite number the job view reads left unknown (None), each said in
+    `notes`."""
     out = dict(t)
     for k in _TOTAL_NUMBERS:
         if not _in_range(t.get(k)):
@@ -145,7 +147,8 @@ def _kind(column: str) -> tuple[str, tuple[type[pl.DataType], ...]]:
 
 
 def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
-    """`df` with every column of its kind (cast to the written type; all-null columns typed); `_Mistyped` says which is not.
+    """`df` with every column of its kind (cast to the written type; all-null columns typed); `_Mistyped` says which is
+    not.
 
     An empty table of any shape is an empty one of the kinds the job view reads.
     """
@@ -168,13 +171,14 @@ def _typed(table: str, df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(casts) if casts else df
 
 
-def _written(column: str) -> pl.DataType:
+def _written(column: str) -> type[pl.DataType]:
     what, _ = _kind(column)
     return {"text": pl.String, "true/false": pl.Boolean, "whole numbers": pl.Int64}.get(what, pl.Float64)
 
 
 def read_summary(path: str | Path) -> RankSummary:
-    """A `.tfsum` back, bounded (bytes inflated, rows per table) and checked field by field: FormatError when tampered with.
+    """A `.tfsum` back, bounded (bytes inflated, rows per table) and checked field by field: FormatError when tampered
+    with.
 
     Types are checked (a value of the wrong kind is a FormatError), numbers range-checked as a trace's are
     (a rank or world size out of range, a negative or non-finite total: left unknown, with a warning).

@@ -19,6 +19,7 @@ default 2 GiB).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -81,7 +82,8 @@ _DIGESTS: dict[
 
 
 def _content_digest(f, st: os.stat_result) -> str:
-    """SHA-256 of all the file's bytes (hardware-accelerated: the fastest of hashlib's here), once per process while it is unchanged."""
+    """SHA-256 of all the file's bytes (hardware-accelerated: the fastest of hashlib's here), once per process while it
+    is unchanged."""
     ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if ident not in _DIGESTS:
         if len(_DIGESTS) >= 4096:
@@ -91,7 +93,8 @@ def _content_digest(f, st: os.stat_result) -> str:
 
 
 def key(path: str) -> str | None:
-    """Names a trace file's cache entries: changes when any byte of the file, its mtime, or the version does; None (no caching) when it cannot be read."""
+    """Names a trace file's cache entries: changes when any byte of the file, its mtime, or the version does; None (no
+    caching) when it cannot be read."""
     try:
         f, st = open_if_regular(path)
     except (OSError, ValueError):
@@ -104,7 +107,8 @@ def key(path: str) -> str | None:
 
 
 def read_entry(entry: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[dict, dict] | None:
-    """A cache entry's tables and metadata; None when absent, damaged, too large, or not a regular file (a link is never followed).
+    """A cache entry's tables and metadata; None when absent, damaged, too large, or not a regular file (a link is never
+    followed).
     A hit marks the entry used (its mtime), for the least-recently-used eviction."""
     try:
         f, st = open_if_regular(entry, follow_links=False)
@@ -119,10 +123,8 @@ def read_entry(entry: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[dict, di
             got = read_bundle(f, max_bytes=max_bytes, name=str(entry))
         except TraceflopsError:
             return None  # a damaged entry is a miss; it will be rewritten
-        try:
+        with contextlib.suppress(OSError):  # a read-only cache is still read
             os.utime(f.fileno())
-        except OSError:
-            pass  # a read-only cache is still read
         return got
 
 
@@ -184,7 +186,8 @@ def load(path: str, cache_dir: Path) -> Trace | None:
         t: compact(f.with_columns(_one_copy_each(f["name"])) if "name" in f.columns and f.height else f)
         for t, f in tables.items()
     }
-    return Trace(*(tables[t] for t in TABLES), meta=meta, warnings=warnings)
+    ops, kernels, launches, markers, steps = (tables[t] for t in TABLES)
+    return Trace(ops, kernels, launches, markers, steps, meta=meta, warnings=warnings)
 
 
 def _one_copy_each(names):

@@ -275,7 +275,8 @@ def host_work(a: Analysis) -> pl.DataFrame:
 
 
 def _from_config(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
-    """A collective's description, size and ranks, where its args lack them, from the pg_config entry of its group's name."""
+    """A collective's description, size and ranks, where its args lack them, from the pg_config entry of its group's
+    name."""
     groups = {g["name"]: g for g in a.meta.get("process_groups") or []}
     if not groups or k.height == 0:
         return k
@@ -375,7 +376,8 @@ def ranks_text(v: str) -> str | None:
 
 
 def _role(k: pl.DataFrame, by_hand: dict[str, str]) -> pl.Expr:
-    """A collective's role: given by hand for its group's description or name (`--group-role`), else its description's."""
+    """A collective's role: given by hand for its group's description or name (`--group-role`), else its
+    description's."""
     descs = k["pg_desc"].drop_nulls().unique().to_list() if k.height else []
     described = pl.col("pg_desc").replace_strict(
         descs, [by_hand.get(d) or group_role(d) for d in descs], default=None, return_dtype=pl.Utf8

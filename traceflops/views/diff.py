@@ -58,7 +58,7 @@ def _steps(a: Analysis) -> int:
     return int(a.totals.step_count.counted)
 
 
-def _per_step(v, n: int):
+def _per_step(v, n: float):
     return None if v is None or not n else v / n
 
 
@@ -85,7 +85,7 @@ def _device_tokens(a: Analysis) -> float | None:
     """Tokens per step on this trace's device: the model's (global) tokens over the world size it was split by."""
     m = a.model
     tokens = m.tokens_per_step if m else None
-    if not tokens:  # unknown, or (UNSET) a model section from the trace
+    if not m or not tokens:  # unknown, or (UNSET) a model section from the trace
         return None
     whole, share = m.flops_per_step, m.flops_per_step_device
     world = round(whole / share) if whole and share else 1
@@ -137,7 +137,8 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
     sa, sb = _side(a), _side(b)
     if sa["peak_flops"] != sb["peak_flops"]:
         warnings.append(
-            f"the peaks differ ({sa['hardware']} {sa['precision']} vs {sb['hardware']} {sb['precision']}): utilization deltas mix hardware and code"
+            f"the peaks differ ({sa['hardware']} {sa['precision']} vs {sb['hardware']} {sb['precision']}): utilization "
+            "deltas mix hardware and code"
         )
     if sa["model_source"] != sb["model_source"]:
         warnings.append("model FLOPs come from different sources: MFU deltas are not like for like")
@@ -171,12 +172,13 @@ def diff(a: Analysis, b: Analysis) -> dict[str, Any]:
         largest_why = "one side's matmul FLOPs are unknown (no recorded shapes; the warnings say which)"
     else:
         largest_why = "no phase's matmul FLOPs moved"
-    la, lb = ta.loss_budget or {}, tb.loss_budget or {}
+    la: dict[str, float | None] = ta.loss_budget or {}
+    lb: dict[str, float | None] = tb.loss_budget or {}
     terms = [{"term": k, **_pair(la.get(k), lb.get(k))} for k in dict.fromkeys([*la, *lb])]
     terms.sort(key=lambda r: (r["delta"] is None, -abs(r["delta"] or 0.0)))
-    time_us = {
-        c: _pair(_per_step((ta.time_us or {}).get(c), na), _per_step((tb.time_us or {}).get(c), nb)) for c in PARTITION
-    }
+    ua: dict[str, float | None] = ta.time_us or {}
+    ub: dict[str, float | None] = tb.time_us or {}
+    time_us = {c: _pair(_per_step(ua.get(c), na), _per_step(ub.get(c), nb)) for c in PARTITION}
     ka, kb = a.steps.height, b.steps.height  # the roll-ups cover every step of the trace
     kernels = _moved(a.by_kernel, b.by_kernel, "name", "total_us", ka, kb, ("count", "cls"))
     modules = _moved(a.by_module, b.by_module, "module", "time_us", ka, kb, ("time_recompute", "recompute_share"))

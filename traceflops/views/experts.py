@@ -1,4 +1,5 @@
-"""Expert parallelism across ranks: each rank's expert FLOPs and all-to-all bytes, and how unevenly its EP group shares them.
+"""Expert parallelism across ranks: each rank's expert FLOPs and all-to-all bytes, and how unevenly its EP group shares
+them.
 
 A rank's expert FLOPs are the matmuls its grouped-GEMM and fused-MoE ops ran
 (`metrics.utilization.expert_flops`, in its totals); its all-to-all bytes are
@@ -106,7 +107,8 @@ def imbalance_advice(t: pl.DataFrame | None) -> dict[str, Any] | None:
         f"({fmt.si(worst['expert_flops_per_step'], 'FLOP')} per step); the group's all-to-alls wait for it"
     ]
     ev += [
-        f"rank {r['rank']}: {fmt.si(r['expert_flops_per_step'], 'FLOP')} per step ({r['flops_vs_group_mean']:.2f}× the mean), "
+        f"rank {r['rank']}: {fmt.si(r['expert_flops_per_step'], 'FLOP')} per step ({r['flops_vs_group_mean']:.2f}× the "
+        "mean), "
         f"all-to-all {fmt.nbytes(r['a2a_bytes_per_step'])} per step"
         for r in group.iter_rows(named=True)
         if r["expert_flops_per_step"] is not None and r["a2a_bytes_per_step"] is not None

@@ -193,7 +193,7 @@ def measure(a: Analysis, metric: str, exclude_steps=()) -> dict[str, Any]:
     rows, left_out = measured_steps(a, exclude_steps)
     ids = rows["step"].to_list()
     known = [(s, float(v)) for s, v in zip(ids, _values(rows, metric)) if v is not None and math.isfinite(float(v))]
-    out = {
+    out: dict[str, Any] = {
         "value": statistics.median(v for _, v in known) if known else None,
         "steps": [s for s, _ in known],
         "counted": ids,
@@ -232,7 +232,8 @@ def _too_few(m: dict[str, Any], min_steps: int, side: str = "") -> str | None:
     if len(m["counted"]) < min_steps:
         left = f"; left out: {', '.join(map(str, m['left_out']))}" if m["left_out"] else ""
         return (
-            f"{side}only {len(m['counted'])} counted step{'s' if len(m['counted']) != 1 else ''}{left}, and --min-steps is "
+            f"{side}only {len(m['counted'])} counted step{'s' if len(m['counted']) != 1 else ''}{left}, and "
+            "--min-steps is "
             f"{min_steps}: profile more active steps, or lower --min-steps"
         )
     if m["value"] is not None and n < min_steps:
@@ -246,7 +247,10 @@ def _with_warmup(a: Analysis, why: str, measured_steps: list[int]) -> str:
     if not warm:
         return why
     flags = " ".join(f"--exclude-step {s}" for s in warm)
-    return f"{why}; step{'s' if len(warm) > 1 else ''} {', '.join(map(str, warm))} look{'' if len(warm) > 1 else 's'} like warm-up ({flags} leaves {'them' if len(warm) > 1 else 'it'} out)"
+    return (
+        f"{why}; step{'s' if len(warm) > 1 else ''} {', '.join(map(str, warm))} look{'' if len(warm) > 1 else 's'} "
+        f"like warm-up ({flags} leaves {'them' if len(warm) > 1 else 'it'} out)"
+    )
 
 
 def judge_one(a: Analysis, rule: Rule, tolerance: float, min_steps: int, exclude_steps=()) -> dict[str, Any]:
@@ -279,7 +283,10 @@ def judge_one(a: Analysis, rule: Rule, tolerance: float, min_steps: int, exclude
             ("at least" if rule.bound == "min" else "within") if ok else ("below" if rule.bound == "min" else "above")
         )
         slack = f" {'-' if rule.bound == 'min' else '+'} {fmt.pp(tol, True).lstrip('+')} tolerance" if tol else ""
-        why = f"median {name} {_show(rule.metric, v)} over {_steps_words(m['steps'])} is {word} {_show(rule.metric, rule.threshold)}{slack}"
+        why = (
+            f"median {name} {_show(rule.metric, v)} over {_steps_words(m['steps'])} is {word} "
+            f"{_show(rule.metric, rule.threshold)}{slack}"
+        )
         out.update(status=PASS if ok else FAIL, why=_with_warmup(a, why, m["steps"]))
     return out
 
@@ -301,7 +308,8 @@ def check(
     allow_unknown: bool = False,
     exclude_steps=(),
 ) -> dict[str, Any]:
-    """Every rule on every trace (each judged on its own): `traceflops check`'s result (`schema: traceflops.check/1`)."""
+    """Every rule on every trace (each judged on its own): `traceflops check`'s result (`schema:
+    traceflops.check/1`)."""
     traces, judged = [], []
     for a in analyses:
         path = path_text(a.meta.get("path"))

@@ -104,6 +104,9 @@ def summarize(a: Analysis) -> RankSummary:
     rank = a.meta.get("rank")
     if rank is None:
         rank = rank_from_path(a.meta.get("path") or "")
+    assert (
+        a.collectives is not None
+    )  # the pipeline gives every analysis its collectives (a cached report is not summarised)
     return RankSummary(
         rank=rank,
         world_size=a.meta.get("world_size"),
@@ -221,7 +224,8 @@ def clock_offsets(m: pl.DataFrame, ranks: list[int]) -> tuple[dict[int, float], 
     offsets.update(aligned_offsets(m, min(ranks)))
     aligned = m.with_columns(aend=pl.col("end") + pl.col("rank").replace_strict(offsets, default=0.0))
     spread = aligned.group_by("pg", "seq").agg((pl.col("aend").max() - pl.col("aend").min()).alias("spread"))
-    return offsets, float(spread["spread"].median()) if spread.height else None
+    # polars stubs type a column's median as any literal: this float column's is a float
+    return offsets, float(spread["spread"].median()) if spread.height else None  # type: ignore[arg-type]
 
 
 def aligned_offsets(m: pl.DataFrame, ref: int) -> dict[int, float]:
@@ -294,6 +298,12 @@ def collective_table(m: pl.DataFrame, offsets: dict[int, float], link_bw: float 
 # --- the job ----------------------------------------------------------------
 
 
+def _rank(s: RankSummary) -> int:
+    """The rank of a summary that `assign_ranks` returned: each has one."""
+    assert s.rank is not None, "a summary the job view reads has a rank (assign_ranks)"
+    return s.rank
+
+
 def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[RankSummary]:
     """The summaries by rank; one without a rank gets the lowest free one (a new summary, with a warning)."""
     used = {s.rank for s in summaries if s.rank is not None}
@@ -309,7 +319,7 @@ def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[Rank
         ranked.append(s)
     seen: dict[int, RankSummary] = {}
     for s in ranked:
-        first = seen.setdefault(s.rank, s)
+        first = seen.setdefault(_rank(s), s)
         if first is s:
             continue
         if not same_numbers(first, s):
@@ -319,7 +329,7 @@ def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[Rank
                 "pass each rank's trace once",
             )
         warnings.append(f"{s.path}: the same rank {s.rank} trace as {first.path}; counted once")
-    return sorted(seen.values(), key=lambda s: s.rank)
+    return sorted(seen.values(), key=_rank)
 
 
 def same_numbers(a: RankSummary, b: RankSummary) -> bool:
@@ -352,7 +362,7 @@ def missing_ranks(world: int, ranks: list[int], show: int = 20) -> tuple[int, li
     count = world - len(present)
     if count <= 0:
         return None
-    first = []
+    first: list[int] = []
     r = 0
     while len(first) < min(show, count):
         if r not in present:
@@ -386,7 +396,7 @@ def job_steps(
         )
         .sort("step")
     )
-    model = pl.when(pl.col("model_unknown") == 0).then(pl.col("model_flops_sum"))
+    model: pl.Expr = pl.when(pl.col("model_unknown") == 0).then(pl.col("model_flops_sum"))
     if global_model is not None:
         model = pl.col("step").replace_strict(global_model, default=None, return_dtype=pl.Float64)
     secs = pl.col("step_us") * 1e-6
@@ -416,7 +426,8 @@ def without_unbounded_last(
     if not left or len(counted) <= len(left):
         return tuple(exclude_steps), []
     return tuple(sorted({*exclude_steps, *left})), [
-        f"step {', '.join(map(str, left))}: some rank's last, ending at its last device activity without the time up to a "
+        f"step {', '.join(map(str, left))}: some rank's last, ending at its last device activity without the time up "
+        "to a "
         "next step: shown, left out of the job's totals"
     ]
 
@@ -512,7 +523,7 @@ def job_view(
 ) -> Job:
     warnings: list[str] = list(input_warnings)  # what the inputs' folders left out
     summaries = assign_ranks(summaries, warnings)
-    ranks = [s.rank for s in summaries]
+    ranks = [_rank(s) for s in summaries]
     world = world_size or next((s.world_size for s in summaries if s.world_size), None) or len(summaries)
     missing = missing_ranks(world, ranks)
     if missing:
@@ -624,12 +635,13 @@ def group_warnings(summaries: list[RankSummary], m: pl.DataFrame, ranks: list[in
 
 
 def warning_groups(own: list[str], summaries: list[RankSummary]) -> list[tuple[str, tuple[int, ...], int]]:
-    """The job's own warnings, then each rank warning once for all the ranks that gave it, with its most repeats in one rank."""
+    """The job's own warnings, then each rank warning once for all the ranks that gave it, with its most repeats in one
+    rank."""
     ranks_of: dict[str, list[int]] = {}
     repeats: dict[str, int] = {}
     for s in summaries:
         for w, n in fmt.counted(s.warnings):
-            ranks_of.setdefault(w, []).append(s.rank)
+            ranks_of.setdefault(w, []).append(_rank(s))
             repeats[w] = max(repeats.get(w, 0), n)
     return [(w, (), n) for w, n in fmt.counted(own)] + [(w, tuple(rs), repeats[w]) for w, rs in ranks_of.items()]
 
@@ -644,8 +656,9 @@ def job_advice(
     exclude_steps=(),
     pipe: pl.DataFrame | None = None,
     experts: pl.DataFrame | None = None,
-) -> list[dict[str, Any]]:
-    """What to try for the job: time the ranks' critical paths spent waiting for a late rank, then the ranks' own top items.
+) -> list[JobAdviceItem]:
+    """What to try for the job: time the ranks' critical paths spent waiting for a late rank, then the ranks' own top
+    items.
 
     Shares are of the step time summed over ranks (each rank's windows), the unit of a rank's own budget.
     Where pipeline stages' blocked receives make most of the exposed communication, the bubble replaces the
@@ -661,7 +674,8 @@ def job_advice(
     )
     if window > 0 and waiting > 0:
         ev = [
-            f"{fmt.duration(waiting)} of the ranks' critical paths ({waiting / window:.1%} of step time) waited in collectives "
+            f"{fmt.duration(waiting)} of the ranks' critical paths ({waiting / window:.1%} of step time) waited in "
+            "collectives "
             "for the last rank to arrive"
         ]
         if late.height:
@@ -670,13 +684,15 @@ def job_advice(
             )
             for r in by.sort("wait_us", descending=True).head(3).iter_rows(named=True):
                 ev.append(
-                    f"rank {r['rank']} arrived last in {r['steps']} step(s), the others waiting {fmt.duration(r['wait_us'])}; "
+                    f"rank {r['rank']} arrived last in {r['steps']} step(s), the others waiting "
+                    f"{fmt.duration(r['wait_us'])}; "
                     f"why: {r['reason']}"
                 )
         if coll.height:
             worst = coll.sort("arrival_skew_us", descending=True).row(0, named=True)
             ev.append(
-                f"largest arrival skew: {fmt.duration(worst['arrival_skew_us'])} ({worst['kind']} #{worst['seq']} of group "
+                f"largest arrival skew: {fmt.duration(worst['arrival_skew_us'])} ({worst['kind']} #{worst['seq']} of "
+                "group "
                 f"{worst['pg']}, last rank {worst['last_rank']})"
             )
         items.append(
@@ -700,13 +716,13 @@ def job_advice(
     by_title: dict[str, list[tuple[int, dict]]] = {}
     for s in summaries:
         for x in s.advice:
-            by_title.setdefault(x["title"], []).append((s.rank, x))
-    per_rank = []
+            by_title.setdefault(x["title"], []).append((_rank(s), x))
+    per_rank: list[dict[str, Any]] = []
     for title, got in by_title.items():
         share = {r: x["share"] for r, x in got}
         known = [v for v in share.values() if v is not None]
         top = max(known) if known else None
-        ev = (
+        said = (
             f"{fmt.ranks(share)}: {fmt.pct(min(known))} to {fmt.pct(top)} of their step time at peak"
             if known
             else f"{fmt.ranks(share)}"
@@ -719,7 +735,7 @@ def job_advice(
                 "share": top,
                 "recoverable": top,
                 "unit": "of step time at peak, on the rank where it is largest",
-                "evidence": [ev],
+                "evidence": [said],
                 "remedies": [],
                 "data": {
                     "ranks": sorted(r for r in share if r is not None),

@@ -8,6 +8,8 @@ records the peer's rank within the group as its third concrete input.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import polars as pl
 
@@ -377,7 +379,8 @@ def bubble_advice(
     )
     if blocked <= 0 or window <= 0 or (exposed > 0 and blocked < 0.5 * exposed):
         return None
-    p, m = use["stages"].max(), use["microbatches"].max()
+    # polars stubs type a column's max as any literal: these are whole-number columns
+    p, m = cast("int | None", use["stages"].max()), cast("int | None", use["microbatches"].max())
     ideal, share = ideal_bubble(p, m), blocked / window
     per = (
         use.group_by("stage", "rank")
@@ -386,7 +389,7 @@ def bubble_advice(
         .sort("stage", "rank")
     )
     ev = [
-        f"{p} stages, {m} micro-batches per step ({use['stages_source'].drop_nulls().first() or 'unknown'}); "
+        f"{p} stages, {m} micro-batches per step ({use['stages_source'].drop_nulls().first() or 'unknown'}); "  # type: ignore[str-bytes-safe]  # polars stubs: a str column's value is a str
         f"ideal bubble (p−1)/(m+p−1) = {ideal:.1%}"
         if ideal is not None
         else "stages or micro-batches unknown: no ideal bubble"
@@ -396,11 +399,13 @@ def bubble_advice(
         for st, r, b in per.select("stage", "rank", "b").iter_rows()
     ]
     ev.append(
-        f"{fmt.pct(blocked / exposed, keep_small=False) if exposed > 0 else 'all'} of the ranks' exposed communication is this waiting"
+        f"{fmt.pct(blocked / exposed, keep_small=False) if exposed > 0 else 'all'} of the ranks' exposed communication "
+        "is this waiting"
     )
     remedies, gain = [], None
-    if ideal:
+    if ideal and m:  # (an ideal bubble is known only with m)
         at2m = ideal_bubble(p, 2 * m)
+        assert at2m is not None  # p and 2m are known
         gain = share * (1 - at2m / ideal)
         remedies.append(
             f"More micro-batches per step: m = {2 * m} instead of {m} lowers the ideal bubble from {ideal:.1%} to "

@@ -28,7 +28,10 @@ NOT_AVAILABLE = (
     "no device activities: a CPU-only trace (PyTorch on CPU, XLA:CPU) runs on the host threads alone, "
     "so there is no host → device chain to follow"
 )
-NOT_CAPTURED = "no device activity in the capture (a device job profiled without its device activity): no host → device chain to follow"
+NOT_CAPTURED = (
+    "no device activity in the capture (a device job profiled without its device activity): no host → "
+    "device chain to follow"
+)
 
 
 def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> PathSummary:
@@ -57,7 +60,7 @@ def path_summary(a: Analysis, exclude_steps=None, top: int = 5) -> PathSummary:
     tpu = not (seg["kind"].is_in(["host", "launch"])).any() and a.meta.get("format") == "xplane"
     return PathSummary(
         available=True,
-        us=total,
+        us=dict(total),  # (a dict of float | None, as the section types it)
         share={k: (v / length if length else None) for k, v in total.items()},
         top=[
             PathStretch(kind=k, name=n, us=d, segments=c)

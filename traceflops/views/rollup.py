@@ -22,12 +22,17 @@ A kernel with no launching op has module null.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import numpy as np
+import orjson
 import polars as pl
 
 from traceflops.core import hardware as hw
 from traceflops.core.sections import Hardware
 from traceflops.core.vocab import PHASES, STEP_MARKER_RE
+from traceflops.flops.aten import OP_FLOPS_MAX
 from traceflops.stages.link import nearest
 from traceflops.stages.phases import node_names
 
@@ -179,12 +184,6 @@ def by_module(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------- GEMM shapes
-
-import math
-
-import orjson
-
-from traceflops.flops.aten import OP_FLOPS_MAX
 
 GEMM_TILE = 128  # output tile edge assumed by the wave-quantization hint (128×128)
 GEMM_TIME_MATTERS = 0.01  # share of all matmul kernel time from which a GEMM's hint is raised
@@ -455,7 +454,7 @@ def by_gemm_shape(
     is under half full and the shape takes at least 1% of matmul time, with
     `hint` saying why, and `conv`. Sorted by time, longest first.
     """
-    schema = {
+    schema: dict[str, pl.DataType | type[pl.DataType]] = {
         "M": pl.Int64,
         "N": pl.Int64,
         "K": pl.Int64,
@@ -492,7 +491,7 @@ def by_gemm_shape(
     # a convolution's shape needs its FLOPs too (see conv_dims): parsed once per distinct (name, dims, FLOPs)
     conv = pl.col("name").is_in(list(CONV_OPS))
     leaf = leaf.with_columns(_key=pl.when(conv).then(pl.col("flops")))
-    parsed = {
+    parsed: dict[str, list[Any]] = {
         "name": [],
         "dims": [],
         "_key": [],
@@ -507,6 +506,7 @@ def by_gemm_shape(
     for name, dims, key in leaf.select("name", "dims", "_key").unique().iter_rows():
         try:
             d = orjson.loads(dims)
+            got: tuple[int, int, int, int, str | None, int, int] | None
             if name in CONV_OPS:
                 c = conv_dims(name, d, key)
                 got = None if c is None else (c[0], c[1], c[2], 1, c[3], c[4], c[5])
@@ -591,7 +591,7 @@ def by_gemm_shape(
         & (pl.col("conv").fill_null("") != "wgrad")
     )
     out = out.with_columns(wave_hint=flag.fill_null(False))
-    hints = []
+    hints: list[str | None] = []
     for r in out.iter_rows(named=True):
         if not r["wave_hint"]:
             hints.append(None)

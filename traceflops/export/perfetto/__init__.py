@@ -1,4 +1,5 @@
-"""The user's own trace written back for Perfetto / chrome://tracing, with phases, FLOPs and counters; one job per module.
+"""The user's own trace written back for Perfetto / chrome://tracing, with phases, FLOPs and counters; one job per
+module.
 
 `annotate(trace_path, analysis, out_path)` keeps every input event, adds
 `traceflops.*` args to device activities and ops, and adds a "traceflops"

@@ -1,4 +1,5 @@
-"""The input's traceEvents entries decoded and numbered as the Kineto parser numbers them, so each meets its analysis row.
+"""The input's traceEvents entries decoded and numbered as the Kineto parser numbers them, so each meets its analysis
+row.
 
 Device activities are matched to `Analysis.kernels` by `kernel_id`, which the
 Kineto parser assigns as the order, in the file, of the complete ('X') events
@@ -55,7 +56,8 @@ class Verbatim(dict):
 
 
 def _entry(piece: bytes):
-    """A piece orjson cannot decode: a `Verbatim` where the parser still reads it, else its bytes (numbered as nothing)."""
+    """A piece orjson cannot decode: a `Verbatim` where the parser still reads it, else its bytes (numbered as
+    nothing)."""
     ev = read_event(piece)
     if ev is None:
         return piece
@@ -87,7 +89,8 @@ def array_entries(text: bytes | bytearray) -> list:
 
 
 def serialized(items: list) -> bytes:
-    """The entries as the inside of a JSON array (no brackets), decoded ones as orjson writes them, verbatim ones as they were."""
+    """The entries as the inside of a JSON array (no brackets), decoded ones as orjson writes them, verbatim ones as
+    they were."""
     if not any(map(as_read, items)):
         return orjson.dumps(items, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
     parts = []
@@ -116,7 +119,8 @@ def as_read(x) -> bool:
 
 
 def _usable(e: Any) -> bool:
-    """What the Kineto parser decodes as an event: an object (args that are not an object are dropped, the event kept)."""
+    """What the Kineto parser decodes as an event: an object (args that are not an object are dropped, the event
+    kept)."""
     return isinstance(e, dict)
 
 

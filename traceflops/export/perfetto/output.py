@@ -12,7 +12,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from traceflops.core.files import write_file
 
@@ -21,7 +21,7 @@ try:  # ISA-L's deflate at level 2: ten times as fast as zlib's level 6 (a tenth
 
     GZIP_LEVEL = 2
 except ImportError:  # a platform without its wheel
-    from gzip import GzipFile as GzipWriter
+    from gzip import GzipFile as GzipWriter  # type: ignore[assignment]  # isal's is a drop-in subclass of it
 
     GZIP_LEVEL = 6
 
@@ -30,11 +30,13 @@ STDOUT = "-"  # the output name that writes the annotated trace to standard outp
 
 
 def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:
-    """`fill(out, tmp)` writes the trace into a temporary file beside `path`, which then replaces it; what `fill` returned.
+    """`fill(out, tmp)` writes the trace into a temporary file beside `path`, which then replaces it; what `fill`
+    returned.
 
     Gzipped unless `path` ends in .json, compressed as `fill` writes it.
     `tmp` is that file's path, for scratch files beside it.
-    `path` "-" (`STDOUT`) is standard output: plain JSON (for a pipe: `jq`, `gzip`), scratch files in the temporary folder.
+    `path` "-" (`STDOUT`) is standard output: plain JSON (for a pipe: `jq`, `gzip`), scratch files in the temporary
+    folder.
     """
     if str(path) == STDOUT:
         sys.stdout.flush()
@@ -48,7 +50,7 @@ def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:
             result = fill(raw, tmp)
         else:
             with GzipWriter(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as f:
-                result = fill(f, tmp)
+                result = fill(cast(BinaryIO, f), tmp)  # a binary file; typeshed's GzipFile is no BinaryIO
         raw.flush()
         os.fsync(raw.fileno())
         return result

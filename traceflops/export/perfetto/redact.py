@@ -1,4 +1,5 @@
-"""The secrets rules (`core/redact.py`) applied to what annotate writes: annotate never adds a secret and copies none the rules find.
+"""The secrets rules (`core/redact.py`) applied to what annotate writes: annotate never adds a secret and copies none
+the rules find.
 
 The other top-level keys are kept (it is the user's own
 trace) but redacted by key name and by value shape (`core.redact.redact`:
@@ -40,7 +41,8 @@ def redact_meta_events(events: list) -> int:
 
 
 def head_parts(head: bytes) -> tuple[bytes, bytes, int, int]:
-    """The top-level keys before and after traceEvents, redacted and serialized (each without braces), the count, and the fields left out.
+    """The top-level keys before and after traceEvents, redacted and serialized (each without braces), the count, and
+    the fields left out.
 
     A previous annotation's `traceflops` record is dropped (`_around_events`).
     A head orjson does not decode whole is read field by field (`jsonstream.root_members`);
@@ -75,7 +77,8 @@ def _around_events(doc: dict) -> tuple[dict, dict, int]:
 
 
 def redact_metadata(doc: dict) -> tuple[dict, int]:
-    """The document with its metadata redacted (the keys beside traceEvents, their names included; metadata events' args), and the count.
+    """The document with its metadata redacted (the keys beside traceEvents, their names included; metadata events'
+    args), and the count.
 
     The events list is the same object, its metadata events' args replaced in place;
     the top-level keys keep their order around it.
@@ -97,7 +100,8 @@ def traceflops_record(summary: dict[str, Any], trace_path: str, note: str) -> tu
 
 
 def write_redacted(out_path: str, doc: dict, summary: dict[str, Any], trace_path: str, note: str) -> dict[str, Any]:
-    """Serialize `doc`, pass every byte through the shape rules, append the `traceflops` record (the final count in it), write.
+    """Serialize `doc`, pass every byte through the shape rules, append the `traceflops` record (the final count in it),
+    write.
 
     The record is added after the pass so it can hold the pass's own count.
     """

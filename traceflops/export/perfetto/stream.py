@@ -22,7 +22,8 @@ as one plain document: a byte-order mark is dropped, two root-level traceEvents
 arrays become one (in file order), an entry longer than
 `jsonstream.MAX_ENTRY_BYTES` is left out, and an entry that does not decode
 (nested too deeply, not JSON) is written through as its bytes, unannotated
-(a metadata entry is left out instead, see `redact`); each is counted in the record's `warnings`. A file cut short is refused.
+(a metadata entry is left out instead, see `redact`); each is counted in the record's `warnings`. A file cut short is
+refused.
 An XLA profile is handed to `xla`.
 """
 
@@ -122,8 +123,8 @@ def for_annotation(a: Analysis) -> Analysis:
     142 MB trace what annotating never reads was about 90 MB of the command's peak.
     """
 
-    def keep(df: pl.DataFrame | None, cols: tuple[str, ...]) -> pl.DataFrame | None:
-        return None if df is None else df.select([c for c in cols if c in df.columns])
+    def keep(df: pl.DataFrame, cols: tuple[str, ...]) -> pl.DataFrame:
+        return df.select([c for c in cols if c in df.columns])
 
     bare = dataclasses.replace(
         a.trace, **{t: getattr(a.trace, t).clear() for t in ("ops", "kernels", "launches", "markers", "steps")}
@@ -133,7 +134,7 @@ def for_annotation(a: Analysis) -> Analysis:
         trace=bare,
         ops=keep(a.ops, OP_COLUMNS),
         kernels=keep(a.kernels, KERNEL_COLUMNS),
-        roofline=keep(a.roofline, ROOFLINE_COLUMNS),
+        roofline=None if a.roofline is None else keep(a.roofline, ROOFLINE_COLUMNS),
         partition=None,
         idle_gaps=None,
         launch_stats=None,
@@ -248,15 +249,17 @@ class _Streamed:
 
 
 def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Numbered) -> _Streamed:
-    """The input's events, array by array: numbered, checked against the analysis, annotated, redacted, written to `spool`.
+    """The input's events, array by array: numbered, checked against the analysis, annotated, redacted, written to
+    `spool`.
 
     Only one array's entries (about CHUNK bytes of the file) are held at a time.
     """
     got = _Streamed()
     unread = 0
-    res = None
+    res: StreamResult | None = None
     rules = Redactor()  # one for the whole file: each distinct name, key and value decided once
-    for texts, res in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=claim):
+    for texts, result in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=claim):
+        res = result  # the last one is the whole stream's, read after the loop
         for text in texts:
             items = text.value if text.__class__ is Claimed else array_entries(text)
             for e in items:  # before numbering: the analysis holds the parser's names, redacted by the same rules
@@ -296,11 +299,13 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
 
 
 def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list[str]:
-    """What of the input is not in the output as decoded events, each counted (the parser counts the same in its warnings)."""
+    """What of the input is not in the output as decoded events, each counted (the parser counts the same in its
+    warnings)."""
     out = []
     if res.arrays > 1:
         out.append(
-            f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, in file order"
+            f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, "
+            "in file order"
         )
     if res.trailing:
         out.append(
@@ -308,7 +313,8 @@ def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list
         )
     if res.oversized:
         out.append(
-            f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as the parser does)"
+            f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as "
+            "the parser does)"
         )
     if res.stray:
         out.append(f"{res.stray} traceEvents entries after the last object that are not objects left out")

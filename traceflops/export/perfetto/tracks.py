@@ -1,4 +1,5 @@
-"""The events annotate adds, all on one new "traceflops" process: what the analysis found, as tracks a trace viewer draws.
+"""The events annotate adds, all on one new "traceflops" process: what the analysis found, as tracks a trace viewer
+draws.
 
 On a pid no input event uses, category `traceflops`:
 
@@ -90,7 +91,8 @@ def _achieved_counter(items: list[tuple[float, float, float]]) -> list[tuple[flo
 
 def added_events(a: Analysis, pid: int) -> list[dict]:
     """The new process: phase tracks, the steps track and counters."""
-    t0 = min(
+    # polars stubs type a column's min as any literal: a ts column's is a number
+    t0: float = min(  # type: ignore[assignment]
         [
             x
             for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None)

@@ -1,4 +1,5 @@
-"""An XLA profile written as a trace for Perfetto: it has no JSON of its own to keep, so its ops and device activities are the events.
+"""An XLA profile written as a trace for Perfetto: it has no JSON of its own to keep, so its ops and device activities
+are the events.
 
 Its ops and device activities become complete events with what traceflops
 found in their args, then the same added tracks (`tracks`), the same
@@ -30,7 +31,8 @@ def xla_events(a: Analysis) -> list[dict]:
     events: list[dict] = []
     pids: dict[Any, int] = {}
     tids: dict[tuple, int] = {}
-    t0 = min(
+    # polars stubs type a column's min as any literal: a ts column's is a number
+    t0: float = min(  # type: ignore[assignment]
         [
             x
             for x in (a.kernels["ts"].min() if a.kernels.height else None, a.ops["ts"].min() if a.ops.height else None)
@@ -102,7 +104,8 @@ def xla_events(a: Analysis) -> list[dict]:
 
 
 def annotate_xla(trace_path: str, analysis: Analysis, out_path: str) -> dict[str, Any]:
-    """An XLA profile has no JSON of its own to keep: a new trace of its ops and device activities, and the same tracks."""
+    """An XLA profile has no JSON of its own to keep: a new trace of its ops and device activities, and the same
+    tracks."""
     events = xla_events(analysis)
     n_in = len(events)
     pid = new_pid(used_pids(events))

@@ -115,7 +115,7 @@ def attn(spec: AttnSpec, name: str):
             raise Bad(f"{name}: query/key head dims differ ({dq} vs {dk})")
         if sk != skv:
             raise Bad(f"{name}: key/value lengths differ ({sk} vs {skv})")
-        if bwd:
+        if spec.go is not None:  # bwd
             go = a.shape(spec.go, "grad_out", min_ndim=2)
             if tuple(go) != tuple(out_shape):
                 raise Bad(f"{name}: grad_out {list(go)} does not match the output {list(out_shape)}")
@@ -179,7 +179,8 @@ _reg(
     attn(AttnSpec("any", 0, 1, 2, causal=5, masks=(3,), reads=(0, 1, 2, 3)), "scaled_dot_product_attention"),
     attention=True,
 )
-# _scaled_dot_product_attention_math(query, key, value, attn_mask, dropout_p, is_causal, dropout_mask, *, scale, enable_gqa)
+# _scaled_dot_product_attention_math(query, key, value, attn_mask, dropout_p, is_causal, dropout_mask, *, scale,
+# enable_gqa)
 _reg(
     ["_scaled_dot_product_attention_math", "_scaled_dot_product_attention_math_for_mps"],
     attn(
@@ -227,7 +228,8 @@ _reg(
     ),
     attention=True,
 )
-# _scaled_dot_product_efficient_attention(query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
+# _scaled_dot_product_efficient_attention(query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, *,
+# scale)
 _reg(
     "_scaled_dot_product_efficient_attention",
     attn(

@@ -275,7 +275,8 @@ def _conv_bwd(spec: _ConvBwdSpec, name: str):
             sp = go[2:]
         base = _conv_flops(n, sp, w)
         flops = base * (int(bool(mask[0])) + int(bool(mask[1])))
-        outs: list | None = []
+        outs: list[tuple[tuple[int, ...], str | None]] | None
+        outs = []
         if mask[0]:
             xshape = x
             if xshape is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from traceflops.flops.aten.attention import AttnSpec, attn, attn_mask_kind
 from traceflops.flops.aten.shapes import Args, Bad, R, is_int, unknown, valid_shape
@@ -306,7 +307,7 @@ def _vllm_attn(out: int | None):
     def f(a: Args, out_dims) -> R:
         t, hq, dqk = a.shape(0, "query", (3,))
         has_out = out is not None and a.is_tensor(out)
-        if has_out:
+        if out is not None and has_out:
             o = a.shape(out, "output", (3,))
             if o[:2] != (t, hq):
                 raise Bad(f"vLLM attention: output {list(o)} does not fit query [{t}, {hq}, {dqk}]")
@@ -319,7 +320,7 @@ def _vllm_attn(out: int | None):
         stats = a.context.get("seq_stats") if a.context is not None else None
         if stats is None:
             return unknown(_VLLM_NO_STATS, (0,))
-        vals = [stats.get(x) for x in ("sq", "sk", "sqsq", "sqsk")] if isinstance(stats, dict) else []
+        vals: list[Any] = [stats.get(x) for x in ("sq", "sk", "sqsq", "sqsk")] if isinstance(stats, dict) else []
         if len(vals) != 4 or not all(is_int(x) and x >= 0 for x in vals):
             raise Bad(f"vLLM attention: malformed seq_stats {stats!r}")
         sq, sk, sqsq, sqsk = vals
@@ -364,7 +365,8 @@ def _sage(lay: int, name: str):
 
     def f(a: Args, out_dims) -> R:
         reads = (0, 1, 2, 4, 5)
-        layout = {0: "bshd", 1: "bhsd"}.get(a.c_int(lay))
+        layouts: dict[int | None, str] = {0: "bshd", 1: "bhsd"}
+        layout = layouts.get(a.c_int(lay))
         if layout is None:
             return unknown(f"{name}: tensor_layout not recorded", reads)
         q = a.shape(0, "query", (4,))

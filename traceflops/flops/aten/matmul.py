@@ -213,7 +213,9 @@ def _grouped(offs_idx: int, dtype_idx: int | None, reads: tuple[int, ...], scale
             (m, k), (k2, n) = sa, sb
             if k != k2:
                 raise Bad(f"grouped mm: K differs ({list(sa)} x {list(sb)})")
-            outs = [((g_offs, m, n), ot)] if g_offs is not None else None
+            outs: list[tuple[tuple[int, ...], str | None]] | None = (
+                [((g_offs, m, n), ot)] if g_offs is not None else None
+            )
             return R(2 * m * k * mult * n, reads=reads, outs=outs)
         (g, m, k), (g2, k2, n) = sa, sb
         if g != g2 or k != k2:
@@ -242,5 +244,6 @@ _reg("_scaled_mm_v2", mm_like(0, 1, (0, 1, 8), out_dtype_idx=9, kmult=True))
 _reg("_grouped_mm", _grouped(2, 4, (0, 1, 2, 3), scaled=False))
 # _scaled_grouped_mm(self, mat2, scale_a, scale_b, offs, bias, scale_result, out_dtype, use_fast_accum)
 _reg("_scaled_grouped_mm", _grouped(4, 7, (0, 1, 2, 3, 4, 5), scaled=True))
-# _scaled_grouped_mm_v2(self, mat2, scale_a[], recipe_a, swizzle_a, scale_b[], recipe_b, swizzle_b, offs, bias, out_dtype, ...)
+# _scaled_grouped_mm_v2(self, mat2, scale_a[], recipe_a, swizzle_a, scale_b[], recipe_b, swizzle_b, offs, bias,
+# out_dtype, ...)
 _reg("_scaled_grouped_mm_v2", _grouped(8, 10, (0, 1, 8, 9), scaled=True))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from traceflops.core.dtypes import dtype_of, itemsize
 
@@ -56,7 +56,7 @@ _SCALAR_TYPE_NUM: dict[int, str] = {
 }
 
 
-def is_int(x: Any) -> bool:
+def is_int(x: Any) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 

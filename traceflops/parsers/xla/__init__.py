@@ -1,4 +1,5 @@
-"""XLA profiles (XSpace `.xplane.pb`) → `Trace`: the names outside code uses, each imported from its module on first use.
+"""XLA profiles (XSpace `.xplane.pb`) → `Trace`: the names outside code uses, each imported from its module on first
+use.
 
 Why lazy: a decoder alone (`decode_xspace`, `decode_hlo_proto`) then loads without polars and
 the Trace builders, as the separate decoder modules did before this package.

@@ -62,7 +62,8 @@ class Builder:
             if key not in self._missing_modules:
                 self._missing_modules.add(key)
             self.w.add(
-                "XLA ops whose HLO module is not in the profile (no 'Hlo Proto' in /host:metadata): no shapes or shape-derived FLOPs"
+                "XLA ops whose HLO module is not in the profile (no 'Hlo Proto' in /host:metadata): no shapes or "
+                "shape-derived FLOPs"
             )
             return None
         f = mod.facts(hlo_op)
@@ -116,7 +117,7 @@ class Builder:
         o["bytes_hint"].append(as_count(bytes_))
         o["matmul_hint"].append(bool(matmul) if matmul is not None else False)
         own = facts is not None and flops == facts.flops  # the recompute share belongs to the parser's own count
-        o["recompute_hint"].append(facts.recompute_flops if own else None)
+        o["recompute_hint"].append(facts.recompute_flops if facts is not None and own else None)
         o["mask_hint"].append(facts.mask if facts else None)
         o["feeds_forward_hint"].append(facts.feeds_forward if facts else None)
         o["device"].append(device)

@@ -83,8 +83,8 @@ def resolve_gpu(b: Builder, host_lines, launches: list[Launch], kernel_launch: d
                 tf_events.setdefault(tid, []).append((ts, ts + e.duration_ps / 1e6, n))
     for v in thunks.values():
         v.sort()
-    for v in tf_events.values():
-        v.sort()
+    for tf in tf_events.values():
+        tf.sort()
     thunk_starts = {k: [x[0] for x in v] for k, v in thunks.items()}
     tf_starts = {k: [x[0] for x in v] for k, v in tf_events.items()}
 
@@ -126,7 +126,7 @@ def resolve_gpu(b: Builder, host_lines, launches: list[Launch], kernel_launch: d
         if isinstance(la.hlo_op, str) and la.hlo_op:
             spans = thunks.get(la.hlo_op)
             i = enclosing(thunk_starts[la.hlo_op], spans, la.ts) if spans else None
-            if i is not None:
+            if spans and i is not None:
                 s, e, tp, tt = spans[i]
                 key = (la.hlo_op, tp, tt, s)
                 if key not in op_of_thunk:
@@ -138,10 +138,10 @@ def resolve_gpu(b: Builder, host_lines, launches: list[Launch], kernel_launch: d
                 continue
             pending.setdefault(la.line, []).append(la)
             continue
-        spans = tf_events.get(la.line)
-        i = enclosing(tf_starts[la.line], spans, la.ts) if spans else None
-        if i is not None:
-            s, e, n = spans[i]
+        tf_spans = tf_events.get(la.line)
+        i = enclosing(tf_starts[la.line], tf_spans, la.ts) if tf_spans else None
+        if tf_spans and i is not None:
+            s, e, n = tf_spans[i]
             key = (la.line, s, n)
             if key not in op_of_tf:
                 scope = n.rsplit(":", 1)[0]

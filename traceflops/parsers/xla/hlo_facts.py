@@ -285,7 +285,8 @@ class ModuleFacts:
         return None, f"fused attention / custom call '{m.custom_call_target or m.opcode}': FLOPs not derived"
 
     def te_attention(self, m: HloInstruction) -> hlo.HloFlops | None:
-        """A Transformer Engine fused-attention call (`flops.hlo.te_attention`) from its backend config and output shape."""
+        """A Transformer Engine fused-attention call (`flops.hlo.te_attention`) from its backend config and output
+        shape."""
         backward = "backward" in m.custom_call_target
         out = self.operand_shape(m, 6) if backward else _array(m.shape)
         return hlo.te_attention(_te_config(m.backend_config), backward, None if out is None else out.dims)

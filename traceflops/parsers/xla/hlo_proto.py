@@ -143,7 +143,9 @@ class HloModule:
 def _shape(buf: bytes, pos: int, end: int, depth: int = 0) -> Shape:
     if depth > MAX_DEPTH:
         bad(f"shape nesting deeper than {MAX_DEPTH}")
-    et, dims, tup = 0, [], []
+    et = 0
+    dims: list[int] = []
+    tup: list[Shape] = []
     for fno, wt, v in fields(buf, pos, end):
         if fno == 2 and wt == 0:
             et = v

@@ -207,4 +207,4 @@ def _steps(b: Builder) -> pl.DataFrame:
             cur[4] = min(cur[4], r[4])
             cur[5] = end - cur[4]
     df = pl.DataFrame([tuple(v) for v in by.values()], schema=list(STEPS_SCHEMA), orient="row")
-    return df.cast(STEPS_SCHEMA).sort("ts")
+    return df.cast(STEPS_SCHEMA).sort("ts")  # type: ignore[arg-type]  # polars' stub: Mapping keys invariant

@@ -100,8 +100,8 @@ def scan_host_line(b: Builder, p: XPlane, ln, tid: str, base_ns: int, launches: 
             )
             continue
         step = stat(st, md.stats, "step_num")
-        if step is not None and _int(step) is not None:
-            b.steps.append((_int(step), f"{md.name}#{_int(step)}", pid, tid, ts, dur))
+        if step is not None and (n := _int(step)) is not None:
+            b.steps.append((n, f"{md.name}#{n}", pid, tid, ts, dur))
             continue
         other += 1
     b.ignore("host runtime annotations (TraceMe), not XLA ops", other)

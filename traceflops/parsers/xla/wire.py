@@ -24,6 +24,7 @@ reader counts before it builds: the fields of each container (its scalars too: a
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from traceflops.core.errors import FormatError
 
@@ -136,11 +137,11 @@ def fields(buf: bytes, pos: int, end: int, budget: Budget | None = None, what: s
     With a `budget`, the fields are taken from it: counted while they are read
     when the span could hold more than it has left (a field is 2 bytes at least).
     """
-    out = []
+    out: list[tuple[int, int, Any]] = []  # the value's type follows the wire type
     append = out.append
     capped = budget is not None and (end - pos) // 2 > budget.left
     while pos < end:
-        if capped and len(out) > budget.left:
+        if capped and budget is not None and len(out) > budget.left:
             budget.take(len(out), what)
         b = buf[pos]
         if b < 0x80:

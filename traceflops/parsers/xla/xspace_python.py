@@ -133,7 +133,7 @@ def _stats_of(ctx: _PlaneCtx, spans: list) -> dict:
 def _event(ctx: _PlaneCtx, pos: int, end: int) -> XEvent:
     buf = ctx.buf
     mid = off = dur = occ = 0
-    stats = None
+    stats: dict[str, Any] | None = None
     nst = 0
     while pos < end:
         tag = buf[pos]

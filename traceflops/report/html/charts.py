@@ -13,6 +13,7 @@ its exact value in `data-value` and a `<title>`, so tests (and people) can read 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -57,9 +58,11 @@ TERM_COLORS = {
 }
 TERM_HELP = {  # one line per loss-budget term, shown beside it (not only as a tooltip)
     "mfu": "the model's own FLOPs at peak: the useful work (this term is the MFU)",
-    "extra_executed": "FLOPs the device executed beyond the model's count (not recompute): padding, extra layers, uncounted work",
+    "extra_executed": "FLOPs the device executed beyond the model's count (not recompute): padding, extra layers, "
+    "uncounted work",
     "recompute": "forward FLOPs run again in backward (activation checkpointing): memory bought with compute",
-    "attention_mask_credit": "FLOPs the model count credits to masked attention that its kernels skipped (never positive)",
+    "attention_mask_credit": "FLOPs the model count credits to masked attention that its kernels skipped (never "
+    "positive)",
     "matmul_below_peak": "matmul time beyond what its FLOPs would take at peak: shapes, dtypes, tiles, small GEMMs",
     "matmul_flops_unknown": "matmul time whose FLOPs are unknown (no recorded shapes): cannot be split further",
     "non_matmul": "time in other compute kernels (elementwise, normalization, softmax, reductions): fusion candidates",
@@ -86,7 +89,8 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
     if not budget:
         return '<p class="mute">No loss budget (no step time, or no device activity).</p>'
     terms = list(budget.items())
-    cum, spans = 0.0, []
+    cum = 0.0
+    spans: list[tuple[str, float | None, float, float]] = []
     for k, v in terms:
         if v is None:
             spans.append((k, None, cum, cum))
@@ -102,7 +106,8 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
     n = len(spans) + 1
     h = top + n * row + 28
     out = [
-        f'<svg class="waterfall" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img" aria-label="loss budget waterfall">'
+        f'<svg class="waterfall" viewBox="0 0 {width} {h}" width="{width}" height="{h}" role="img" aria-label="loss '
+        'budget waterfall">'
     ]
     for g in (0.0, 0.25, 0.5, 0.75, 1.0):
         if lo <= g <= hi:
@@ -114,7 +119,8 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
         out.append(f'<text x="{lab}" y="{y + row * 0.68:.1f}" text-anchor="end">{e(k.replace("_", " "))}</text>')
         if v is None:
             out.append(
-                f'<text class="wf-unknown" data-term="{e(k)}" x="{x0 + 4}" y="{y + row * 0.68:.1f}" fill="#718096">unknown</text>'
+                f'<text class="wf-unknown" data-term="{e(k)}" x="{x0 + 4}" y="{y + row * 0.68:.1f}" '
+                'fill="#718096">unknown</text>'
             )
             continue
         xa, xb = sorted((sx(a), sx(b)))
@@ -122,19 +128,22 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
         color = TERM_COLORS.get(k, "#718096")
         tip = f"{k}: {fmt.pct(v, 2)} of peak × step time — {TERM_HELP.get(k, '')}"
         out.append(
-            f'<rect class="wf" data-term="{e(k)}" data-value="{v!r}" x="{_xy(xa)}" y="{y + 3}" width="{_xy(w)}" height="{row - 6}" fill="{color}">'
+            f'<rect class="wf" data-term="{e(k)}" data-value="{v!r}" x="{_xy(xa)}" y="{y + 3}" width="{_xy(w)}" '
+            f'height="{row - 6}" fill="{color}">'
             f"<title>{e(tip)}</title></rect>"
         )
         out.append(f'<text x="{_xy(xb + 6)}" y="{y + row * 0.68:.1f}">{fmt.pct(v, 2)}</text>')
         if i + 1 < len(spans):
             out.append(
-                f'<line x1="{_xy(sx(b))}" y1="{y + row - 3}" x2="{_xy(sx(b))}" y2="{y + row + 3}" stroke="#718096" stroke-dasharray="2,2"/>'
+                f'<line x1="{_xy(sx(b))}" y1="{y + row - 3}" x2="{_xy(sx(b))}" y2="{y + row + 3}" stroke="#718096" '
+                'stroke-dasharray="2,2"/>'
             )
     y = top + len(spans) * row
     total_label = "total" if known_all else "total (known terms)"
     out.append(f'<text x="{lab}" y="{y + row * 0.68:.1f}" text-anchor="end" font-weight="600">{total_label}</text>')
     out.append(
-        f'<rect class="wf-total" data-value="{cum!r}" x="{_xy(sx(0))}" y="{y + 3}" width="{_xy(max(sx(cum) - sx(0), 0.75))}" height="{row - 6}" fill="#2d3748">'
+        f'<rect class="wf-total" data-value="{cum!r}" x="{_xy(sx(0))}" y="{y + 3}" '
+        f'width="{_xy(max(sx(cum) - sx(0), 0.75))}" height="{row - 6}" fill="#2d3748">'
         f"<title>sum of the terms: {fmt.pct(cum, 3)}</title></rect>"
     )
     out.append(
@@ -145,7 +154,7 @@ def waterfall_svg(budget: dict[str, float | None] | None, width: int = 900) -> s
 
 
 def stacked_rows_svg(
-    rows: list[tuple[str, dict[str, float], str]],
+    rows: Sequence[tuple[str, Mapping[str, float | None], str]],
     colors: dict[str, str],
     labels: dict[str, str] | None = None,
     unit_us: bool = True,
@@ -163,7 +172,8 @@ def stacked_rows_svg(
     for i, (label, parts, note) in enumerate(rows):
         y = 4 + i * row
         out.append(
-            f'<text x="{lab}" y="{y + row * 0.66:.1f}" text-anchor="end"><title>{e(label)}</title>{e(fmt.short(label, 28))}</text>'
+            f'<text x="{lab}" y="{y + row * 0.66:.1f}" '
+            f'text-anchor="end"><title>{e(label)}</title>{e(fmt.short(label, 28))}</text>'
         )
         x = float(x0)
         whole = sum(_f(v) for v in parts.values())
@@ -176,7 +186,8 @@ def stacked_rows_svg(
             amount = fmt.ms(v) if unit_us else f"{v:.4g}"
             tip = f"{label}: {labels.get(k, k)} {amount} ({fmt.pct(v / whole if whole else None)})"
             out.append(
-                f'<rect data-part="{e(k)}" data-value="{v!r}" x="{_xy(x)}" y="{y + 3}" width="{_xy(max(w, 0.5))}" height="{row - 6}" fill="{c}"><title>{e(tip)}</title></rect>'
+                f'<rect data-part="{e(k)}" data-value="{v!r}" x="{_xy(x)}" y="{y + 3}" width="{_xy(max(w, 0.5))}" '
+                f'height="{row - 6}" fill="{c}"><title>{e(tip)}</title></rect>'
             )
             x += w
         out.append("</g>")
@@ -219,20 +230,24 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
     lx = lambda v: L + (math.log10(v) - math.log10(xlo)) / (math.log10(xhi) - math.log10(xlo)) * (R - L)
     ly = lambda v: B - (math.log10(max(v, ylo)) - math.log10(ylo)) / (math.log10(yhi) - math.log10(ylo)) * (B - T)
     out = [
-        f'<svg class="roofline" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="roofline">'
+        f'<svg class="roofline" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+        'aria-label="roofline">'
     ]
     for t in _log_ticks(xlo, xhi):
         if xlo <= t <= xhi:
             out.append(
-                f'<line class="grid" x1="{_xy(lx(t))}" y1="{T}" x2="{_xy(lx(t))}" y2="{B}"/><text x="{_xy(lx(t))}" y="{B + 16}" text-anchor="middle">{t:g}</text>'
+                f'<line class="grid" x1="{_xy(lx(t))}" y1="{T}" x2="{_xy(lx(t))}" y2="{B}"/><text x="{_xy(lx(t))}" '
+                f'y="{B + 16}" text-anchor="middle">{t:g}</text>'
             )
     for t in _log_ticks(ylo, yhi):
         if ylo <= t <= yhi:
             out.append(
-                f'<line class="grid" x1="{L}" y1="{_xy(ly(t))}" x2="{R}" y2="{_xy(ly(t))}"/><text x="{L - 6}" y="{_xy(ly(t) + 4)}" text-anchor="end">{e(fmt.si(t))}</text>'
+                f'<line class="grid" x1="{L}" y1="{_xy(ly(t))}" x2="{R}" y2="{_xy(ly(t))}"/><text x="{L - 6}" '
+                f'y="{_xy(ly(t) + 4)}" text-anchor="end">{e(fmt.si(t))}</text>'
             )
     out.append(
-        f'<line class="axis" x1="{L}" y1="{B}" x2="{R}" y2="{B}"/><line class="axis" x1="{L}" y1="{T}" x2="{L}" y2="{B}"/>'
+        f'<line class="axis" x1="{L}" y1="{B}" x2="{R}" y2="{B}"/><line class="axis" x1="{L}" y1="{T}" x2="{L}" '
+        f'y2="{B}"/>'
     )
     out.append(f'<text x="{(L + R) / 2}" y="{height - 8}" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
     out.append(f'<text transform="translate(14,{(T + B) / 2}) rotate(-90)" text-anchor="middle">achieved FLOP/s</text>')
@@ -244,16 +259,23 @@ def roofline_svg(roof: pl.DataFrame | None, width: int = 900, height: int = 440)
         color = CLS_COLORS.get(cls, "#4a5568")
         what = "tensor peak" if cls == "matmul" else "vector fp32 peak"
         out.append(
-            f'<polyline class="roof" points="{path}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="6,3"><title>{e(cls)} roof: {e(what)} {e(fmt.si(p, "FLOP/s"))}, HBM {e(fmt.si(b, "B/s"))}, ridge {ridge:.3g} FLOP/byte</title></polyline>'
+            f'<polyline class="roof" points="{path}" fill="none" stroke="{color}" stroke-width="2" '
+            f'stroke-dasharray="6,3"><title>{e(cls)} roof: {e(what)} {e(fmt.si(p, "FLOP/s"))}, HBM '
+            f"{e(fmt.si(b, 'B/s'))}, ridge {ridge:.3g} FLOP/byte</title></polyline>"
         )
         out.append(
-            f'<text x="{_xy(lx(max(ridge, xlo)) + 4)}" y="{_xy(ly(p) - 5)}" fill="{color}">{e(what)} {e(fmt.si(p, "FLOP/s"))}</text>'
+            f'<text x="{_xy(lx(max(ridge, xlo)) + 4)}" y="{_xy(ly(p) - 5)}" fill="{color}">{e(what)} '
+            f"{e(fmt.si(p, 'FLOP/s'))}</text>"
         )
     for r in pts.iter_rows(named=True):
         color = CLS_COLORS.get(r["cls"], "#4a5568")
-        tip = f"{r['name']} — {r['cls']}, {r['dur']:.1f} µs, {r['intensity']:.3g} FLOP/B, {fmt.si(r['achieved'], 'FLOP/s')}, {r['bound'] or 'bound unknown'}"
+        tip = (
+            f"{r['name']} — {r['cls']}, {r['dur']:.1f} µs, {r['intensity']:.3g} FLOP/B, "
+            f"{fmt.si(r['achieved'], 'FLOP/s')}, {r['bound'] or 'bound unknown'}"
+        )
         out.append(
-            f'<circle cx="{_xy(lx(r["intensity"]))}" cy="{_xy(ly(r["achieved"]))}" r="3" fill="{color}" fill-opacity="0.55"><title>{e(tip)}</title></circle>'
+            f'<circle cx="{_xy(lx(r["intensity"]))}" cy="{_xy(ly(r["achieved"]))}" r="3" fill="{color}" '
+            f'fill-opacity="0.55"><title>{e(tip)}</title></circle>'
         )
     out.append("</svg>")
     note = (
@@ -286,8 +308,10 @@ def paired_bars_svg(terms: list[dict[str, Any]], width: int = 900) -> str:
                 continue
             xa, xb = sorted((sx(0.0), sx(v)))
             out.append(
-                f'<rect data-term="{e(r["term"])}" data-side="{side}" data-value="{v!r}" x="{_xy(xa)}" y="{y + 2 + j * 12}" '
-                f'width="{_xy(max(xb - xa, 0.75))}" height="11" fill="{color}" fill-opacity="{0.4 if side == "before" else 1.0}">'
+                f'<rect data-term="{e(r["term"])}" data-side="{side}" data-value="{v!r}" x="{_xy(xa)}" '
+                f'y="{y + 2 + j * 12}" '
+                f'width="{_xy(max(xb - xa, 0.75))}" height="11" fill="{color}" '
+                f'fill-opacity="{0.4 if side == "before" else 1.0}">'
                 f"<title>{e(r['term'])} {side}: {fmt.pp(v)}</title></rect>"
             )
         out.append(f'<text x="{x1 + 8}" y="{y + 17}">{e(fmt.pp(r["delta"], True))}</text>')

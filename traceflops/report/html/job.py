@@ -32,7 +32,8 @@ from traceflops.report.html.single import advice_section, communication_section
 
 
 def rank_budgets(summaries) -> str:
-    """Each rank's loss budget side by side: a stacked bar per rank and a table of terms × ranks, each term explained."""
+    """Each rank's loss budget side by side: a stacked bar per rank and a table of terms × ranks, each term
+    explained."""
     budgets = [(s.rank, (s.totals or {}).get("loss_budget")) for s in summaries]
     if not any(b for _, b in budgets):
         return '<p class="mute">No loss budget on any rank (no step time, or no device activity).</p>'
@@ -47,10 +48,7 @@ def rank_budgets(summaries) -> str:
     rows = [
         [
             labels[k],
-            *[
-                num("—" if (b or {}).get(k) is None else fmt.pct(b[k], 2), (b or {}).get(k), f"{r}:{k}")
-                for r, b in budgets
-            ],
+            *[num("—" if (v := (b or {}).get(k)) is None else fmt.pct(v, 2), v, f"{r}:{k}") for r, b in budgets],
             TERM_HELP.get(k, ""),
         ]
         for k in terms
@@ -65,7 +63,8 @@ def rank_budgets(summaries) -> str:
 
 JOB_ADVICE_NONE = (
     '<p class="mute job-advice-none">Nothing stands out across the ranks: each rank\'s own advice is in its report '
-    "(traceflops analyze RANK_TRACE --html PATH); the stragglers and collectives above say which rank and which collective to look at.</p>"
+    "(traceflops analyze RANK_TRACE --html PATH); the stragglers and collectives above say which rank and which "
+    "collective to look at.</p>"
 )
 
 STRAGGLER_WHY = {

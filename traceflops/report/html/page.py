@@ -62,7 +62,7 @@ td.explain{text-align:left;color:var(--mute);white-space:normal;min-width:240px;
 table.gemm-shapes td.explain{min-width:200px;max-width:300px}
 .pair{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start}
 details summary{cursor:pointer;color:var(--mute);margin:6px 0}
-"""
+"""  # noqa: E501 (CSS rules one a line, as the page writes them: splitting one would change the page)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -76,12 +76,14 @@ def e(v: Any) -> str:
 
 
 def _escaped(v: Any) -> Any:
-    """A template's `{{ value }}`: escaped as `e` escapes (byte for byte), unless it is markup already (`|safe`, a macro)."""
+    """A template's `{{ value }}`: escaped as `e` escapes (byte for byte), unless it is markup already (`|safe`, a
+    macro)."""
     return v if hasattr(v, "__html__") else Markup(e(v))
 
 
 class _OneLine(Extension):
-    """Templates are written one element a line; the page is one line: each line's indentation and line break are dropped
+    """Templates are written one element a line; the page is one line: each line's indentation and line break are
+    dropped
     (a line break the page needs is written `{{ "\\n" }}`)."""
 
     def preprocess(self, source: str, name: str | None, filename: str | None = None) -> str:
@@ -106,12 +108,14 @@ def _env() -> Environment:
 
 
 def render(template: str, **values: Any) -> str:
-    """A template of `templates/` filled with `values` (escaped unless marked `|safe`), as plain text to join with others."""
+    """A template of `templates/` filled with `values` (escaped unless marked `|safe`), as plain text to join with
+    others."""
     return str(_env().get_template(template).render(**values))
 
 
 def macros(template: str) -> Any:
-    """The macros of a template of `templates/`, to call from Python (each returns markup: wrap it in `str` before joining)."""
+    """The macros of a template of `templates/`, to call from Python (each returns markup: wrap it in `str` before
+    joining)."""
     return _env().get_template(template).module
 
 

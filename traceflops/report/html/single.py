@@ -137,7 +137,10 @@ def steps_svg(a: Analysis) -> str:
 def time_table(a: Analysis) -> str:
     t = a.totals
     wall = t.wall_us or 0.0
-    rows = [[PART_LABELS[k], fmt.ms(v), fmt.pct(v / wall if wall else None)] for k, v in (t.time_us or {}).items()]
+    rows = [
+        [PART_LABELS[k], fmt.ms(v), fmt.pct(v / wall if wall and v is not None else None)]
+        for k, v in (t.time_us or {}).items()
+    ]
     ov = t.overlay_us
     overlays = ", ".join(f"{k.replace('_', ' ')} {fmt.ms(v)}" for k, v in ov.items()) if ov else None
     ir = t.idle_us_by_reason
@@ -274,7 +277,10 @@ GEMM_COLS = ("M", "N", "K", "batch")
 def gemm_section(g: pl.DataFrame | None) -> str:
     """GEMM shapes by time, with their tiles, waves and the wave-quantization hint."""
     if g is None or g.height == 0:
-        return '<p class="mute">No GEMM shapes: no matmul op with recorded input shapes (profile with record_shapes=True).</p>'
+        return (
+            '<p class="mute">No GEMM shapes: no matmul op with recorded input shapes (profile with '
+            "record_shapes=True).</p>"
+        )
     rows = []
     for r in g.head(MAX_ROWS).iter_rows(named=True):
         rows.append(
@@ -319,7 +325,8 @@ def gemm_section(g: pl.DataFrame | None) -> str:
     hinted = int(g["wave_hint"].sum()) if "wave_hint" in g.columns else 0
     more = f" Top {MAX_ROWS} of {g.height} shapes by time." if g.height > MAX_ROWS else ""
     note = (
-        f"{hinted} of {g.height} shapes lose time to wave quantization (the last wave of output tiles leaves compute units idle)."
+        f"{hinted} of {g.height} shapes lose time to wave quantization (the last wave of output tiles leaves compute "
+        "units idle)."
         if hinted
         else "No shape loses much to wave quantization."
         if g["waves"].null_count() < g.height
@@ -360,7 +367,7 @@ def step_stats_section(ss: StepStats | None) -> str:
                     num(str(o.step), o.step, "step"),
                     num(fmt.ms(o.window_us), o.window_us, "window_us"),
                     num(fmt.pct(o.deviation_frac), o.deviation_frac, "deviation_frac"),
-                    PART_LABELS.get(o.term, o.term or "—"),
+                    PART_LABELS.get(o.term, o.term) if o.term else "—",
                     num(
                         "—" if o.term_delta_us is None else fmt.ms(o.term_delta_us, True),
                         o.term_delta_us,
@@ -404,9 +411,13 @@ PATH_COLORS = {
 
 
 def critical_path_section(ps: PathSummary | None) -> str:
-    """Per step, what bounded it by kind (a stacked bar whose length is the step's window), the kinds explained, the longest stretches."""
+    """Per step, what bounded it by kind (a stacked bar whose length is the step's window), the kinds explained, the
+    longest stretches."""
     if ps is None:
-        return '<p class="mute">No critical path in this analysis (made by an older traceflops: analyse the trace again).</p>'
+        return (
+            '<p class="mute">No critical path in this analysis (made by an older traceflops: analyse the trace '
+            "again).</p>"
+        )
     if not ps.available:
         return str(_tpl().no_path(present(ps.why)))
     us = ps.us or {}

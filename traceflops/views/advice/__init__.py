@@ -106,10 +106,10 @@ def advise(
         return []
     found = [it for rule in RULES if (it := rule(ctx)) is not None and it.recoverable >= min_share]
     budget = ctx.budget or {}
-    big = [t for t in ENTRIES if budget.get(t) is not None and budget[t] >= term_share]
+    big = {t: v for t in ENTRIES if (v := budget.get(t)) is not None and v >= term_share}
     entries = [
-        budget_entry(ctx, t, budget[t], sorted((f for f in found if f.term == t), key=lambda f: -f.recoverable))
-        for t in big
+        budget_entry(ctx, t, v, sorted((f for f in found if f.term == t), key=lambda f: -f.recoverable))
+        for t, v in big.items()
     ]
     alone = [f for f in found if f.term not in big]
     return sorted(entries + alone, key=lambda it: (-it.recoverable, it.kind))

@@ -63,8 +63,9 @@ def build_context(a: Analysis, exclude_steps) -> Ctx | None:
         c: float(steps[f"time_{c}"].fill_null(0.0).sum()) if f"time_{c}" in steps.columns else 0.0
         for c in (*PARTITION, *OVERLAYS)
     }
-    peak = a.hardware.peak_flops if a.hardware else None
-    peak = peak * (a.hardware.devices or 1) if peak else peak  # every device that ran the program
+    hardware = a.hardware
+    peak = hardware.peak_flops if hardware else None
+    peak = peak * (hardware.devices or 1) if hardware and peak else peak  # every device that ran the program
     mfu = None
     if peak and steps["model_flops"].null_count() == 0:
         mfu = float(steps["model_flops"].sum()) / (window * 1e-6 * peak)
@@ -78,7 +79,8 @@ def is_jax(ctx: Ctx) -> bool:
 
 
 def activities(ctx: Ctx) -> pl.DataFrame:
-    """What did the work in the counted steps: the device's kernels, or on a CPU trace the ops as the partition took them
+    """What did the work in the counted steps: the device's kernels, or on a CPU trace the ops as the partition took
+    them
     (those of the device the time terms are of, a program over several XLA:CPU devices)."""
     if ctx.kernels.height or ctx.a.ops.height == 0:
         return ctx.kernels

@@ -26,7 +26,8 @@ ENTRY_KIND = {"communication_exposed": "communication"}  # a term whose entry ke
 def _idle(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     ev = [
         (
-            f"{'the device did nothing' if ctx.kernels.height else 'no work ran'} for {fmt.pct(value, keep_small=False)} {UNIT} "
+            f"{'the device did nothing' if ctx.kernels.height else 'no work ran'} for "
+            f"{fmt.pct(value, keep_small=False)} {UNIT} "
             f"({fmt.duration(value * ctx.window)})"
         )
     ]
@@ -72,12 +73,14 @@ def _idle(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
         remedies = say(
             ctx,
             [
-                "Find what the host runs over the longest gaps (with_stack=True) and move it out of the step or overlap it",
+                "Find what the host runs over the longest gaps (with_stack=True) and move it out of the step or "
+                "overlap it",
                 "torch.compile / CUDA graphs where the host launches many small kernels",
             ],
             [
                 "Find what the host runs over the longest gaps (the Python tracer) and move it out of the step",
-                "Put the whole step under one jax.jit, and keep the host ahead: no jax.device_get / float(x) inside the loop",
+                "Put the whole step under one jax.jit, and keep the host ahead: no jax.device_get / float(x) inside "
+                "the loop",
             ],
         )
     return "The device sits idle: keep it fed", ev, remedies, data, record, not record
@@ -133,14 +136,17 @@ def _memcpy_exposed(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple
     remedies = say(
         ctx,
         [
-            "Host-to-device copies: pin_memory=True in the DataLoader and .to(device, non_blocking=True), so the copy overlaps compute",
+            "Host-to-device copies: pin_memory=True in the DataLoader and .to(device, non_blocking=True), so the copy "
+            "overlaps compute",
             "Device-to-host copies (.cpu(), .item(), .tolist()) once per step at most, or on a side stream",
-            "Copies inside the model (.contiguous(), dtype casts, torch.cat): fuse them away (torch.compile) or keep one layout",
+            "Copies inside the model (.contiguous(), dtype casts, torch.cat): fuse them away (torch.compile) or keep "
+            "one layout",
         ],
         [
             "Prefetch the next batch to the device (jax.device_put, or a prefetching iterator) while this step runs",
             (
-                "Keep arrays on the device between steps: no jax.device_get / np.asarray inside the loop; donate buffers "
+                "Keep arrays on the device between steps: no jax.device_get / np.asarray inside the loop; donate "
+                "buffers "
                 "(jax.jit(..., donate_argnums=...)) so XLA does not copy them"
             ),
         ],
@@ -154,7 +160,8 @@ def _matmul_flops_unknown(ctx: Ctx, value: float, findings: list[AdviceItem]) ->
     mm = acts.filter((pl.col("cls") == "matmul") & pl.col("flops").is_null()) if acts.height else acts
     ev = [
         (
-            f"matmul time whose FLOPs are unknown takes {fmt.pct(value, keep_small=False)} {UNIT}: how far below peak it "
+            f"matmul time whose FLOPs are unknown takes {fmt.pct(value, keep_small=False)} {UNIT}: how far below peak "
+            "it "
             "ran cannot be told"
         )
     ]
@@ -184,22 +191,26 @@ def _extra_executed(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple
     ev = [
         (
             f"matmuls did {fmt.pct(value, keep_small=False)} {UNIT} of work the model's FLOP count does not hold: "
-            f"{executed / 1e9:.1f} GFLOP executed, {recompute / 1e9:.1f} of them recompute, {model / 1e9:.1f} GFLOP of model"
+            f"{executed / 1e9:.1f} GFLOP executed, {recompute / 1e9:.1f} of them recompute, {model / 1e9:.1f} GFLOP of "
+            "model"
         )
     ]
     remedies = say(
         ctx,
         [
             (
-                "Check the model description (--model, sequence length, vocabulary, layers): the executed matmuls may be right and the "
+                "Check the model description (--model, sequence length, vocabulary, layers): the executed matmuls may "
+                "be right and the "
                 "model FLOPs low"
             ),
             "Padding: pack sequences or bucket by length, so the matmuls do not work on padding tokens",
-            "Work outside the model's formula (an extra head, a loss projection, a second forward): drop what is not needed",
+            "Work outside the model's formula (an extra head, a loss projection, a second forward): drop what is not "
+            "needed",
         ],
         [
             (
-                "Check the model description (--model, sequence length, vocabulary, layers): the executed dots may be right and the "
+                "Check the model description (--model, sequence length, vocabulary, layers): the executed dots may be "
+                "right and the "
                 "model FLOPs low"
             ),
             "Padding: pack sequences or bucket by length, so the dots do not work on padding tokens",
@@ -215,7 +226,8 @@ def _extra_executed(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple
     )
 
 
-# One entry per loss term of the budget, in this order when two are equal (mfu is no loss; the mask credit is never positive).
+# One entry per loss term of the budget, in this order when two are equal (mfu is no loss; the mask credit is never
+# positive).
 ENTRIES = {
     "non_matmul": non_matmul,
     "idle": _idle,

@@ -90,7 +90,12 @@ def short_runs(
 
     Columns: run, n (activities), t (their time, µs), names (distinct, most frequent first).
     """
-    out = {"run": pl.UInt32, "n": pl.UInt32, "t": pl.Float64, "names": pl.List(pl.Utf8)}
+    out: dict[str, pl.DataType | type[pl.DataType]] = {
+        "run": pl.UInt32,
+        "n": pl.UInt32,
+        "t": pl.Float64,
+        "names": pl.List(pl.Utf8),
+    }
     if acts.height == 0:
         return pl.DataFrame(schema=out)
     lanes = [c for c in ("device", "stream") if c in acts.columns]
@@ -126,7 +131,7 @@ def short_runs(
         .agg(pl.col("name").alias("names"))
     )
     runs = runs.join(names, on="run", how="left", maintain_order="left")
-    return runs.select(list(out)).cast(out)
+    return runs.select(list(out)).cast(out)  # type: ignore[arg-type]  # polars stubs: a str-keyed dict is a schema (Mapping's key is invariant)
 
 
 def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
@@ -171,8 +176,9 @@ def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
             .to_list()
         )
         ev.append(
-            f"fusion candidates: {runs.height} runs of {FUSE_RUN} or more {what} shorter than {SHORT_KERNEL_US:.0f} µs back to back "
-            f"({int(runs['n'].sum())} {what}, {fmt.duration(runs['t'].sum())}), e.g. "
+            f"fusion candidates: {runs.height} runs of {FUSE_RUN} or more {what} shorter than {SHORT_KERNEL_US:.0f} µs "
+            "back to back "
+            f"({int(runs['n'].sum())} {what}, {fmt.duration(float(runs['t'].sum()))}), e.g. "
             + ", ".join(fmt.short(n, 50, "?") for n in names)
         )
         data["fusion_names"] = names
@@ -190,7 +196,8 @@ def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     layout_matters = total > 0 and t_layout >= LAYOUT_SHARE * total
     if layout_matters:
         ev.append(
-            f"{layout.height} layout transposes around convolutions (NCHW to NHWC and back) take {fmt.duration(t_layout)}, "
+            f"{layout.height} layout transposes around convolutions (NCHW to NHWC and back) take "
+            f"{fmt.duration(t_layout)}, "
             f"{fmt.pct(t_layout / total, keep_small=False)} of it"
         )
     remedies = remedies_of(findings)
@@ -214,22 +221,26 @@ def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
         ctx,
         [
             (
-                "torch.compile the model (or its hot blocks): Inductor fuses chains of elementwise and normalization ops into one kernel, "
+                "torch.compile the model (or its hot blocks): Inductor fuses chains of elementwise and normalization "
+                "ops into one kernel, "
                 "so the intermediates never go through memory"
             ),
             CONV_FUSE
             if conv_dominates(ctx)
             else (
-                "Fused kernels for the common chains: fused LayerNorm/RMSNorm, fused activations (e.g. Liger, Apex, Transformer Engine), "
+                "Fused kernels for the common chains: fused LayerNorm/RMSNorm, fused activations (e.g. Liger, Apex, "
+                "Transformer Engine), "
                 "SDPA for attention"
             ),
         ],
         [
             (
-                "Keep the whole step in one jax.jit so XLA fuses the elementwise chains; host callbacks and jit boundaries split "
+                "Keep the whole step in one jax.jit so XLA fuses the elementwise chains; host callbacks and jit "
+                "boundaries split "
                 "fusions: check the optimized HLO (XLA_FLAGS=--xla_dump_to=DIR) for unfused ops"
             ),
-            "Fused attention (jax.nn.dot_product_attention, or a Pallas / cuDNN kernel) instead of einsum + softmax + einsum",
+            "Fused attention (jax.nn.dot_product_attention, or a Pallas / cuDNN kernel) instead of einsum + softmax + "
+            "einsum",
         ],
     )
     if total and opt >= 0.2 * total:
@@ -239,13 +250,15 @@ def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
                 ctx,
                 [
                     (
-                        f"The optimizer is {fmt.pct(opt / total, keep_small=False)} of it: a fused or foreach optimizer "
+                        f"The optimizer is {fmt.pct(opt / total, keep_small=False)} of it: a fused or foreach "
+                        "optimizer "
                         "(torch.optim.AdamW(..., fused=True))"
                     )
                 ],
                 [
                     (
-                        f"The optimizer is {fmt.pct(opt / total, keep_small=False)} of it: apply the optax update inside "
+                        f"The optimizer is {fmt.pct(opt / total, keep_small=False)} of it: apply the optax update "
+                        "inside "
                         "the same jit as the gradient, so its elementwise chain fuses"
                     )
                 ],
@@ -255,7 +268,8 @@ def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     if not device and not is_jax(ctx):
         record = to_record(ctx, "device")
         ev.append(
-            "a CPU trace: which of these ops would be memory-bound kernels on the device, and which fuse, cannot be told from it"
+            "a CPU trace: which of these ops would be memory-bound kernels on the device, and which fuse, cannot be "
+            "told from it"
         )
     elif device and ("bound" not in ctx.kernels.columns or ctx.kernels["bound"].null_count() == ctx.kernels.height):
         record = to_record(ctx, "hardware")
@@ -292,7 +306,10 @@ def _gemm_lines(ctx: Ctx) -> tuple[list[str], dict[str, Any]]:
         )
         what = f"convolution {PASS_WORDS.get(r['conv'], r['conv'])}, implicit GEMM" if r.get("conv") else "GEMM"
         if r.get("conv") and peak1 and r["tflops"] is not None and r["tflops"] * 1e12 > peak1:
-            rate += ": above peak, as counted: a Winograd or FFT algorithm does fewer multiplications than the direct convolution"
+            rate += (
+                ": above peak, as counted: a Winograd or FFT algorithm does fewer multiplications than the direct "
+                "convolution"
+            )
         ev.append(
             f"{what} M×N×K {dims} ({r['dtype'] or '?'}): {r['count']} calls, {fmt.duration(r['time_us'])} "
             f"({fmt.pct(r['share'], keep_small=False)} of matmul time){rate}"
@@ -308,13 +325,15 @@ def _gemm_lines(ctx: Ctx) -> tuple[list[str], dict[str, Any]]:
     waves = g.filter(pl.col("wave_hint").fill_null(False))
     if waves.height:
         ev.append(
-            f"wave quantization: {waves.height} shapes ({fmt.pct(waves['share'].sum(), keep_small=False)} of matmul time) leave "
+            f"wave quantization: {waves.height} shapes ({fmt.pct(waves['share'].sum(), keep_small=False)} of matmul "
+            "time) leave "
             f"the last wave under half full, e.g. {waves['hint'][0]}"
         )
     small = g.filter(pl.col("waves").is_not_null() & (pl.col("waves") < 1) & (pl.col("share") >= GEMM_TIME_MATTERS))
     if small.height:
         ev.append(
-            f"{small.height} shapes ({fmt.pct(small['share'].sum(), keep_small=False)} of matmul time) have fewer output "
+            f"{small.height} shapes ({fmt.pct(small['share'].sum(), keep_small=False)} of matmul time) have fewer "
+            "output "
             "tiles than the device has SMs: too small to fill it"
         )
     return ev, {
@@ -375,7 +394,8 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tup
     if own in ("fp32", "tf32") and len(by) > 1:
         best, v = list(by.items())[-1]
         ev.append(
-            f"an {own} run: its MFU is graded against the {own} peak; against the {best} tensor-core peak the same work is "
+            f"an {own} run: its MFU is graded against the {own} peak; against the {best} tensor-core peak the same "
+            "work is "
             f"{fmt.pct(v, keep_small=False)} of peak: mixed precision is the first lever"
         )
     ev += folded(findings, ctx)
@@ -387,7 +407,8 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tup
     tiny = mm.filter(pl.col("dur") < SHORT_KERNEL_US) if ctx.kernels.height else mm.head(0)
     if tiny.height:
         ev.append(
-            f"{tiny.height} matmul kernels shorter than {SHORT_KERNEL_US:.0f} µs ({fmt.duration(tiny['dur'].sum())}): "
+            f"{tiny.height} matmul kernels shorter than {SHORT_KERNEL_US:.0f} µs "
+            f"({fmt.duration(float(tiny['dur'].sum()))}): "
             "small tiles that cannot fill the device"
         )
     data["short_matmul_kernels"] = tiny.height
@@ -408,7 +429,7 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tup
         ev.append("no GEMM shape is recorded: which shapes run slowly cannot be told")
         record = to_record(ctx, "shapes")
     if conv_dominates(ctx):
-        own = remedies_of(findings)
+        own_remedies = remedies_of(findings)
         conv_remedies = (
             CONV_REMEDIES[1:] if any(f.kind == "fp32_matmul" for f in findings) else CONV_REMEDIES
         )  # said once
@@ -420,7 +441,7 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tup
             and said[0] in (CONV_REMEDIES[0], CONV_REMEDIES_JAX[0])
         ):
             said = said[1:] + said[:1]  # already in 16 bits: precision is not the first lever
-        remedies = own + said
+        remedies = own_remedies + said
         return (
             "Convolutions run below peak: layout, precision and channel counts",
             ev,
@@ -432,12 +453,14 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tup
     remedies = remedies_of(findings) + say(
         ctx,
         [
-            "Shapes the tensor cores like: hidden, FFN, vocab and batch × sequence sizes in multiples of 64 (128 better)",
+            "Shapes the tensor cores like: hidden, FFN, vocab and batch × sequence sizes in multiples of 64 (128 "
+            "better)",
             (
                 "bf16 or fp16 for the matmuls (torch.autocast), and TF32 for what stays fp32 "
                 '(torch.set_float32_matmul_precision("high"))'
             ),
-            'Larger matmuls: a larger batch per step, or fewer, fused GEMMs (torch.compile(mode="max-autotune") picks tiles)',
+            'Larger matmuls: a larger batch per step, or fewer, fused GEMMs (torch.compile(mode="max-autotune") picks '
+            "tiles)",
         ],
         [
             "Shapes the matrix units like: feature, hidden and batch sizes in multiples of 128 (256 on newer TPUs)",

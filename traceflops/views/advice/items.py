@@ -90,7 +90,8 @@ def top_names(frame: pl.DataFrame, ctx: Ctx, n: int = TOP) -> list[str]:
         .head(n)
     )
     return [
-        f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} ({fmt.pct(ctx.share(r['t']), keep_small=False)} "
+        f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} "
+        f"({fmt.pct(ctx.share(r['t']), keep_small=False)} "
         f"of step time, as time), median {fmt.duration(r['med'])}"
         for r in top.iter_rows(named=True)
     ]

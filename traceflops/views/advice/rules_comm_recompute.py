@@ -7,6 +7,8 @@ When their term is large enough, the loss-budget entry is their item with the bu
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from traceflops.core import fmt
@@ -19,7 +21,8 @@ from traceflops.views.advice.wording import DIMENSION_REMEDIES
 
 
 def _coll_bytes(n, dtype) -> float | None:
-    size = COLLECTIVE_ITEMSIZE.get(collective_dtype_key(dtype))
+    key = collective_dtype_key(dtype)
+    size = None if key is None else COLLECTIVE_ITEMSIZE.get(key)
     return None if size is None or n is None else float(n) * size
 
 
@@ -31,8 +34,10 @@ def communication(ctx: Ctx) -> AdviceItem | None:
     total = ctx.time.get("communication_total", 0.0)
     ev = [
         (
-            f"{fmt.duration(exposed)} ({fmt.pct(ctx.share(exposed), keep_small=False)} of step time) of communication ran with no compute beside it; "
-            f"{fmt.duration(overlapped)} of {fmt.duration(total)} ({fmt.pct(overlapped / total, keep_small=False) if total else '0%'}) overlapped compute"
+            f"{fmt.duration(exposed)} ({fmt.pct(ctx.share(exposed), keep_small=False)} of step time) of communication "
+            "ran with no compute beside it; "
+            f"{fmt.duration(overlapped)} of {fmt.duration(total)} "
+            f"({fmt.pct(overlapped / total, keep_small=False) if total else '0%'}) overlapped compute"
         ),
     ]
     k = ctx.kernels.filter(pl.col("cls") == "communication")
@@ -70,7 +75,8 @@ def communication(ctx: Ctx) -> AdviceItem | None:
         )
         kinds |= set(dims["kind"].to_list())
         ev[0:0] = [
-            f"{dimension_name(r['role'])} {r['kind']} in {r['phase']}: {fmt.pct(r['exposed_share'], keep_small=False)} of step "
+            f"{dimension_name(r['role'])} {r['kind']} in {r['phase']}: {fmt.pct(r['exposed_share'], keep_small=False)} "
+            "of step "
             f"time exposed, {fmt.pct(r['overlapped_share'], keep_small=False)} hidden ({r['calls']} calls)"
             for r in dims.head(TOP).iter_rows(named=True)
         ]
@@ -98,7 +104,7 @@ def communication(ctx: Ctx) -> AdviceItem | None:
         "Overlap: issue collectives asynchronously (async_op=True, or on a side stream) and wait only where the result "
         "is needed; nothing should synchronize right after a collective"
     )
-    data = {"exposed_us": exposed, "overlapped_us": overlapped, "total_us": total}
+    data: dict[str, Any] = {"exposed_us": exposed, "overlapped_us": overlapped, "total_us": total}
     if dims is not None:
         data["by_dimension"] = dims.select("role", "phase", "kind", "exposed_share", "overlapped_share").to_dicts()
     return item(ctx, "communication", title, exposed, ev, remedies, data)
@@ -126,7 +132,8 @@ def recompute(ctx: Ctx) -> AdviceItem | None:
     ev = [
         f"recompute {what} ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time, as time)"
         + (
-            f", redoing {flops / 1e9:.1f} GFLOP ({fmt.pct(flops / executed, keep_small=False)} of the executed matmul FLOPs)"
+            f", redoing {flops / 1e9:.1f} GFLOP ({fmt.pct(flops / executed, keep_small=False)} of the executed matmul "
+            "FLOPs)"
             if flops and executed
             else ""
         )
@@ -134,7 +141,8 @@ def recompute(ctx: Ctx) -> AdviceItem | None:
     if term is not None:
         ev.insert(
             0,
-            f"the recomputed matmul FLOPs take {fmt.pct(term, keep_small=False)} {UNIT} (the loss budget's recompute term); "
+            f"the recomputed matmul FLOPs take {fmt.pct(term, keep_small=False)} {UNIT} (the loss budget's recompute "
+            "term); "
             "the rest of the recompute time is counted in non_matmul and matmul_below_peak",
         )
     rk = ctx.kernels.filter(pl.col("phase") == "recompute")
@@ -154,7 +162,8 @@ def recompute(ctx: Ctx) -> AdviceItem | None:
             )
     remedies = [
         (
-            "Selective activation checkpointing: save the outputs of the expensive ops (matmuls, convolutions, attention) "
+            "Selective activation checkpointing: save the outputs of the expensive ops (matmuls, convolutions, "
+            "attention) "
             "and recompute only the cheap ones (torch.utils.checkpoint with create_selective_checkpoint_contexts, or "
             "your framework's checkpoint policy)"
         ),

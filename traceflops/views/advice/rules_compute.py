@@ -48,11 +48,13 @@ def memory_bound(ctx: Ctx) -> AdviceItem | None:
     ev = [
         (
             f"{mb.height} memory-bound kernels (below the roofline ridge) ran {fmt.duration(dur)}; "
-            f"{fmt.duration(rec)} ({fmt.pct(ctx.share(rec), keep_small=False)} of step time) of it is above their HBM floor (bytes / bandwidth)"
+            f"{fmt.duration(rec)} ({fmt.pct(ctx.share(rec), keep_small=False)} of step time) of it is above their HBM "
+            "floor (bytes / bandwidth)"
         ),
         (
-            f"{short.height} of them are shorter than {SHORT_KERNEL_US:.0f} µs ({fmt.duration(short['dur'].sum())}, "
-            f"{fmt.duration(short['recoverable_us'].sum())} above the floor)"
+            f"{short.height} of them are shorter than {SHORT_KERNEL_US:.0f} µs "
+            f"({fmt.duration(float(short['dur'].sum()))}, "
+            f"{fmt.duration(float(short['recoverable_us'].sum()))} above the floor)"
         ),
     ]
     top = (
@@ -71,7 +73,8 @@ def memory_bound(ctx: Ctx) -> AdviceItem | None:
     for r in top.iter_rows(named=True):
         bw = f", median {fmt.pct(r['bw'], keep_small=False)} of HBM bandwidth" if r["bw"] is not None else ""
         ev.append(
-            f"{fmt.short(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median {fmt.duration(r['med'])}{bw}, "
+            f"{fmt.short(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median "
+            f"{fmt.duration(r['med'])}{bw}, "
             f"{fmt.duration(r['r'])} above the floor"
         )
     remedies = [
@@ -89,7 +92,8 @@ def memory_bound(ctx: Ctx) -> AdviceItem | None:
     if opt >= 0.2 * rec and opt > 0:
         remedies.insert(
             1,
-            f"The optimizer's kernels are {fmt.pct(opt / rec, keep_small=False)} of it: use a fused or foreach optimizer "
+            f"The optimizer's kernels are {fmt.pct(opt / rec, keep_small=False)} of it: use a fused or foreach "
+            "optimizer "
             "(e.g. torch.optim.AdamW(..., fused=True))",
         )
     data = {
@@ -329,10 +333,12 @@ def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
         .sort("t", descending=True)
     )
     ev = [
-        f"{calls} matmul-class calls with fp32 inputs ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} of step time) on fp32 "
+        f"{calls} matmul-class calls with fp32 inputs ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} "
+        "of step time) on fp32 "
         f"(non-tensor-core) kernels" + (f" at {achieved / 1e12:.1f} TFLOP/s" if achieved else ""),
         (
-            f"{h.name}: fp32 peak {fmt.tflops(fp32)}, TF32 {fmt.tflops(tf32)}, {half_name} {fmt.tflops(half)}; at the same fraction of the "
+            f"{h.name}: fp32 peak {fmt.tflops(fp32)}, TF32 {fmt.tflops(tf32)}, {half_name} {fmt.tflops(half)}; at the "
+            "same fraction of the "
             f"{target_name} peak they would take {fmt.pct(fp32 / target, keep_small=False)} of that time"
         ),
     ]

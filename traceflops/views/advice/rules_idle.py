@@ -8,10 +8,11 @@ of the loss budget's idle term.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
+from msgspec import UnsetType
 
 from traceflops.core import fmt
 from traceflops.core.sections import AdviceItem
@@ -29,22 +30,25 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
     hb = g.filter(pl.col("reason") == "host_bound")
     lg = g.filter(pl.col("reason") == "launch_gap")
     total = float(g["dur"].sum())
+    hb_us, lg_us = float(hb["dur"].sum()), float(lg["dur"].sum())
     ev = []
     if hb.height:
         worst = hb.sort("dur", descending=True).row(0, named=True)
         ev.append(
             f"{hb.height} idle gaps where the device waited for the host to launch the next kernel: "
-            f"{fmt.duration(hb['dur'].sum())} ({fmt.pct(ctx.share(hb['dur'].sum()), keep_small=False)} of step time), longest {fmt.duration(worst['dur'])} "
+            f"{fmt.duration(hb_us)} ({fmt.pct(ctx.share(hb_us), keep_small=False)} of step time), "
+            f"longest {fmt.duration(worst['dur'])} "
             f"before {fmt.short(worst['next_kernel'], 70, '?')}"
         )
     if lg.height:
         ev.append(
-            f"{lg.height} bubbles between kernels already queued: {fmt.duration(lg['dur'].sum())} "
-            f"({fmt.pct(ctx.share(lg['dur'].sum()), keep_small=False)}), median {fmt.duration(lg['dur'].median())}"
+            f"{lg.height} bubbles between kernels already queued: {fmt.duration(lg_us)} "
+            f"({fmt.pct(ctx.share(lg_us), keep_small=False)}), "
+            f"median {fmt.duration(lg['dur'].median())}"  # type: ignore[arg-type]  # polars stubs: a float column's median
         )
-    data = {
-        "host_bound_us": float(hb["dur"].sum()),
-        "launch_gap_us": float(lg["dur"].sum()),
+    data: dict[str, Any] = {
+        "host_bound_us": hb_us,
+        "launch_gap_us": lg_us,
         "host_bound_gaps": hb.height,
         "launch_gaps": lg.height,
     }
@@ -52,7 +56,10 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
     path = ctx.a.path_summary
     if path is not None and path.available:
         # The verdict rests on the critical path: only host time on the chain that bounded the step can be recovered.
-        on_host = float(path.us["host"] + path.us["launch"])
+        assert not isinstance(path.us, UnsetType) and not isinstance(path.top, UnsetType)  # an available path has both
+        host, launch = path.us["host"], path.us["launch"]
+        assert host is not None and launch is not None  # an available path's times by kind are all known
+        on_host = float(host + launch)
         share = ctx.share(on_host)
         top = next((t for t in path.top if t.kind in ("host", "launch")), None)
         ev.insert(
@@ -69,9 +76,10 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
         )
     many_short = False
     if "launch_kernels" in ctx.steps.columns and ctx.steps["launch_kernels"].null_count() < ctx.steps.height:
-        per_step = float(ctx.steps["launch_kernels"].mean())
-        med = ctx.steps["launch_median_kernel_us"].median()
-        delay = ctx.steps["launch_median_delay_us"].median()
+        # polars stubs type a column's mean and median as any literal; these are float columns
+        per_step = float(ctx.steps["launch_kernels"].mean())  # type: ignore[arg-type]
+        med = cast(float | None, ctx.steps["launch_median_kernel_us"].median())
+        delay = cast(float | None, ctx.steps["launch_median_delay_us"].median())
         many_short = med is not None and med < SHORT_KERNEL_US
         line = f"{per_step:.0f} kernels per step"
         if med is not None:
@@ -101,10 +109,12 @@ def _gap_item(ctx: Ctx, reason: str) -> tuple[pl.DataFrame, list[str]] | None:
     g = ctx.gaps.filter(pl.col("reason") == reason)
     if g.height == 0:
         return None
-    worst = float(g["dur"].max())
+    worst = float(g["dur"].max())  # type: ignore[arg-type]  # polars stubs: a float column's max is a float
+    total = float(g["dur"].sum())
     return g, [
         (
-            f"{g.height} idle gaps, {fmt.duration(g['dur'].sum())} ({fmt.pct(ctx.share(g['dur'].sum()), keep_small=False)} of step time), "
+            f"{g.height} idle gaps, {fmt.duration(total)} "
+            f"({fmt.pct(ctx.share(total), keep_small=False)} of step time), "
             f"longest {fmt.duration(worst)}"
         )
     ]

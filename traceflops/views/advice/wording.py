@@ -12,16 +12,19 @@ from traceflops.views.advice.context import Ctx, is_jax
 # What to try in a JAX program (an XLA profile), where the PyTorch remedies name the wrong tools.
 JAX_REMEDIES = {
     "host_bound": [
-        "Put the whole step (model, loss, jax.grad and the optax update) under one jax.jit: one program dispatch per step",
+        "Put the whole step (model, loss, jax.grad and the optax update) under one jax.jit: one program dispatch per "
+        "step",
         (
-            "Keep the host ahead: no jax.device_get / float(x) / printing arrays inside the loop, and prefetch the next "
+            "Keep the host ahead: no jax.device_get / float(x) / printing arrays inside the loop, and prefetch the "
+            "next "
             "batch to the device (jax.device_put) while this step runs"
         ),
         "A larger batch per step: the same dispatch, more work",
     ],
     "memory_bound": [
         (
-            "Keep the step in one jit so XLA fuses the elementwise ops; host callbacks (jax.debug.print, pure_callback) and "
+            "Keep the step in one jit so XLA fuses the elementwise ops; host callbacks (jax.debug.print, "
+            "pure_callback) and "
             "jit boundaries split fusions: check the optimized HLO (XLA_FLAGS=--xla_dump_to=DIR) for unfused ops"
         ),
         "Apply the optax update inside the same jit as the gradient, so its elementwise chain fuses",
@@ -34,7 +37,8 @@ JAX_REMEDIES = {
     ],
     "communication": [
         (
-            "Let XLA overlap collectives with compute: shard with jax.sharding (NamedSharding, PartitionSpec) inside one jit; "
+            "Let XLA overlap collectives with compute: shard with jax.sharding (NamedSharding, PartitionSpec) inside "
+            "one jit; "
             "on GPUs XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true"
         ),
         (
@@ -44,7 +48,8 @@ JAX_REMEDIES = {
     ],
     "recompute": [
         (
-            "Rematerialize selectively: jax.checkpoint(policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable) "
+            "Rematerialize selectively: "
+            "jax.checkpoint(policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable) "
             "(or checkpoint_dots, or save_only_these_names with jax.ad_checkpoint.checkpoint_name) saves the matmul "
             "outputs and recomputes only cheap ops; flax: nn.remat(Block, policy=...)"
         ),
@@ -61,7 +66,8 @@ JAX_REMEDIES = {
 
 DIMENSION_REMEDIES = {
     "tp": (
-        "TP: keep the tensor-parallel group inside one node (NVLink), and overlap its all-gather and reduce-scatter with "
+        "TP: keep the tensor-parallel group inside one node (NVLink), and overlap its all-gather and reduce-scatter "
+        "with "
         "the GEMMs that use them (sequence parallelism with async TP: torch._inductor.config._micro_pipeline_tp, or "
         "Transformer Engine's comm-GEMM overlap); a smaller TP degree trades it for DP or PP"
     ),
@@ -89,22 +95,27 @@ PASS_WORDS = {
 # Fusing what surrounds the convolutions (a CNN's non-matmul time is BatchNorm, ReLU and residual adds).
 CONV_FUSE = (
     "Fuse BatchNorm + ReLU (+ the residual add) around the convolutions: torch.compile the model (Inductor fuses them, "
-    "with channels_last); for inference fold BatchNorm into the convolution weights (torch.ao.quantization.fuse_modules)"
+    "with channels_last); for inference fold BatchNorm into the convolution weights "
+    "(torch.ao.quantization.fuse_modules)"
 )
 
 
 CONV_REMEDIES = [
     (
-        'Mixed precision first: torch.autocast(device_type="cuda", dtype=torch.float16 or torch.bfloat16) runs the convolutions '
+        'Mixed precision first: torch.autocast(device_type="cuda", dtype=torch.float16 or torch.bfloat16) runs the '
+        "convolutions "
         "on tensor cores; TF32 for what stays fp32 (torch.backends.cudnn.allow_tf32, Ampere and later)"
     ),
     (
-        "channels_last: model.to(memory_format=torch.channels_last) and the same for its inputs: cuDNN's tensor-core convolution "
+        "channels_last: model.to(memory_format=torch.channels_last) and the same for its inputs: cuDNN's tensor-core "
+        "convolution "
         "kernels are NHWC, so NCHW pays layout transposes"
     ),
-    "torch.backends.cudnn.benchmark = True with fixed input sizes: cuDNN times its algorithms once and keeps the fastest",
+    "torch.backends.cudnn.benchmark = True with fixed input sizes: cuDNN times its algorithms once and keeps the "
+    "fastest",
     (
-        "Channel counts in multiples of 8 (fp16/bf16; 4 for TF32) so the convolutions run on tensor cores, 64 or more to fill "
+        "Channel counts in multiples of 8 (fp16/bf16; 4 for TF32) so the convolutions run on tensor cores, 64 or more "
+        "to fill "
         "their tiles: pad the stem's 3 input channels to 4 or 8"
     ),
     CONV_FUSE,
@@ -114,7 +125,8 @@ CONV_REMEDIES = [
 CONV_REMEDIES_JAX = [
     "Compute in bfloat16: flax nn.Conv(..., dtype=jnp.bfloat16) (param_dtype float32), or cast the activations",
     (
-        "NHWC convolutions (flax's default; dimension_numbers=('NHWC', 'HWIO', 'NHWC') in lax.conv_general_dilated) with "
+        "NHWC convolutions (flax's default; dimension_numbers=('NHWC', 'HWIO', 'NHWC') in lax.conv_general_dilated) "
+        "with "
         "feature counts in multiples of 128 on TPUs (8 on GPUs)"
     ),
     "A larger batch per device: the late layers' small spatial sizes cannot fill the matrix units",
