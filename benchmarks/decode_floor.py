@@ -127,7 +127,8 @@ def measure(path: str, repeat: int) -> dict:
     import orjson
 
     from traceflops.core.results import ModelOptions
-    from traceflops.parsers.kineto import _EVENTS_DECODER, parse_kineto
+    from traceflops.parsers.kineto import parse_kineto
+    from traceflops.parsers.kineto_events import EVENTS_DECODER as _EVENTS_DECODER
     from traceflops.pipeline import analyze_trace
 
     raw = Path(path).read_bytes()

@@ -29,6 +29,7 @@ from traceflops.metrics.stepstats import step_stats
 from traceflops.stages import roofline
 from traceflops.stages import timeline as tl
 from traceflops.stages.clean import clean
+from traceflops.stages.comm_exposure import with_comm_exposure
 from traceflops.stages.count import (
     TOTAL_FLOPS_MAX,
     classify_kernels,
@@ -36,7 +37,9 @@ from traceflops.stages.count import (
     has_formula,
     total_flops,
 )
+from traceflops.stages.cpu_activities import cpu_activities, device_not_captured
 from traceflops.stages.critical_path import critical_path, with_path_columns
+from traceflops.stages.idle import idle_gaps, launch_stats
 from traceflops.stages.link import link
 from traceflops.stages.phases import tag_kernels, tag_ops
 from traceflops.stages.replays import (
@@ -58,7 +61,7 @@ from traceflops.stages.steps import (
     step_warnings,
     window_work,
 )
-from traceflops.views import advice, rollup
+from traceflops.views import advice, gemm_shapes, rollup
 from traceflops.views import collectives as coll_view
 from traceflops.views import path_summary as path_view
 
@@ -90,7 +93,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     kernels = tag_kernels(linked, ops)
     device_trace = kernels.height > 0
     not_captured = (
-        None if device_trace else tl.device_not_captured(trace)
+        None if device_trace else device_not_captured(trace)
     )  # a device job's trace without its device activity
     ops = count_ops(ops, kernels, device_trace)
     total = total_flops(ops)
@@ -125,12 +128,12 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     mode = opt.mode or ("training" if (ops["phase"] == "backward").any() else "inference")
     world = opt.world_size or trace.meta.get("world_size") or 1
     model, model_per_step, model_no_attn = msec.model_section(opt, ops, steps, mode, world, warnings)
-    activities = kernels if device_trace or not_captured else tl.cpu_activities(ops)  # host ops are no device's time
+    activities = kernels if device_trace or not_captured else cpu_activities(ops)  # host ops are no device's time
     part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
     if device_trace or not_captured:
-        kernels = activities = tl.with_comm_exposure(kernels, activities, steps, by_op=False)
+        kernels = activities = with_comm_exposure(kernels, activities, steps, by_op=False)
     else:
-        ops = tl.with_comm_exposure(ops, activities, steps, by_op=True)
+        ops = with_comm_exposure(ops, activities, steps, by_op=True)
     devices = tl.program_devices(part, activities)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
     steps = util.step_metrics(
@@ -141,9 +144,9 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
 
     # timeline
     stage("timeline, critical path, roofline")
-    gaps = tl.idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
+    gaps = idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
     return_freed_memory()
-    stats = tl.launch_stats(kernels, steps) if device_trace else None
+    stats = launch_stats(kernels, steps) if device_trace else None
     path = critical_path(kernels, linked.launches, ops, steps) if device_trace else None
     steps = with_path_columns(steps, path)
     steps = steptime.attach_launch_stats(steptime.attach_time(steps, part, peak_all, devices), stats)
@@ -201,7 +204,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         top_kernels=roofline.top_recoverable(roof) if roof is not None else None,
         by_kernel=rollup.by_kernel(kernels) if device_trace else None,
         by_module=rollup.by_module(ops, kernels) if device_trace else None,
-        by_gemm_shape=rollup.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
+        by_gemm_shape=gemm_shapes.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
         step_stats=step_stats(steps),
         critical_path=path,
     )

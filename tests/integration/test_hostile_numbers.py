@@ -128,7 +128,7 @@ def test_conflicting_traces_of_one_rank_are_an_error_naming_both(tmp_path):
 
 
 def test_a_huge_world_size_is_counted_not_enumerated():
-    from traceflops.views.job import missing_ranks
+    from traceflops.views.ranks import missing_ranks
 
     count, first = missing_ranks(30_000_000, [0, 1, 5])
     assert count == 30_000_000 - 3

@@ -18,7 +18,7 @@ from tests.builders import FIXTURES, union_us
 from traceflops.core.results import ModelOptions
 from traceflops.parsers.xla import parse_xplane
 from traceflops.run.load import analyze
-from traceflops.stages.timeline import cpu_activities
+from traceflops.stages.cpu_activities import cpu_activities
 
 JAX = FIXTURES / "jax"
 TRUTH_PATH = JAX / "truth_flax.json"

@@ -126,7 +126,7 @@ def test_transfers_match_as_the_schedule_issued_them(case):
         total_sends += sends
         assert (r["sends"], r["recvs"], r["matched"]) == (sends, recvs, sends + recvs), (rank, step)
     # every matched P2P pair in the job is one send and the receive it fed, by (sender, receiver, order)
-    from traceflops.views.job import matched
+    from traceflops.views.clocks import matched
 
     m = matched(list(job(case).summaries))
     p2p = m.filter(pl.col("kind") == "sendrecv")

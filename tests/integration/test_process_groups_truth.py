@@ -131,7 +131,7 @@ def test_an_int64_payload_has_8_byte_elements(case):
 def test_a_thread_blocked_in_a_functional_wait_is_exposed_communication(case):
     """The TP all-reduce's `_c10d_functional::wait_tensor` blocks the training thread in forward: with nothing else
     running, that time is exposed communication (before: compute of the top-level op around it)."""
-    from traceflops.stages.timeline import cpu_activities
+    from traceflops.stages.cpu_activities import cpu_activities
 
     for r in ranks_of(case):
         a = analysis(case, r)

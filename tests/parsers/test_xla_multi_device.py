@@ -12,7 +12,7 @@ from tests.builders import pb_field, pb_varint
 from traceflops.core.results import ModelOptions
 from traceflops.parsers.xla import parse_xplane
 from traceflops.run.load import analyze
-from traceflops.stages.timeline import cpu_activities
+from traceflops.stages.cpu_activities import cpu_activities
 
 M, K, N = 48, 80, 24  # dot.1: [M,K]·[K,N], non-square
 DOT_FLOPS = 2 * M * K * N

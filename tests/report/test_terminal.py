@@ -265,7 +265,7 @@ def test_dlrm_job_budget_chart_has_every_rank_summing_to_100_percent(shared):
 def test_job_advice_headlines_once_per_title_with_their_ranks(shared):
     from traceflops.api import analyze_job
     from traceflops.report.jobreport import render
-    from traceflops.views.job import job_advice
+    from traceflops.views.job_advice import job_advice
 
     job = analyze_job(shared / DLRM)
     item = lambda title, share: {"title": title, "share": share}  # the shape views.job.summarize keeps

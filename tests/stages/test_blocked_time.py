@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tests.builders import union_us
-from traceflops.stages.timeline import without_blocked
+from traceflops.stages.cpu_activities import without_blocked
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tests.builders import kernels, steps
-from traceflops.stages.timeline import comm_exposure, partition
+from traceflops.stages.comm_exposure import comm_exposure
+from traceflops.stages.timeline import partition
 
 
 def test_two_overlapping_collectives_share_what_they_expose_together():

@@ -13,7 +13,8 @@ import pytest
 
 from tests.builders import kernels, launches, ops, steps
 from traceflops.core.vocab import OVERLAYS, PARTITION
-from traceflops.stages.timeline import idle_gaps, is_sync_call, launch_stats, partition
+from traceflops.stages.idle import idle_gaps, is_sync_call, launch_stats
+from traceflops.stages.timeline import partition
 
 
 def row(p: pl.DataFrame, step: int = 0, device: int | None = 0) -> dict:

@@ -14,7 +14,7 @@ import pytest
 from tests.builders import gemm_trace_file, shared_fixtures
 from traceflops.report.terminal import render
 from traceflops.run.load import analyze
-from traceflops.views.rollup import conv_dims
+from traceflops.views.gemm_shapes import conv_dims
 
 RESNET = shared_fixtures() / "kineto" / "v100_resnet50_legacy2021.json.gz"
 need_resnet = pytest.mark.skipif(not RESNET.exists(), reason=f"shared fixture not found: {RESNET}")

@@ -10,7 +10,7 @@ import pytest
 from tests.builders import Builder, scenario_trace
 from traceflops.core import hardware as hw
 from traceflops.run.load import analyze
-from traceflops.views.rollup import by_gemm_shape, gemm_dims, wave_quantization
+from traceflops.views.gemm_shapes import by_gemm_shape, gemm_dims, wave_quantization
 
 SMS = 132  # H100 SXM5
 

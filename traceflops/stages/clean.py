@@ -49,7 +49,7 @@ MAX_TIME_US = 1e19
 # No profile spans a day: an event this far from the trace's median time has a corrupt timestamp,
 # and keeping it would stretch a step window over years (float rounding then breaks conservation).
 MAX_SPREAD_US = 8.64e10
-OVERLAP_EPS_US = 5e-4  # timeline.MIN_GAP_US: below Kineto's 1 ns resolution, clock rounding
+OVERLAP_EPS_US = 5e-4  # idle.MIN_GAP_US: below Kineto's 1 ns resolution, clock rounding
 NS_TS_US = 1e17
 NS_SPAN_US = 1e12
 NS_MEDIAN_DUR_US = 1e4

@@ -33,7 +33,7 @@ import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
-from traceflops.stages.timeline import is_sync_call
+from traceflops.stages.idle import is_sync_call
 
 KINDS = PATH_KINDS  # what a segment of the path ran through
 BETWEEN_OPS = "between ops (Python)"  # host time on the path outside every op the profiler recorded

@@ -344,7 +344,7 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
     )
     k = k.with_columns(seq=pl.when(recorded).then(pl.col("coll_seq")).otherwise(order))
     listed = k["pg_ranks"].drop_nulls().unique().to_list() if k.height else []
-    # the share of the step time each exposed and compute hid (stages.timeline.comm_exposure), µs
+    # the share of the step time each exposed and compute hid (stages.comm_exposure), µs
     shares = [
         pl.col(c).cast(pl.Float64).alias(n) if c in k.columns else pl.lit(None, pl.Float64).alias(n)
         for c, n in (("comm_exposed", "exposed"), ("comm_overlapped", "overlapped"))
@@ -402,7 +402,7 @@ def by_dimension(coll: pl.DataFrame, waits: pl.DataFrame, steps: pl.DataFrame) -
     step time it exposed and compute hid (µs, and as shares of the steps' summed windows).
 
     The exposed and overlapped times are each collective's share of the
-    partition's (`stages.timeline.comm_exposure`), so the rows add up to the
+    partition's (`stages.comm_exposure`), so the rows add up to the
     steps' `communication_exposed` and `communication_overlapped`. A thread's
     wait for a collective when none is in flight on this rank (`waits`) goes
     to the collective its thread issued last, else to role `?`, kind `wait`. A dimension is the group's role

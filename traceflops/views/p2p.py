@@ -20,7 +20,7 @@ from traceflops.core.vocab import (
     HOST_COMM_WAIT_RE,
     HOST_COMM_WORK_RE,
 )
-from traceflops.stages.timeline import union_measure
+from traceflops.stages.sweep import union_measure
 
 # A P2P transfer's direction (`send` | `recv`), its peer's global rank and, for a receive, the time its thread was
 # blocked in it with no compute running (`blocked_us`); null where the trace does not say.

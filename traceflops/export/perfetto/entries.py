@@ -4,7 +4,7 @@ row.
 Device activities are matched to `Analysis.kernels` by `kernel_id`, which the
 Kineto parser assigns as the order, in the file, of the complete ('X') events
 of a device category with a usable name, ts and dur (see
-`parsers/kineto.py: event_table, build_trace`); ops likewise by `op_id`.
+`parsers/kineto_tables.py: event_table`, `parsers/kineto.py: build_trace`); ops likewise by `op_id`.
 This module recomputes that numbering with the parser's own rules and checks
 names and timestamps agree, so an analysis of another trace is refused.
 An entry that does not decode is kept as it was read (its bytes, or a
@@ -24,7 +24,8 @@ import polars as pl
 
 from traceflops.core.errors import FormatError
 from traceflops.parsers.jsonstream import REFUSED, SEP, split_events
-from traceflops.parsers.kineto import IGNORED_CATS, KERNEL_CATS, OP_CATS, read_event
+from traceflops.parsers.kineto import read_event
+from traceflops.parsers.kineto_events import IGNORED_CATS, KERNEL_CATS, OP_CATS
 
 # The parser's typed decode refuses nesting deeper than the interpreter's recursion limit, orjson only past 1024 levels:
 # this skim (in C, no values built) says where the parser would have skipped an entry.

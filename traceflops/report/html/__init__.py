@@ -2,7 +2,8 @@
 
 A package of renderers, one job per module, so each report can change without wading through the others:
 `page` (the shell, CSS, CSP and the escaped building blocks), `charts` (the SVG charts), `single` (one
-trace's report), `job` (the job report), `diff` (the diff page). Every number comes from the `Analysis`,
+trace's report), `sections` (sections built from one result each, shared with the job report), `job` (the job
+report), `diff` (the diff page). Every number comes from the `Analysis`,
 `Job` or diff; these modules gather the values and the Jinja2 templates of `templates/` lay them out, with
 autoescaping on (as `page.e`, `html.escape`, escapes): only markup we build ourselves (charts, tables, sections)
 is inserted raw, marked `|safe`. A Content-Security-Policy forbids scripts and remote loads, so a hostile name
@@ -53,21 +54,23 @@ from traceflops.report.html.page import (
     table,
     warnings_list,
 )
-from traceflops.report.html.single import (
+from traceflops.report.html.sections import (
     GEMM_COLS,
     MAX_STEPS,
     PATH_COLORS,
     advice_section,
-    budget_terms_table,
     communication_section,
     critical_path_section,
     gemm_section,
+    step_stats_section,
+)
+from traceflops.report.html.single import (
+    budget_terms_table,
     headline,
     kernels_tables,
     modules_svg,
     phase_flops_table,
     render_html,
-    step_stats_section,
     steps_svg,
     time_table,
 )

@@ -28,7 +28,7 @@ from traceflops.report.html.page import (
     table,
     warnings_list,
 )
-from traceflops.report.html.single import advice_section, communication_section
+from traceflops.report.html.sections import advice_section, communication_section
 
 
 def rank_budgets(summaries) -> str:

@@ -15,8 +15,9 @@ from traceflops.core.results import Analysis
 from traceflops.core.vocab import OVERLAYS, PARTITION
 from traceflops.metrics import budget as bd
 from traceflops.stages import timeline as tl
+from traceflops.stages.cpu_activities import cpu_activities
 from traceflops.stages.steps import counted_steps
-from traceflops.views.rollup import CONV_OPS
+from traceflops.views.gemm_shapes import CONV_OPS
 
 MIN_SHARE = 0.01
 CONV_DOMINATES = (
@@ -84,7 +85,7 @@ def activities(ctx: Ctx) -> pl.DataFrame:
     (those of the device the time terms are of, a program over several XLA:CPU devices)."""
     if ctx.kernels.height or ctx.a.ops.height == 0:
         return ctx.kernels
-    return tl.on_devices(tl.cpu_activities(ctx.a.ops).filter(pl.col("step").is_in(ctx.ids)), [ctx.device])
+    return tl.on_devices(cpu_activities(ctx.a.ops).filter(pl.col("step").is_in(ctx.ids)), [ctx.device])
 
 
 def _conv_share(ctx: Ctx) -> float:

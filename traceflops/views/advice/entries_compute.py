@@ -36,7 +36,7 @@ from traceflops.views.advice.wording import (
     say,
     to_record,
 )
-from traceflops.views.rollup import GEMM_TIME_MATTERS
+from traceflops.views.gemm_shapes import GEMM_TIME_MATTERS
 
 FUSE_GAP_US = 5.0  # short kernels this close on one stream run back to back
 FUSE_RUN = 3  # so many short non-matmul kernels in a row are one fusion candidate

@@ -22,7 +22,7 @@ from traceflops.stages.link import nearest
 from traceflops.views.advice.context import SHORT_KERNEL_US, TOP, Ctx, conv_dominates
 from traceflops.views.advice.items import item
 from traceflops.views.advice.wording import CONV_FUSE
-from traceflops.views.rollup import first_tensor_dtype
+from traceflops.views.gemm_shapes import first_tensor_dtype
 
 SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax"})
 SOFTMAX_BWD_OPS = frozenset({"aten::_softmax_backward_data"})

@@ -1,0 +1,73 @@
+"""Each collective's share of the step time it exposed and of the time compute hid, cut from the sweep's segments."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceflops.stages.sweep import COLLECTIVE, labels, sweep, usable
+
+
+def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Each communication activity's share of the step time it exposed and of the time compute hid, µs.
+
+    The partition's `communication_exposed` and `communication_overlapped` are
+    cut among the communication activities active in each segment, evenly (two
+    concurrent collectives each get half), so the shares of a step's
+    collectives add up to its partition totals. Returns one row per
+    communication row of `kernels` (its position among them as `row`) and its
+    shares of `communication_total`, `_exposed` and `_overlapped`: `total`,
+    `exposed` and `overlapped` (the rest of `total` ran under a memcpy).
+    """
+    k = kernels.with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64))
+    k = usable(k)
+    comm = (k["cls"] == "communication").to_numpy() if k.height else np.zeros(0, bool)
+    empty = pl.DataFrame(schema={"row": pl.Int64, "total": pl.Float64, "exposed": pl.Float64, "overlapped": pl.Float64})
+    if not comm.any():
+        return empty
+    s = sweep(k, steps)
+    c = s.count > 0
+    # a collective active shares the segment with the others active; a wait (the thread blocked on one) only
+    # keeps what no collective in flight takes
+    waits = ~c[:, COLLECTIVE]
+    n = np.where(waits, np.maximum(s.count[:, 3], 1), np.maximum(s.count[:, COLLECTIVE], 1))
+    label = labels(s.count)
+    measures = [c[:, 3], label == 3, c[:, 3] & (c[:, 0] | c[:, 1])]
+    is_wait = ~s.columns[s.pair, COLLECTIVE]
+    mine = comm[s.pair]
+    out = {}
+    for name, m in zip(("total", "exposed", "overlapped"), measures):  # a loop over three measures, not events
+        share = np.where(m, s.length, 0.0) / n
+        for_all = np.r_[0.0, np.cumsum(share)]
+        for_waits = np.r_[0.0, np.cumsum(np.where(waits, share, 0.0))]
+        before = np.where(is_wait[:, None], for_waits[np.c_[s.first, s.stop]], for_all[np.c_[s.first, s.stop]])
+        out[name] = (before[:, 1] - before[:, 0])[mine]
+    rows = k["row"].to_numpy()[s.pair[mine]]
+    return (
+        pl.DataFrame({"row": rows, **out})
+        .group_by("row")
+        .agg(pl.col("total", "exposed", "overlapped").sum())
+        .sort("row")
+    )
+
+
+def with_comm_exposure(frame: pl.DataFrame, activities: pl.DataFrame, steps: pl.DataFrame, by_op: bool) -> pl.DataFrame:
+    """`frame` (the kernels, or on a CPU trace the ops) with each communication row's `comm_exposed` and
+    `comm_overlapped` µs (`comm_exposure`); activities are the frame's rows themselves, or ops by `op_row`."""
+    e = comm_exposure(activities, steps)
+    if by_op:
+        e = (
+            e.join(
+                activities.select("op_row").with_row_index("row").with_columns(pl.col("row").cast(pl.Int64)), on="row"
+            )
+            .group_by("op_row")
+            .agg(pl.col("exposed", "overlapped").sum())
+            .rename({"op_row": "row"})
+        )
+    exposed = np.full(frame.height, np.nan)
+    overlapped = np.full(frame.height, np.nan)
+    at = e["row"].to_numpy()
+    exposed[at], overlapped[at] = e["exposed"].to_numpy(), e["overlapped"].to_numpy()
+    return frame.with_columns(
+        comm_exposed=pl.Series(exposed).fill_nan(None), comm_overlapped=pl.Series(overlapped).fill_nan(None)
+    )
