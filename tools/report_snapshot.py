@@ -65,7 +65,7 @@ def save(out: Path) -> None:
                                        capture_output=True, text=True, cwd=here, env={**os.environ, **TERMINAL})
                     text = {"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
                             "html": page.read_text() if page.exists() else None}
-                    (out / name.replace(".json", ".text")).write_text(json.dumps(text))
+                    (out / f"{name[: -len('.json')]}.text").write_text(json.dumps(text))
         for i, (before, after) in enumerate(zip(traces(), traces()[1:]) if not os.environ.get("SNAPSHOT_ONLY") else ()):
             if i % 4 or before.suffix == after.suffix == "" or not (before.is_file() and after.is_file()):
                 continue

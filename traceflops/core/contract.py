@@ -40,20 +40,6 @@ from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 SCHEMA_ID: Final = "traceflops.report/1"
 ByPhaseFlops = dict[str, int | None]  # by phase, and executed
 
-# A communication row (per dimension, phase and kind: views.collectives.by_dimension), as reports and summaries hold it.
-COMMUNICATION_SCHEMA = {
-    "role": "str",
-    "phase": "str",
-    "kind": "str",
-    "calls": "int",
-    "time_us": "float",
-    "exposed_us": "float",
-    "overlapped_us": "float",
-    "window_us": "float",
-    "exposed_share": "float",
-    "overlapped_share": "float",
-}
-
 BUDGET_PREFIX = "budget_"
 PATH_PREFIX = "path_"
 
@@ -314,6 +300,22 @@ class CommunicationRow(Section, frozen=True, kw_only=True):
     max_rank: Int | UnsetType = UNSET
 
 
+# A communication row's columns and their kinds, as every trace's table (views.collectives.by_dimension) and a rank
+# summary hold it: the row's always-present fields.
+COMMUNICATION_SCHEMA = {f.name: f.type.__name__ for f in msgspec.structs.fields(CommunicationRow) if f.required}
+
+# The experts table's columns (views.experts), as the job report lists them.
+EXPERT_COLUMNS = (
+    "rank",
+    "ep_group",
+    "steps",
+    "expert_flops_per_step",
+    "a2a_bytes_per_step",
+    "flops_vs_group_mean",
+    "bytes_vs_group_mean",
+)
+
+
 class PipelineRow(Section, frozen=True, kw_only=True):
     """One pipeline stage (rank) and step. stage: the rank's place in its pipeline (0 first), from the chain of P2P
     send directions (a step's first transfer between neighbours goes downstream); stages and microbatches: p and m,
@@ -368,18 +370,7 @@ EXPERTS_TEXT = (
 JobStepRows = Annotated[list[dict[str, Any]], _rows(("step", "dur_us", "slowest_rank", "mfu", "hfu"))]
 ExpertRows = Annotated[
     list[dict[str, Any]],
-    _rows(
-        (
-            "rank",
-            "ep_group",
-            "steps",
-            "expert_flops_per_step",
-            "a2a_bytes_per_step",
-            "flops_vs_group_mean",
-            "bytes_vs_group_mean",
-        ),
-        EXPERTS_TEXT,
-    ),
+    _rows(EXPERT_COLUMNS, EXPERTS_TEXT),
 ]
 CommunicationRows = Annotated[list[CommunicationRow] | None, Meta(description=COMMUNICATION_TEXT)]
 PATH_RULE = {

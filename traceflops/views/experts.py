@@ -16,17 +16,9 @@ from typing import Any
 import polars as pl
 
 from traceflops.core import fmt
+from traceflops.core.contract import EXPERT_COLUMNS
 from traceflops.core.results import RankSummary
 
-EXPERT_COLUMNS = (
-    "rank",
-    "ep_group",
-    "steps",
-    "expert_flops_per_step",
-    "a2a_bytes_per_step",
-    "flops_vs_group_mean",
-    "bytes_vs_group_mean",
-)
 IMBALANCED = 1.25  # a rank this far above its EP group's mean expert FLOPs is named in the advice
 
 
