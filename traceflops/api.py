@@ -74,7 +74,7 @@ def analyze_job(
     from traceflops.run.inputs import expand_with_warnings
     from traceflops.run.options import check_numbers
     from traceflops.run.ranks import summarize_all
-    from traceflops.views.job import global_model_flops, job_view
+    from traceflops.views.job import job_with_options
 
     check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
@@ -82,16 +82,7 @@ def analyze_job(
         [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     )
     summaries = summarize_all(files, opts, jobs, skipped=left_out)
-    return job_view(
-        summaries,
-        world_size=opts.world_size,
-        tokens_model_flops=global_model_flops(summaries),
-        pipeline_stages=pipeline_stages,
-        microbatches=microbatches,
-        exclude_steps=opts.exclude_steps,
-        input_warnings=left_out,
-        keep_last_step=opts.keep_last_step,
-    )
+    return job_with_options(summaries, opts, pipeline_stages, microbatches, left_out)
 
 
 def diff(before, after, **model: Any) -> dict[str, Any]:

@@ -166,18 +166,9 @@ def _store_report(path, opts, cache_dir, a):
 
 def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None, input_warnings=()):
     from traceflops.report import jobreport
-    from traceflops.views.job import global_model_flops, job_view
+    from traceflops.views.job import job_with_options
 
-    job = job_view(
-        summaries,
-        world_size=opts.world_size,
-        tokens_model_flops=global_model_flops(summaries),
-        pipeline_stages=pipeline_stages,
-        microbatches=microbatches,
-        exclude_steps=opts.exclude_steps,
-        input_warnings=input_warnings,
-        keep_last_step=opts.keep_last_step,
-    )
+    job = job_with_options(summaries, opts, pipeline_stages, microbatches, input_warnings)
     if fmt == "json":
         click.echo(jobreport.render_json(job))
     else:

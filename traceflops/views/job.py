@@ -17,7 +17,7 @@ import polars as pl
 from traceflops.core import fmt
 from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
 from traceflops.core.fmt import path_text
-from traceflops.core.results import Analysis, Job, RankSummary
+from traceflops.core.results import Analysis, Job, ModelOptions, RankSummary
 from traceflops.core.sections import Clock, JobTotals
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
@@ -310,6 +310,26 @@ def warning_groups(own: list[str], summaries: list[RankSummary]) -> list[tuple[s
             ranks_of.setdefault(w, []).append(rank_of(s))
             repeats[w] = max(repeats.get(w, 0), n)
     return [(w, (), n) for w, n in fmt.counted(own)] + [(w, tuple(rs), repeats[w]) for w, rs in ranks_of.items()]
+
+
+def job_with_options(
+    summaries: list[RankSummary],
+    opts: ModelOptions,
+    pipeline_stages: int | None = None,
+    microbatches: int | None = None,
+    input_warnings: tuple[str, ...] | list[str] = (),
+) -> Job:
+    """`job_view` with the user's options, as the command line and `traceflops.analyze_job` both build it."""
+    return job_view(
+        summaries,
+        world_size=opts.world_size,
+        tokens_model_flops=global_model_flops(summaries),
+        pipeline_stages=pipeline_stages,
+        microbatches=microbatches,
+        exclude_steps=opts.exclude_steps,
+        input_warnings=input_warnings,
+        keep_last_step=opts.keep_last_step,
+    )
 
 
 def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:
