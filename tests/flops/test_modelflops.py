@@ -18,10 +18,10 @@ from traceflops.flops.model import (
     ModelSpec,
     mfu,
     model_flops,
-    spec_from_config,
     spec_from_flags,
     verdict_band,
 )
+from traceflops.flops.model_config import spec_from_config
 
 CONFIGS = DATA / "configs"
 

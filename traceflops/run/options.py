@@ -19,6 +19,7 @@ from traceflops.core.errors import OptionsError
 from traceflops.core.results import ModelOptions
 from traceflops.core.vocab import MAX_RANKS
 from traceflops.flops import model as mf
+from traceflops.flops.model_config import spec_from_config
 
 MODES = (None, "training", "inference")
 
@@ -93,7 +94,7 @@ def model_spec(params=None, layers=None, heads=None, head_dim=None, seq_len=None
     if model_config is not None:
         where = None if isinstance(model_config, dict) else str(model_config)
         try:
-            return mf.spec_from_config(read_config(model_config), seq_len=seq_len)
+            return spec_from_config(read_config(model_config), seq_len=seq_len)
         except OptionsError:
             raise
         except ValueError as e:
