@@ -112,7 +112,8 @@ ROOFLINE = SimpleNamespace(M=4096, K=2048, N=8192, S=4096)  # S: the elementwise
 RANKS = SimpleNamespace(
     WORLD=4,
     OFFSET={0: 0.0, 1: 1_000.0, 2: -2_500.0, 3: 7_000.0},  # each rank's clock error, µs
-    SLOW=2,  # this rank computes 300 µs longer before each all-reduce
+    SLOW=2,  # this rank computes LATE µs longer before each all-reduce
+    LATE=300.0,
     M=64, K=96, N=32,
 )
 
@@ -242,10 +243,10 @@ def _roofline() -> Builder:
     return b
 
 
-def _rank(rank: int, steps: int = 2, p2p_us: float = 0.0) -> Builder:
+def _rank(rank: int, steps: int = 2, p2p_us: float = 0.0, late_us: float = RANKS.LATE) -> Builder:
     """One rank of RANKS.WORLD: steps of 1000 µs true time, a GEMM, then an all-reduce that ends at the same true instant on all ranks.
 
-    Each rank's clock is off by RANKS.OFFSET[rank]; rank RANKS.SLOW computes 300 µs longer.
+    Each rank's clock is off by RANKS.OFFSET[rank]; rank RANKS.SLOW computes late_us (RANKS.LATE) longer.
     p2p_us > 0 adds a send/recv of that length after each all-reduce.
     """
     M, K, N, world = RANKS.M, RANKS.K, RANKS.N, RANKS.WORLD
@@ -256,7 +257,7 @@ def _rank(rank: int, steps: int = 2, p2p_us: float = 0.0) -> Builder:
         t0 = 10_000.0 + 1_000.0 * i
         b.annotation(f"ProfilerStep#{i}", t0 + o, 999.0)
         b.op("aten::mm", t0 + 5 + o, 20, **shapes([[M, K], [K, N]]))
-        gemm = 400.0 + (300.0 if rank == RANKS.SLOW else 0.0)
+        gemm = 400.0 + (late_us if rank == RANKS.SLOW else 0.0)
         b.kernel("sm90_xmma_gemm_bf16", t0 + 10 + o, t0 + 50 + o, gemm)
         start = t0 + 50 + gemm + 10  # arrives when its compute is done
         end = t0 + 900.0  # all ranks finish together (true time)

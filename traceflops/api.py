@@ -120,10 +120,9 @@ def to_dict(a: Analysis) -> dict[str, Any]:
 
 def to_html(a) -> str:
     """The self-contained HTML report of an `Analysis` (or a `Job`)."""
-    from traceflops.core.results import Job
-    from traceflops.report.html import render_html, render_job_html
+    from traceflops.report.formats import render
 
-    return render_job_html(a) if isinstance(a, Job) else render_html(a)
+    return render(a, "html")
 
 
 def save_html(a, path: str | os.PathLike) -> str:

@@ -61,7 +61,7 @@ from traceflops.stages.steps import (
     step_warnings,
     window_work,
 )
-from traceflops.views import advice, gemm_shapes, rollup
+from traceflops.views import advice, counterfactual, gemm_shapes, rollup
 from traceflops.views import collectives as coll_view
 from traceflops.views import path_summary as path_view
 
@@ -136,35 +136,39 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         ops = with_comm_exposure(ops, activities, steps, by_op=True)
     devices = tl.program_devices(part, activities)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
-    steps = util.step_metrics(
-        steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels)
-    )
-    outside = util.outside_section(kernels, ops, activities)
-    warnings += util.window_warnings(steps, kernels, outside, last_counted=not warnings_last)
 
-    # timeline
+    # timeline: every stage that reads the partition and the windows, before the metrics read their frames
     stage("timeline, critical path, roofline")
     gaps = idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
     return_freed_memory()
     stats = launch_stats(kernels, steps) if device_trace else None
     path = critical_path(kernels, linked.launches, ops, steps) if device_trace else None
-    steps = with_path_columns(steps, path)
-    steps = steptime.attach_launch_stats(steptime.attach_time(steps, part, peak_all, devices), stats)
     known_hw = hw.lookup(hardware.name) if hardware and hardware.source != "--peak-tflops" else None
     roof = roofline.roofline(kernels, ops, known_hw, precision) if device_trace else None
+    bound = None if roof is None else roofline.memory_bound_partition(kernels, roof, steps)
+    part_on = tl.on_devices(part, devices)  # the metrics read the program's devices' rows only
+    gaps_on = None if gaps is None else tl.on_devices(gaps, devices)
+    bound_on = None if bound is None else tl.on_devices(bound, devices)
 
-    # totals
+    # per-step metrics, then the totals
+    steps = util.step_metrics(
+        steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels)
+    )
+    outside = util.outside_section(kernels, ops, activities)
+    warnings += util.window_warnings(steps, kernels, outside, last_counted=not warnings_last)
+    steps = with_path_columns(steps, path)
+    steps = steptime.attach_launch_stats(steptime.attach_time(steps, part_on, peak_all, len(devices)), stats)
     base = util.totals_section(steps, ops, kernels, opt, peak_all)
-    if roof is not None:
+    if bound_on is not None:
         base["overlay_us"] = {
             **base["overlay_us"],
-            "memory_bound": steptime.memory_bound_us(kernels, roof, steps, opt, devices),
+            "memory_bound": steptime.memory_bound_us(bound_on, opt, len(devices)),
         }
     totals = Totals(
         **base,
         step_count=StepCount(**step_count(steps, opt)),
         expert_flops=util.expert_flops(ops, opt),
-        idle_us_by_reason=steptime.idle_by_reason(gaps, opt, devices),
+        idle_us_by_reason=steptime.idle_by_reason(gaps_on, opt, len(devices)),
         loss_budget_unknown=None,
     )
     if not_captured:
@@ -181,7 +185,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         totals = sections.replace(totals, mfu_by_precision=mpeak.other_peaks(hardware, totals, precision, opt))
     totals = sections.replace(totals, loss_budget_unknown=budget.unknown_terms(totals.loss_budget, hardware))
     if model is not None:
-        model = msec.with_band(model, totals.mfu)
+        model = msec.with_band(model, totals, hardware)
     steps = steps.filter(~pl.col("step").is_in(trace.meta.get("cut_steps") or []))
 
     # views
@@ -196,7 +200,6 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         totals=totals,
         outside_steps=outside,
         warnings=warnings,
-        ranks=[util.rank_row(trace, totals)],
         partition=part.clear() if not_captured else part,
         idle_gaps=gaps,
         launch_stats=stats,
@@ -217,4 +220,8 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps),  # advice reads them
         communication=coll_view.communication(a, coll, opt.exclude_steps),
     )
-    return replace(a, advice=advice.advise(a, exclude_steps=opt.exclude_steps))
+    return replace(
+        a,
+        advice=advice.advise(a, exclude_steps=opt.exclude_steps),  # each bounded as its term's counterfactual
+        what_if=counterfactual.what_if(a, exclude_steps=opt.exclude_steps),
+    )

@@ -40,9 +40,9 @@ def on_trace_ready(
 
         a = analyze(path, **model)
         if not quiet:
-            from traceflops.report.terminal import render
+            from traceflops.report.formats import show
 
-            render(a)
+            show(a)
         if callback is not None:
             callback(a)
 

@@ -59,7 +59,17 @@ def test_analyze_with_flags_labels_the_model(tmp_path):
             "--params", 136320, "--layers", 2, "--heads", 4, "--head-dim", 20, "--seq-len", 24)
     d = json.loads(r.output)
     assert d["model"]["source"] == "flags" and d["model"]["mode"] == "training"
-    assert d["model"]["band"] is not None and "inference" in d["model"]["band_caveat"]
+    assert d["model"]["band"] is None and "inference" in d["model"]["band_caveat"]  # no band against --peak-tflops
+
+
+def test_analyze_grades_the_band_against_a_known_device_only():
+    """A band graded against an arbitrary peak (--peak-tflops) says nothing: none; against a table device's, one."""
+    args = ["analyze", CPU / "ns_eager_manual.json.gz", "--format", "json", "--params", 136320, "--layers", 2,
+            "--heads", 4, "--head-dim", 20, "--seq-len", 24]
+    arbitrary = json.loads(run(*args, "--peak-tflops", 0.5).output)["model"]
+    known = json.loads(run(*args, "--hardware", "a100").output)["model"]
+    assert arbitrary["band"] is None
+    assert known["band"] is not None
 
 
 def test_incomplete_model_flags_are_a_usage_error():

@@ -18,6 +18,8 @@ from click.testing import CliRunner
 from tests.builders import FIXTURES
 from traceflops import api
 from traceflops.cli.main import main as cli
+from traceflops.views.experts import imbalance_advice
+from traceflops.views.job_advice import FLOOR
 
 EP = FIXTURES / "dist" / "ep"
 
@@ -73,10 +75,14 @@ def test_job_names_the_busiest_expert_rank():
         assert rows[r]["expert_flops_per_step"] == pytest.approx(want)
         assert rows[r]["flops_vs_group_mean"] == pytest.approx(want / mean)
     busiest = max(per_step, key=lambda r: per_step[r] / (sum(per_step[g] for g in t["ranks"][str(r)]["groups"]["ep"]) / 2))
-    item = next(x for x in d["advice"] if x["kind"] == "expert_imbalance")
-    assert item["data"]["rank"] == busiest
+    item = imbalance_advice(pl.DataFrame(d["experts"]))
+    assert item is not None and item["data"]["rank"] == busiest
+    # On the job's denominator (the step time summed over ranks) the imbalance is an entry only from the floor: here
+    # the busiest rank's extra expert matmuls take about 0.2% of it, so the job's advice leaves it out.
+    shown = [x for x in d["advice"] if x["kind"] == "expert_imbalance"]
+    assert all(x["scope"] == "job" and x["share"] >= FLOOR and x["data"]["rank"] == busiest for x in shown)
     term = CliRunner().invoke(cli, ["analyze", *files, "--no-cache"])
-    assert "Experts per rank" in term.output and "Experts are imbalanced" in term.output
+    assert "Experts per rank" in term.output
 
 
 def test_no_experts_no_section():

@@ -53,3 +53,40 @@ def test_a_shortfall_without_the_frozen_ratio_still_points_at_t_and_tokens():
     model, executed = _model({"attention": 0.5, "mlp": 0.5, "lm_head": 0.5})
     (w,) = shortfall_warnings(model, _steps(executed))
     assert "check T" in w and "frozen" not in w
+
+
+def _totals(mfu, hfu, extra):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(mfu=mfu, hfu=hfu, loss_budget={"extra_executed": extra})
+
+
+def _hardware(source):
+    from traceflops.core.sections import Hardware
+
+    return Hardware(name="A100-SXM4-80GB", precision="bf16", sparse=False, peak_flops=312e12, devices=1, source=source)
+
+
+def test_mfu_above_hfu_says_why_in_a_few_words():
+    from traceflops.metrics.model_section import with_band
+
+    model, _ = _model({"attention": 2 / 3, "mlp": 2 / 3, "lm_head": 2 / 3})
+    frozen = with_band(model, _totals(0.255, 0.174, -0.081), _hardware("nvidia"))
+    assert frozen.above_executed.startswith("MFU 25.5% above HFU 17.4%: frozen weights (attention, mlp, lm_head)")
+    model, _ = _model({"attention": 0.5, "mlp": 0.5, "lm_head": 0.5})
+    other = with_band(model, _totals(0.255, 0.174, -0.081), _hardware("nvidia"))
+    assert "check T, tokens per step and world size" in other.above_executed
+    only_budget = with_band(model, _totals(0.17, 0.18, -0.02), _hardware("nvidia"))  # recompute hides it from HFU
+    assert only_budget.above_executed.startswith("model FLOPs above the executed ones (extra_executed -2.0%)")
+    fine = with_band(model, _totals(0.17, 0.18, 0.01), _hardware("nvidia"))
+    assert "above_executed" not in fine
+
+
+def test_no_band_against_an_arbitrary_peak():
+    """A band graded against --peak-tflops (or no peak) says nothing: the section holds none; a table device's does."""
+    from traceflops.metrics.model_section import with_band
+
+    model, _ = _model({"mlp": 1.0})
+    assert with_band(model, _totals(0.3, 0.3, 0.0), _hardware("--peak-tflops")).band is None
+    assert with_band(model, _totals(0.3, 0.3, 0.0), None).band is None
+    assert with_band(model, _totals(0.3, 0.3, 0.0), _hardware("nvidia")).band == "room to improve"

@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from tests.builders import FIXTURES
 from traceflops.cli.main import main
 from traceflops.core.errors import EXIT_FORMAT
+from traceflops.core.sections import Hardware, ModelSection, RankAdvice, Totals, encode
 from traceflops.storage.bundle import read_bundle, write_bundle
+from traceflops.storage.summary import read_summary, write_summary
 
 DDP = FIXTURES / "dist" / "ddp"
 
@@ -57,6 +59,9 @@ CASES = {
     "wall_text": (lambda m: m["totals"].update(wall_us="x"), None, "totals' wall_us"),
     "time_list": (lambda m: m["totals"].update(time_us=[1]), None, "totals' time_us"),
     "peak_text": (lambda m: m.update(hardware={"name": "h100", "peak_flops": "fast"}), None, "hardware's peak_flops"),
+    "model_number": (lambda m: m.update(model={**(m["model"] or {}), "source": 1}), None, "its model section"),
+    "no_step_count": (lambda m: m["totals"].pop("step_count"), None, "its totals section"),
+    "hardware_devices": (lambda m: m.update(hardware={**(m["hardware"] or {}), "devices": "two"}), None, "its hardware section"),
     "idle_text": (None, lambda t: t.update(idle=pl.DataFrame({"step": [0], "reason": ["sync"], "dur": ["long"]})), "idle table's dur"),
     "window_text": (None, lambda t: t.update(steps=t["steps"].with_columns(pl.col("window").cast(pl.String))), "steps table's window"),
     "path_text": (None, lambda t: t.update(path_comm=pl.DataFrame({"step": ["a"], "start": [1.0], "end": [2.0]})), "path_comm table's step"),
@@ -77,3 +82,23 @@ def test_values_of_the_wrong_kind_are_a_format_error(sums, tmp_path, case):
 def test_an_empty_table_of_any_shape_is_empty(sums, tmp_path):
     r = edited(sums, tmp_path, tables=lambda t: t.update(collectives=pl.DataFrame({"x": []})))
     assert r.exit_code == 0, r.stderr
+
+
+def test_a_summary_reads_back_typed(sums, tmp_path):
+    s = read_summary(sums / "r0.tfsum")
+    assert isinstance(s.totals, Totals) and (s.model is None or isinstance(s.model, ModelSection))
+    assert s.hardware is None or isinstance(s.hardware, Hardware)
+    assert s.advice and all(isinstance(x, RankAdvice) for x in s.advice)
+    out = tmp_path / "again.tfsum"
+    write_summary(s, out)
+    again = read_summary(out)
+    assert encode([again.hardware, again.model, again.totals, again.advice]) == encode([s.hardware, s.model, s.totals, s.advice])
+
+
+def test_advice_entries_that_are_not_ones_are_left_out(sums, tmp_path):
+    def edit(m):
+        m["advice"] = [{"title": 3}, "text", *m["advice"]]
+
+    r = edited(sums, tmp_path, meta=edit)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["advice"] is not None

@@ -120,22 +120,20 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             _store_report(paths[0], opts, cache_dir, a)
         if left_out:
             a = replace(a, warnings=[*left_out, *a.warnings])
-        if fmt == "json":
-            from traceflops.report.jsonreport import render_chunks
+        from traceflops.report import formats
 
+        if fmt == "json":
             # In pieces: a report of 200 000 steps is hundreds of MB of text. Bytes where stdout has them (a terminal, a
             # file, a pipe), else text (a stream without bytes, such as a StringIO).
             sys.stdout.flush()
             out = getattr(sys.stdout, "buffer", None)
             write = out.write if out is not None else (lambda piece: sys.stdout.write(bytes(piece).decode()))
-            for piece in render_chunks(a):
+            for piece in formats.chunks(a):
                 write(piece)
             write(b"\n")
             (out or sys.stdout).flush()
         else:
-            from traceflops.report.terminal import render
-
-            render(a)
+            formats.show(a)
         write_extras(a, html_out, tables_dir)
 
     run_command(debug, go)
@@ -165,14 +163,14 @@ def _store_report(path, opts, cache_dir, a):
 
 
 def _job(summaries, opts, fmt, pipeline_stages, microbatches, html_out=None, tables_dir=None, input_warnings=()):
-    from traceflops.report import jobreport
+    from traceflops.report import formats
     from traceflops.views.job import job_with_options
 
     job = job_with_options(summaries, opts, pipeline_stages, microbatches, input_warnings)
     if fmt == "json":
-        click.echo(jobreport.render_json(job))
+        click.echo(formats.render(job, "json"))
     else:
-        jobreport.render(job)
+        formats.show(job)
     write_extras(job, html_out, tables_dir)
 
 

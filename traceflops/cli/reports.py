@@ -72,9 +72,9 @@ def write_extras(result, html: str | None = None, tables: str | None = None) -> 
     Says what it wrote on stderr, so stdout stays the report.
     """
     if html:
-        from traceflops.api import to_html
+        from traceflops.report.formats import render
 
-        page = to_html(result)
+        page = render(result, "html")
         try:
             Path(html).parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -89,17 +89,6 @@ def write_extras(result, html: str | None = None, tables: str | None = None) -> 
 
         done = _write_tables(write_job_tables if isinstance(result, Job) else write_tables, result, tables)
         click.echo(printable(f"wrote {len(done)} tables (parquet and csv) to {tables}"), err=True)
-
-
-def _terminal_text(render, value) -> str:
-    """What `render(value, console)` prints, as plain text 160 columns wide (for a file: no colours)."""
-    import io
-
-    from traceflops.report.terminal import console
-
-    buf = io.StringIO()
-    render(value, console(file=buf, width=160, color_system=None))
-    return buf.getvalue()
 
 
 @click.command("annotate")
@@ -186,11 +175,7 @@ def diff_cmd(before, after, fmt, output, fail_if, tolerance, min_steps, allow_un
     kw, debug = _opts(kw)
 
     def go():
-        from traceflops.report.diff import (
-            render_diff_html,
-            render_json,
-            render_terminal,
-        )
+        from traceflops.report import formats
         from traceflops.run.load import analyze
         from traceflops.views.diff import diff
         from traceflops.views.gate import diff_gate, parse_diff_rule
@@ -205,17 +190,11 @@ def diff_cmd(before, after, fmt, output, fail_if, tolerance, min_steps, allow_un
         if gate is not None:
             d["gate"] = gate
         if fmt == "terminal" and not output:
-            render_terminal(d)
+            formats.show(d)
             if gate is not None:
                 gate_lines(gate["rules"], gate["result"], gate["exit_code"], allow_unknown)
             return gate["exit_code"] if gate else 0
-        text = (
-            _terminal_text(render_terminal, d)
-            if fmt == "terminal"
-            else render_json(d)
-            if fmt == "json"
-            else render_diff_html(d)
-        )
+        text = formats.render(d, fmt)
         if output:
             _write_text(output, text)
             click.echo(printable(f"wrote {output}"), err=True)

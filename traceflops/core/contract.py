@@ -34,6 +34,7 @@ from traceflops.core.sections import (
     StepStats,
     TimeUs,
     Totals,
+    WhatIf,
 )
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 
@@ -397,6 +398,7 @@ class Report(msgspec.Struct, kw_only=True):
     modules: list[dict[str, Any]] | None  # time and FLOPs by module (at most 50)
     idle_gaps_by_reason: dict[str, float] | None
     advice: list[AdviceItem]
+    what_if: list[WhatIf]  # each loss removed: the mean step time and MFU after, as bounds (views.counterfactual)
     step_stats: StepStats | None
     critical_path: Annotated[PathSummary, Meta(extra_json_schema=PATH_RULE)] | None
     gemm_shapes: list[dict[str, Any]] | None  # GEMM shapes with wave quantization (at most 30)
@@ -418,7 +420,14 @@ class JobReport(msgspec.Struct, kw_only=True):
     ranks: list[RankRecord]
     collectives: list[CollectiveRecord]
     stragglers: list[dict[str, Any]]  # per step, the rank that arrived last and why
-    advice: list[JobAdviceItem]
+    advice: Annotated[
+        list[JobAdviceItem],
+        Meta(
+            description="two sections, each biggest first and none below 5%: the job's own findings (scope job, "
+            "shares of the step time summed over ranks), then the worst ranks' own top items (scope rank, shares of "
+            "that rank's step time)"
+        ),
+    ]
     pipeline: list[PipelineRow]
     communication: CommunicationRows
     communication_by_rank: list[CommunicationRow] | None

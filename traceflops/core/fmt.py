@@ -111,6 +111,15 @@ def short(s: Any, n: int = 48, none: str = "(none)") -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def named(s: Any, n: int = 70, none: str = "(none)") -> str:
+    """A kernel's or module's name inside a sentence (advice evidence): whole when it fits in `n` characters, else
+    shortened by meaning (`kernel_short`), never cut mid-name, so what the line names can still be searched for."""
+    if s is None:
+        return none
+    s = str(s)
+    return s if len(s) <= n else kernel_short(s)
+
+
 def printable(s: Any, n: int | None = None, keep_newlines: bool = False) -> str:
     """Text from a trace made safe for a terminal: control characters as visible `\\xNN`, then cut to `n` (escaping
     first, so a cut never leaves half an escape sequence).
@@ -177,3 +186,106 @@ def budget_unknown_words(u: BudgetUnknown) -> str:
         f"loss budget: {', '.join(u.terms)} unknown: {u.why}. Together they hold {pct(u.share)} "
         f"of peak × time ({u.holds}); the terms shown sum to {pct(1.0 - u.share)}"
     )
+
+
+# --- kernel names shortened by meaning (terminal tables; the whole name stays in JSON, HTML and the tables) ---
+
+# Template arguments that only carry plumbing (wrappers, iterators, scalar types, traits): a kernel's distinguishing
+# argument is the first other name among its template arguments.
+_PLUMBING_WORDS = (
+    "gpu_kernel_impl gpu_kernel_impl_nocast BinaryFunctor UnaryFunctor AUnaryFunctor BUnaryFunctor "
+    "ReduceOp TensorIteratorBase TensorIterator TensorBase Tensor Scalar TensorListMetadata TensorInfo "
+    "OpaqueType Array array OffsetCalculator TrivialOffsetCalculator LoadWithCast StoreWithCast "
+    "LoadWithoutCast StoreWithoutCast GenericPackedTensorAccessor PackedTensorAccessor32 "
+    "PackedTensorAccessor64 RestrictPtrTraits DefaultPtrTraits CatArrInputTensorMetadata TensorSizeStride "
+    "MatrixShape lambda operator const volatile unsigned signed int long short char float double bool "
+    "void half Half BFloat16 float2 float4 nullptr decltype true false type exists enable_if"
+)
+_PLUMBING = frozenset(_PLUMBING_WORDS.split())
+_GENERIC_BASE = re.compile(r"^(?:kernel|Kernel\d*|device_kernel|kernel_entry|trampoline_kernel)$")
+_QUALIFIED = re.compile(r"(?<![\w:])(?:[A-Za-z_]\w*::)*[A-Za-z_]\w*")
+_CAST = re.compile(r"\([\w:]+\)-?\d+")  # (cudnnKernelDataType_t)0: an enum value as a template argument
+_OPEN, _CLOSE = "<({[", ">)}]"
+
+
+def _plumbing(ident: str) -> bool:
+    return (
+        ident in _PLUMBING
+        or ident.endswith(("_t", "Traits", "_traits", "Params", "_params", "Metadata"))
+        or ident.startswith(("__", "Float8", "float8"))
+        or re.fullmatch(r"(?:Binary|Unary|Pointwise)Op\w*Functor", ident) is not None
+    )
+
+
+def _top_level(s: str) -> list[tuple[int, str]]:
+    """(depth before, character) of `s`, angle brackets counted only outside parentheses (`(8)>(0)` is no close)."""
+    out: list[tuple[int, str]] = []
+    stack: list[str] = []
+    for ch in s:
+        out.append((len(stack), ch))
+        if ch == "<" and (not stack or stack[-1] != "("):
+            stack.append("<")
+        elif ch in "({[":
+            stack.append(ch)
+        elif stack and ch == _CLOSE[_OPEN.index(stack[-1])]:
+            stack.pop()
+    return out
+
+
+def _matching(s: str, at: int) -> int:
+    """The index of the `>` closing the `<` at `at` (the end of `s` when none does)."""
+    for i, (d, ch) in enumerate(_top_level(s[at:])):
+        if d == 1 and ch == ">" and i > 0:
+            return at + i
+    return len(s)
+
+
+def kernel_short(name: Any) -> str:
+    """A kernel's name as a reader tells kernels apart, for narrow tables: `void`, the return type, the namespaces, the
+    parameters and the template arguments dropped (`<…>`), the distinguishing template argument kept in parentheses.
+
+    `void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, ...>(int, ...)` reads
+    `vectorized_elementwise_kernel<…> (CUDAFunctor_add)`; a name that is not a C++ signature (`sm90_xmma_gemm_…`,
+    `triton_poi_fused_add_0`, `aten::mm`) is returned as it is. Deterministic; never cuts.
+    """
+    s = str(name).strip()
+    if "<" not in s and "(" not in s:
+        return s
+    s = s.replace("(anonymous namespace)::", "")
+    chars = _top_level(s)
+    # the function: the first space-separated top-level token with a parameter list (what precedes it is its type)
+    start = 0
+    for i, (d, ch) in enumerate(chars):
+        if d == 0 and ch == " ":
+            start = i + 1
+        elif d == 0 and ch == "(":
+            break
+    else:
+        start = 0 if "<" not in s else start
+    head = s[start:]
+    parts: list[tuple[str, str]] = []  # (name, template arguments) of each `::` segment
+    pos = 0
+    while m := re.match(r"[A-Za-z_~]\w*", head[pos:]):
+        seg, pos, targs = m.group(), pos + m.end(), ""
+        if head.startswith("<", pos):
+            close = _matching(head, pos)
+            targs, pos = head[pos + 1 : close], close + 1
+        parts.append((seg, targs))
+        if not head.startswith("::", pos):
+            break
+        pos += 2
+    if not parts:
+        return str(name).strip()
+    base, targs = parts[-1]
+    if _GENERIC_BASE.match(base) and len(parts) > 1:
+        base = f"{parts[-2][0]}::{base}"
+    if not targs:
+        return base
+    args = _CAST.sub("", targs)
+    if re.fullmatch(r"[A-Za-z_]\w*", args.strip()):  # one plain name: it is the kernel (cutlass::Kernel<cutlass_80_…>)
+        return f"{base}<{args.strip()}>"
+    ident = next(
+        (q.rsplit("::", 1)[-1] for q in _QUALIFIED.findall(args) if not _plumbing(q.rsplit("::", 1)[-1])),
+        None,
+    )
+    return f"{base}<…>" + (f" ({ident})" if ident else "")

@@ -22,8 +22,10 @@ from traceflops.core.sections import (
     ModelSection,
     OutsideSteps,
     PathSummary,
+    RankAdvice,
     StepStats,
     Totals,
+    WhatIf,
 )
 from traceflops.core.trace import Trace
 
@@ -58,7 +60,6 @@ class Analysis:
     totals: Totals
     outside_steps: OutsideSteps | None
     warnings: list[str] = field(default_factory=list)
-    ranks: list[dict[str, Any]] = field(default_factory=list)
     partition: pl.DataFrame | None = None  # per (device, step): time classes and overlays, µs
     idle_gaps: pl.DataFrame | None = None
     launch_stats: pl.DataFrame | None = None
@@ -68,6 +69,7 @@ class Analysis:
     by_module: pl.DataFrame | None = None
     by_gemm_shape: pl.DataFrame | None = None  # per GEMM shape, with wave-quantization hints
     advice: list[AdviceItem] = field(default_factory=list)  # ranked by the share of step time it would recover
+    what_if: list[WhatIf] = field(default_factory=list)  # each loss removed: step time and MFU after, as bounds
     step_stats: StepStats | None = None  # variance, outlier and warm-up steps
     critical_path: pl.DataFrame | None = (
         None  # per step: the contiguous segments of what bounded it (stages.critical_path)
@@ -119,17 +121,17 @@ class RankSummary:
     rank: int | None
     world_size: int | None
     path: str | None
-    hardware: Hardware | dict[str, Any] | None  # a stored summary's: as read back (storage.summary checks it)
-    model: ModelSection | dict[str, Any] | None
+    hardware: Hardware | None  # a stored summary's: decoded into the section (storage.summary checks it)
+    model: ModelSection | None
     steps: pl.DataFrame  # per step: window, FLOPs, partition, model FLOPs
     collectives: pl.DataFrame  # per collective kernel: pg, seq, kind, ts, end, bytes, group_size, step
     idle: pl.DataFrame  # per step and reason: idle µs
-    totals: Totals | dict[str, Any]
+    totals: Totals
     warnings: list[str] = field(default_factory=list)
     path_comm: pl.DataFrame | None = (
         None  # the critical path's communication segments: step, start, end (µs, own clock)
     )
-    advice: list[dict[str, Any]] = field(default_factory=list)  # the rank's top advice headlines (kind, title, share)
+    advice: list[RankAdvice] = field(default_factory=list)  # the rank's top advice headlines (shares of its step time)
     communication: pl.DataFrame | None = (
         None  # per dimension, phase and kind over the counted steps (views.collectives)
     )
@@ -148,7 +150,7 @@ class Job:
     totals: JobTotals
     warnings: list[str]
     summaries: list[RankSummary]
-    # the job's "what to try": waits on late ranks, ranks' own top items
+    # the job's "what to try": its own findings (scope "job"), then the worst ranks' own top items (scope "rank")
     advice: list[JobAdviceItem] = field(default_factory=list)
     communication: pl.DataFrame | None = (
         None  # per dimension, phase and kind over all ranks (views.collectives.across_ranks)
@@ -175,12 +177,12 @@ class Job:
 
     def mean_budget(self) -> dict[str, float | None] | None:
         """Each loss-budget term's mean over the ranks that know it (None without any rank's budget)."""
-        budgets = [b for s in self.summaries if (b := s.totals.get("loss_budget"))]
+        budgets = [b for s in self.summaries if (b := s.totals.loss_budget)]
         if not budgets:
             return None
         out = {}
         for k in dict.fromkeys(k for b in budgets for k in b):
-            known = [b[k] for b in budgets if b.get(k) is not None]
+            known = [v for b in budgets if (v := b.get(k)) is not None]
             out[k] = sum(known) / len(known) if known else None
         return out
 

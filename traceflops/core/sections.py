@@ -154,8 +154,11 @@ class ModelSection(Section, frozen=True, kw_only=True):
     notes: list[str] | UnsetType = UNSET
     by_part: list[ModelPart] | None | UnsetType = UNSET
     note: str | UnsetType = UNSET
-    band: str | None  # the MFU band (training only)
+    band: str | None  # the MFU band (training, against a known device's peak only: none against --peak-tflops)
     band_caveat: str
+    # Why the model's FLOPs exceed those executed (MFU above HFU, a negative extra_executed), in a few words
+    # (metrics.model_section.above_executed); absent when they do not.
+    above_executed: str | UnsetType = UNSET
 
 
 # --- totals --------------------------------------------------------------------------------------------------------
@@ -339,7 +342,9 @@ class AdviceItem(Section, frozen=True, kw_only=True):
     unit: str
     term: str
     recoverable_us: float
-    mfu_after: float | None
+    mfu_after: float | None  # the MFU if it were recovered, model FLOPs unchanged: a bound (views.counterfactual)
+    step_time_after_us: float | None  # the mean counted step if it were recovered (null: it cannot be bounded)
+    bound: str | None  # why it cannot buy more
     evidence: list[str]
     remedies: list[str]
     data: dict[str, Any]
@@ -373,9 +378,23 @@ class Clock(Section, frozen=True, kw_only=True):
     residual_skew_us: float | None
 
 
-class JobAdviceItem(Section, frozen=True, kw_only=True):
-    """One entry of a job's "what to try": a job-level finding, or a title the ranks' own advice shares."""
+class RankAdvice(Section, frozen=True, kw_only=True):
+    """One of a rank's top "what to try" headlines, as its summary keeps it for the job (shares of its own step
+    time)."""
 
+    kind: str | None
+    title: str
+    share: float | None
+    recoverable: float | None
+    term: str | None
+
+
+class JobAdviceItem(Section, frozen=True, kw_only=True):
+    # The docstring is this section's description in schema/report.schema.json: one line.
+    """One entry of a job's "what to try": a finding across ranks (scope "job"), or one rank's own top item (scope "rank")."""  # noqa: E501
+
+    scope: Literal["job", "rank"]
+    rank: int | None  # scope "rank": the rank whose own item it is (where the item is largest); "job": null
     kind: str | None
     term: str | None
     title: str
@@ -385,3 +404,25 @@ class JobAdviceItem(Section, frozen=True, kw_only=True):
     evidence: list[str]
     remedies: list[str]
     data: dict[str, Any]
+    # The late ranks' counterfactual (kind "late_rank"): the job's mean step time now and if every rank arrived at its
+    # collectives at the median rank's pace, the job MFU then, and why these are bounds.
+    step_time_us: float | None | UnsetType = UNSET
+    step_time_after_us: float | None | UnsetType = UNSET
+    mfu_after: float | None | UnsetType = UNSET
+    bound: str | UnsetType = UNSET
+
+
+# --- counterfactuals -----------------------------------------------------------------------------------------------
+
+
+class WhatIf(Section, frozen=True, kw_only=True):
+    """What removing one loss-budget term would buy: the mean counted step now and after, and the MFU now and after
+    (model FLOPs unchanged), as bounds, with why they cannot be more."""
+
+    term: str
+    title: str  # the "if …" clause
+    step_time_us: float
+    step_time_after_us: float | None  # null: the loss cannot be bounded
+    mfu: float | None
+    mfu_after: float | None
+    bound: str

@@ -10,9 +10,10 @@ import orjson
 import polars as pl
 from msgspec import UNSET
 
-from traceflops.core import sections
+from traceflops.core import fmt, sections
+from traceflops.core import hardware as hw
 from traceflops.core.results import ModelOptions
-from traceflops.core.sections import ModelPart, ModelSection
+from traceflops.core.sections import Hardware, ModelPart, ModelSection, Totals
 from traceflops.flops import model as mf
 
 
@@ -303,6 +304,48 @@ def model_section(opt: ModelOptions, ops, steps, mode, world, warnings):
     return model, per.cast(pl.Float64), no_attn.cast(pl.Float64)
 
 
-def with_band(model: ModelSection, mfu: float | None) -> ModelSection:
-    """The section with the MFU band (training only: the band grades a training run's MFU)."""
-    return sections.replace(model, band=mf.verdict_band(mfu) if mfu is not None and model.mode == "training" else None)
+def known_peak(hardware: Hardware | None) -> bool:
+    """Whether the peak is a known device's (the hardware table's), not one given with --peak-tflops: a band graded
+    against an arbitrary peak says nothing."""
+    return hardware is not None and hardware.source != "--peak-tflops" and hw.lookup(hardware.name) is not None
+
+
+def above_executed(model: ModelSection, totals: Totals) -> str | None:
+    """Why the model's FLOPs exceed those the trace executed, in a few words for the headline; None when they do not.
+
+    Told by the utilization (MFU above HFU) or by the loss budget (a negative extra_executed: the model FLOPs above the
+    executed ones less recompute). The cause is the model section's: parts whose weights ran no weight gradients
+    (frozen: expected), parts the step did not run, else the description (T, tokens per step, world size).
+    """
+    mfu, hfu = totals.mfu, totals.hfu
+    above = mfu is not None and hfu is not None and mfu > hfu * (1 + 1e-9)
+    extra = (totals.loss_budget or {}).get("extra_executed")
+    negative = extra is not None and extra < -EXTRA_TOLERANCE
+    if not above and not negative:
+        return None
+    what = (
+        f"MFU {fmt.pct(mfu)} above HFU {fmt.pct(hfu)}"
+        if above
+        else f"model FLOPs above the executed ones (extra_executed {fmt.pct(extra)})"
+    )
+    frozen = frozen_parts(model)
+    missing = [p.part for p in model.by_part or [] if p.trace_flops_per_step == 0 and p.part is not None]
+    if frozen:
+        why = f"frozen weights ({', '.join(frozen)}): no weight gradients ran, 6N counts them; expected"
+    elif missing:
+        why = f"the step did not run the model's {', '.join(missing)} GEMMs on every token"
+    else:
+        why = "check T, tokens per step and world size against the trace"
+    return f"{what}: {why}"
+
+
+EXTRA_TOLERANCE = 1e-6  # an extra_executed this far below 0 is model FLOPs above the executed ones, not rounding
+
+
+def with_band(model: ModelSection, totals: Totals, hardware: Hardware | None) -> ModelSection:
+    """The section with the MFU band (training against a known device's peak only: none against --peak-tflops) and why
+    the model's FLOPs exceed the executed ones, where they do."""
+    mfu = totals.mfu
+    band = mf.verdict_band(mfu) if mfu is not None and model.mode == "training" and known_peak(hardware) else None
+    why = above_executed(model, totals)
+    return sections.replace(model, band=band, **({"above_executed": why} if why is not None else {}))

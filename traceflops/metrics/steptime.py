@@ -15,43 +15,38 @@ from traceflops.core.results import ModelOptions
 from traceflops.core.sections import Totals
 from traceflops.core.vocab import GAP_REASONS, OVERLAYS, PARTITION
 from traceflops.metrics import budget as bd
-from traceflops.stages import roofline
-from traceflops.stages import timeline as tl
 
 
-def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None, devices: list) -> pl.DataFrame:
-    """Each step's time partition, overlays (the mean over `devices`) and loss budget against `peak` (all of them)."""
-    mine = tl.on_devices(part, devices).select(pl.exclude("start", "window", "device"))
-    if len(devices) > 1:
+def attach_time(steps: pl.DataFrame, part: pl.DataFrame, peak: float | None, devices: int) -> pl.DataFrame:
+    """Each step's time partition, overlays (the mean over the program's `devices`, whose rows `part` holds) and loss
+    budget against `peak` (all of them)."""
+    mine = part.select(pl.exclude("start", "window", "device"))
+    if devices > 1:
         mine = mine.group_by("step", maintain_order=True).agg(
-            [pl.col(c).sum() / len(devices) for c in mine.columns if c != "step"]
+            [pl.col(c).sum() / devices for c in mine.columns if c != "step"]
         )
     rows = mine.rename({c: f"time_{c}" for c in (*PARTITION, *OVERLAYS)})
     steps = steps.join(rows, on="step", how="left")
     return steps.with_columns(loss_budget=pl.Series(bd.step_budgets(steps, peak), dtype=pl.Object))
 
 
-def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions, devices: list) -> dict[str, float] | None:
-    """Why the devices sat idle, per device (the mean over `devices`): each gap is explained by the first rule that
-    decides it."""
+def idle_by_reason(gaps: pl.DataFrame | None, opt: ModelOptions, devices: int) -> dict[str, float] | None:
+    """Why the program's devices sat idle, per device (the mean over the `devices` whose gaps `gaps` holds): each gap
+    is explained by the first rule that decides it."""
     if gaps is None:
         return None
-    use = tl.on_devices(gaps, devices).filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    use = gaps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     got = dict(use.group_by("reason").agg(pl.col("dur").sum()).iter_rows())
-    return {r: float(got.get(r, 0.0)) / len(devices) for r in GAP_REASONS}
+    return {r: float(got.get(r, 0.0)) / devices for r in GAP_REASONS}
 
 
-def memory_bound_us(
-    kernels: pl.DataFrame, roof: pl.DataFrame, steps: pl.DataFrame, opt: ModelOptions, devices: list
-) -> float:
+def memory_bound_us(bound: pl.DataFrame, opt: ModelOptions, devices: int) -> float:
     """Device time during which a memory-bound kernel ran (union over streams, within the analysed steps; per
-    device)."""
-    bound = kernels.filter(roofline.memory_bound_overlay(roof))
+    device): `bound` is `roofline.memory_bound_partition` on the program's `devices`."""
     if bound.height == 0:
         return 0.0
-    mb = tl.partition(bound, steps.select("step", "name", "ts", "dur", "start", "window"))
-    mb = tl.on_devices(mb, devices).filter(~pl.col("step").is_in(list(opt.exclude_steps)))
-    return float((mb["window"] - mb["idle"]).sum()) / len(devices)
+    mb = bound.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
+    return float((mb["window"] - mb["idle"]).sum()) / devices
 
 
 def attach_launch_stats(steps: pl.DataFrame, stats: pl.DataFrame | None) -> pl.DataFrame:

@@ -10,7 +10,6 @@ import polars as pl
 from traceflops.core import fmt, sections
 from traceflops.core.results import ModelOptions
 from traceflops.core.sections import OutsideSteps, Totals, UnknownKernel
-from traceflops.core.trace import Trace
 from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
 from traceflops.flops.aten import OP_FLOPS_MAX, OUT_OF_RANGE
 from traceflops.flops.kernels import family_of
@@ -282,15 +281,6 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Tot
             f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"
         ]
     return out + [f"{n} matmul ops have FLOPs that cannot be derived from their inputs"]
-
-
-def rank_row(trace: Trace, totals: Totals) -> dict[str, Any]:
-    return {
-        "rank": trace.meta.get("rank"),
-        "wall_us": totals.wall_us,
-        "device_mfu": totals.mfu,
-        "hfu": totals.hfu,
-    }
 
 
 def window_warnings(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import polars as pl
+from msgspec import UNSET
 from rich.console import Console
 from rich.table import Table
 
@@ -22,7 +23,7 @@ from traceflops.core.contract import (
     step_record,
 )
 from traceflops.core.results import Job
-from traceflops.core.sections import Hardware, ModelSection, encode, json_default
+from traceflops.core.sections import encode, json_default
 from traceflops.report.jsonreport import SCHEMA
 from traceflops.report.terminal import BAR, communication_table, printable_console, text
 
@@ -37,12 +38,11 @@ def report(job: Job) -> JobReport:
     return JobReport(
         schema=SCHEMA,
         inputs=[
-            InputRecord(path=s.path, format=None, rank=s.rank, device=(s.hardware or {}).get("name"))
+            InputRecord(path=s.path, format=None, rank=s.rank, device=s.hardware.name if s.hardware else None)
             for s in job.summaries
         ],
-        # A stored summary reads its sections back as plain objects, which encode to the same JSON.
-        hardware=cast(Hardware | None, first.hardware if first else None),
-        model=cast(ModelSection | None, first.model if first else None),
+        hardware=first.hardware if first else None,
+        model=first.model if first else None,
         steps=[step_record(r, s.rank) for s in job.summaries for r in s.steps.iter_rows(named=True)],
         job_steps=[
             {
@@ -222,7 +222,7 @@ def stacked_bar(budget: dict[str, Any]) -> str:
 def budget_table(c: Console, job: Job) -> None:
     """Each rank's own loss budget (its totals' `loss_budget`, over its own wall), terms as columns and as one stacked
     bar."""
-    budgets = {s.rank: (s.totals or {}).get("loss_budget") for s in job.summaries}
+    budgets = {s.rank: s.totals.loss_budget for s in job.summaries}
     if not any(budgets.values()):
         return
     terms = [k for k in next(b for b in budgets.values() if b) if any((b or {}).get(k) for b in budgets.values())]
@@ -241,28 +241,40 @@ def budget_table(c: Console, job: Job) -> None:
 
 
 def job_advice_lines(c: Console, job: Job) -> None:
-    """The job's own items (waits on a late rank): title, share, evidence, remedies; the ranks' items come after."""
-    own = [x for x in job.advice if "ranks" not in (x.get("data") or {})]
+    """The job's own items (scope "job": waits on a late rank, the pipeline bubble, expert imbalance), biggest first,
+    their denominator said once: title, share, the job at the median rank's pace, evidence, remedies."""
+    own = [x for x in job.advice if x.scope == "job"]
     if not own:
         return
-    c.print("[bold]What to try for the job[/bold]")
+    c.print(f"[bold]What to try for the job[/bold] (shares {text(own[0].unit)}, biggest first)")
     for i, x in enumerate(own, 1):
-        c.print(f" {i}. [bold]{text(x['title'])}[/bold]  {fmt.pct(x.get('share'))} {text(x.get('unit'))}")
-        for line in x.get("evidence") or []:
+        c.print(f" {i}. [bold]{text(x.title)}[/bold]  {fmt.pct(x.share)}")
+        if x.step_time_after_us is not UNSET and x.step_time_after_us is not None:
+            mfu_after = None if x.mfu_after is UNSET else x.mfu_after
+            step = None if x.step_time_us is UNSET else x.step_time_us
+            c.print(
+                f"    if the late ranks ran at the median rank's pace: MFU {fmt.pct(job.totals.mfu)} → ≤ "
+                f"{fmt.pct(mfu_after)}, step time {fmt.duration(step)} → ≥ {fmt.duration(x.step_time_after_us)}"
+            )
+            if x.bound is not UNSET:
+                c.print(f"    [dim]({text(x.bound)})[/dim]")
+        for line in x.evidence:
             c.print(f"    {text(line)}")
-        if x.get("remedies"):
-            c.print(f"    try: {text('; '.join(x['remedies']))}")
+        if x.remedies:
+            c.print(f"    try: {text('; '.join(x.remedies))}")
 
 
 def advice_lines(c: Console, job: Job) -> None:
-    """The ranks' own top items, a title once with the ranks it tops and each rank's share (`Job.advice`, per rank)."""
-    items = [x for x in job.advice if "ranks" in (x.get("data") or {})]
+    """The worst ranks' own top items (scope "rank"), biggest first, each title on the rank where it is largest, their
+    denominator said once."""
+    items = [x for x in job.advice if x.scope == "rank"]
     if not items:
         return
-    c.print("[bold]What to try, per rank (each rank's top items, by the step time it would recover there)[/bold]")
-    for x in items:
-        shares = ", ".join(f"{text(r)}: {fmt.pct(v)}" for r, v in x["data"]["shares"].items())
-        c.print(f" {text(x['title'])}  [dim]{fmt.ranks(x['data']['ranks'])} ({shares})[/dim]")
+    c.print(f"[bold]What to try on the worst ranks[/bold] (shares {text(items[0].unit)}, biggest first)")
+    for i, x in enumerate(items, 1):
+        c.print(f" {i}. [bold]{text(x.title)}[/bold]  {fmt.pct(x.share)} on rank {text(x.rank)}")
+        for line in x.evidence:
+            c.print(f"    [dim]{text(line)}[/dim]")
 
 
 def warning_lines(job: Job) -> list[str]:

@@ -47,6 +47,7 @@ def report(a: Analysis) -> Report:
         modules=_rows(a.by_module, 50),
         idle_gaps_by_reason=a.totals.idle_us_by_reason,
         advice=a.advice,
+        what_if=a.what_if,
         step_stats=a.step_stats,
         critical_path=a.path_summary,
         gemm_shapes=_rows(a.by_gemm_shape, 30),

@@ -7,25 +7,34 @@ window titles, hyperlinks), then cut, then rich markup escaped (a kernel named
 the renderers' default console and shows control characters in any string it
 renders, the guard for a value a renderer did not pass through `text`.
 
-Piped (CI logs, `| tee`, `| cat`) the console is `PIPE_WIDTH` columns wide and
-names print whole (wrapped inside their cell), lines outside tables unwrapped:
-a log is read later, often searched, and a cut name or number cannot be found. On a terminal its width
-is kept; names may be cut there, numbers never (their columns never wrap).
+Tables read at any width (`grid`): numbers are never cut; on a terminal a kernel
+name is shortened by meaning (`fmt.kernel_short`) and cut to its column; below
+the width every column needs, headers shorten, a long prose column leaves the
+table for lines beneath it, and then each row is stacked (its name on one line,
+its values labelled beneath): no column is dropped, none wraps word by word.
+
+Piped (CI logs, `| tee`, `| less`) the console is `COLUMNS` wide, else
+`PIPE_WIDTH`, and lines are wrapped to it; names print whole: a table whose
+names do not fit its column numbers its rows and lists each whole name on a
+line of its own beneath it (a log is read later, often searched, and a cut name
+cannot be found).
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from msgspec import UnsetType
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from traceflops.core import fmt
 from traceflops.core.results import Analysis
-from traceflops.core.sections import AdviceItem, PathSummary, StepStats, Totals
+from traceflops.core.sections import AdviceItem, PathSummary, StepStats, Totals, WhatIf
 from traceflops.core.vocab import (
     HEADLINE_WARNINGS,
     OUTLIER_RULES,
@@ -35,9 +44,10 @@ from traceflops.core.vocab import (
 )
 from traceflops.report import present
 
-PIPE_WIDTH = 200  # columns when the output is not a terminal
+PIPE_WIDTH = 100  # columns when the output is not a terminal and COLUMNS does not say
 BAR = 40  # cells of a full (100%) bar
-NAME_CUT = 60  # characters of a kernel or module name on a terminal
+BAR_MIN = 10  # the fewest cells a bar column shrinks to
+NAME_MIN = 16  # the fewest columns a cut name keeps on a terminal before the rows stack
 
 # What an MFU band says, in one line (the bands are `flops.model.verdict_band`'s). Dense training only: `band_caveat`
 # says where the bands do not apply.
@@ -60,16 +70,20 @@ class _PrintableConsole(Console):
         return super().render_str(fmt.printable(text, keep_newlines=True), **kw)
 
 
+def pipe_width() -> int:
+    """The width of output that is not a terminal: `COLUMNS` when it says one, else `PIPE_WIDTH`."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    return int(cols) if cols.isdigit() and int(cols) >= 20 else PIPE_WIDTH
+
+
 def printable_console(**kw) -> Console:
     """The console the terminal renderers print on by default (rich's Console arguments).
 
-    Not a terminal and no width given: tables `PIPE_WIDTH` wide and each printed line kept whole (not wrapped), for
-    grep.
+    Not a terminal and no width given: `pipe_width()` columns, lines wrapped to it.
     """
     c = _PrintableConsole(**kw)
     if "width" not in kw and not c.is_terminal:
-        c.width = PIPE_WIDTH
-        c.soft_wrap = "soft_wrap" not in kw or kw["soft_wrap"]
+        c.width = pipe_width()
     return c
 
 
@@ -82,18 +96,156 @@ def text(v, n: int | None = None) -> str:
     return escape(fmt.printable(fmt.NONE if v is None else v, n))
 
 
-def name_column(c: Console, tab: Table, header: str) -> None:
-    """A column of names: whole and wrapped when piped, cut with an ellipsis on a terminal (it gives way before
-    numbers)."""
-    tab.add_column(header, overflow="ellipsis" if c.is_terminal else "fold")
+# --- tables that read at any width ------------------------------------------------------------------------------
 
 
-def name(c: Console, v) -> str | Text:
-    """A kernel or module name: whole when piped; on a terminal one line, cut to the column (plain `Text`: no markup to
-    escape)."""
-    if c.is_terminal:
-        return Text(fmt.printable(fmt.NONE if v is None else v, NAME_CUT), no_wrap=True, overflow="ellipsis")
-    return text(v)
+@dataclass(frozen=True)
+class Col:
+    """A column of `grid`: its header, a shorter one for narrow layouts, and its kind.
+
+    num: right-aligned, never cut; label: a short word (a kind, a step's name), never cut; name: a kernel or module
+    name (shortened by meaning and cut on a terminal, whole when piped); bar: a share (its cells shrink); prose: a
+    sentence (beneath the table when the table would not fit with it).
+    """
+
+    header: str
+    short: str | None = None
+    kind: str = "num"
+
+
+def _overhead(n: int) -> int:
+    """Cells a boxed table of `n` columns spends on borders and padding."""
+    return 3 * n + 1
+
+
+def _bar_cells(share, full: float) -> str:
+    return "" if share is None or share <= 0 else "█" * round(share * full) or "▏"
+
+
+def grid(c: Console, title: str, cols: list[Col], rows: list[list], short_title: str | None = None) -> None:
+    """A table that reads at the console's width: numbers whole, names shortened, else each row stacked."""
+    width, piped = c.width, not c.is_terminal
+    prose = [i for i, col in enumerate(cols) if col.kind == "prose"]
+    shown = [i for i, col in enumerate(cols) if col.kind != "prose"]
+    name_i = next((i for i in shown if cols[i].kind == "name"), None)
+    bar_i = next((i for i in shown if cols[i].kind == "bar"), None)
+    names_whole = (
+        [fmt.printable(fmt.NONE if r[name_i] is None else r[name_i]) for r in rows] if name_i is not None else []
+    )
+    names = names_whole if piped else [fmt.printable(fmt.kernel_short(n)) for n in names_whole]
+    bar_natural = max((len(bar(r[bar_i])) for r in rows), default=0) if bar_i is not None else 0
+
+    def cell(r, i) -> str:
+        return fmt.printable(fmt.NONE if r[i] is None else r[i])
+
+    for headers in ("full", "short"):
+        head = [(col.short if headers == "short" and col.short else col.header) for col in cols]
+        fixed = {
+            i: max([cell_len(head[i]), *(cell_len(cell(r, i)) for r in rows)])
+            for i in shown
+            if i not in (name_i, bar_i)
+        }
+        avail = width - _overhead(len(shown)) - sum(fixed.values())
+        name_natural = max([cell_len(head[name_i]), *map(cell_len, names)]) if name_i is not None else 0
+        bar_w = max(bar_natural, cell_len(head[bar_i])) if bar_i is not None else 0
+        prose_natural = max((cell_len(cell(r, i)) for r in rows for i in prose), default=0)
+        with_prose = prose and avail - name_natural - bar_w - 3 - max(prose_natural, 7) >= 0
+        if avail < name_natural + bar_w and bar_i is not None:
+            bar_w = max(min(BAR_MIN, bar_w), avail - name_natural)
+        name_w = min(name_natural, avail - bar_w) if name_i is not None else 0
+        if avail - bar_w < 0 or (name_i is not None and name_w < min(name_natural, NAME_MIN)):
+            continue
+        if headers == "full" and name_i is not None and name_w < name_natural and not piped:
+            shorter = [col.short or col.header for col in cols]
+            gain = sum(cell_len(a) - cell_len(b) for a, b in zip(head, shorter, strict=True))
+            if gain > 0 and all(cell_len(b) <= fixed.get(i, 0) or i in (name_i, bar_i) for i, b in enumerate(shorter)):
+                pass  # the short headers free no column: keep these
+            elif gain > 0:
+                continue  # short headers give the names more room
+        legend = piped and name_i is not None and name_w < name_natural
+        t = Table(title=title if headers == "full" or short_title is None else short_title)
+        if legend:
+            t.add_column("#", justify="right", no_wrap=True)
+            name_w -= 3 + len(str(len(rows)))
+            if name_w < min(name_natural, NAME_MIN):
+                continue
+        for i in shown + (prose if with_prose else []):
+            kind = cols[i].kind
+            w = {"name": name_w, "bar": bar_w}.get(kind, fixed.get(i))
+            t.add_column(
+                head[i],
+                justify="right" if kind == "num" else "left",
+                no_wrap=kind != "prose",
+                width=w,
+                min_width=w,
+                max_width=w,
+                overflow="fold" if kind == "prose" else "ellipsis",
+            )
+        full = BAR * bar_w / bar_natural if bar_natural > bar_w else BAR
+        for k, r in enumerate(rows):
+            out = [str(k + 1)] if legend else []
+            for i in shown + (prose if with_prose else []):
+                kind = cols[i].kind
+                if kind == "name":
+                    shown_name = fmt.kernel_short(names_whole[k]) if legend else names[k]
+                    out.append(escape(fmt.short(shown_name, name_w)))
+                elif kind == "bar":
+                    out.append(_bar_cells(r[i], full)[:bar_w])
+                elif kind == "prose":
+                    out.append(f"[dim]{escape(cell(r, i))}[/dim]")
+                else:
+                    out.append(escape(cell(r, i)))
+            t.add_row(*out)
+        c.print(t)
+        if legend:
+            for k, n in enumerate(names_whole):
+                c.print(f"  {k + 1}. {escape(n)}", soft_wrap=True, overflow="ignore", crop=False)
+        if prose and not with_prose:
+            for r in rows:
+                c.print(f"  {escape(cell(r, shown[0]))}: [dim]{' '.join(escape(cell(r, i)) for i in prose)}[/dim]")
+        return
+    _stacked(c, title if short_title is None else short_title, cols, rows, names, piped)
+
+
+def _stacked(c: Console, title: str, cols: list[Col], rows: list[list], names: list[str], piped: bool) -> None:
+    """Each row as a block: its first column on a line of its own (a name whole when piped, else cut to the width),
+    then its other columns as `header value` pairs, wrapped between pairs, never inside a value."""
+    width = c.width
+    c.print(f"[italic]{escape(title)}[/italic]")
+    name_i = next((i for i, col in enumerate(cols) if col.kind == "name"), None)
+    for k, r in enumerate(rows):
+        first = names[k] if name_i == 0 else fmt.printable(fmt.NONE if r[0] is None else r[0])
+        if piped:
+            c.print(f" {escape(first)}", soft_wrap=True, overflow="ignore", crop=False)
+        else:
+            c.print(f" {escape(fmt.short(first, width - 1))}")
+        pairs = []
+        for i, col in enumerate(cols[1:], 1):
+            head = col.short or col.header
+            if col.kind == "bar":
+                v = _bar_cells(r[i], BAR_MIN)
+                if not v:
+                    continue
+            elif col.kind == "name":
+                v = names[k]
+            else:
+                v = fmt.printable(fmt.NONE if r[i] is None else r[i])
+            pairs.append((f"{head} {v}".strip() if head else v, col.kind == "prose"))
+        line, indent = "", "    "
+        for pair, is_prose in pairs:
+            if is_prose:
+                if line:
+                    c.print(escape(line))
+                    line = ""
+                c.print(f"{indent}[dim]{escape(pair)}[/dim]")
+                continue
+            candidate = f"{line}  {pair}" if line else f"{indent}{pair}"
+            if line and cell_len(candidate) > width:
+                c.print(escape(line))
+                candidate = f"{indent}{pair}"
+            line = candidate
+        if line:
+            c.print(escape(line))
 
 
 def bar(share) -> str:
@@ -123,6 +275,7 @@ def render(a: Analysis, console: Console | None = None, critical_path: PathSumma
     header(c, a)
     phase_table(c, a, known)
     budget_table(c, a)
+    what_if_lines(c, a.what_if)
     time_lines(c, a)
     steps_table(c, a, known)
     kernels_table(c, a)
@@ -134,7 +287,7 @@ def render(a: Analysis, console: Console | None = None, critical_path: PathSumma
     ps = critical_path if critical_path is not None else a.path_summary
     if ps is not None:
         critical_path_section(c, ps)
-    advice_lines(c, a.advice)
+    advice_lines(c, a.advice, a.totals.mfu)
     step_flag_lines(c, a)
     warning_lines(c, a.warnings)
 
@@ -162,6 +315,12 @@ def header(c: Console, a: Analysis) -> None:
         f"[bold]MFU {mfu_low}{fmt.pct(t.mfu)}[/bold] (no attention {fmt.pct(t.mfu_no_attention)})   "
         f"[bold]HFU {hfu_low}{fmt.pct(t.hfu)}[/bold]   model FLOPs: {text(source)}, {text(mode)}"
     )
+    if m is not None and present(m.above_executed) is not None:  # what cannot be right, and why (metrics.model_section)
+        c.print(f"[bold yellow]flag:[/bold yellow] {text(m.above_executed)}")
+    if t.loss_budget_unknown:  # the known terms do not reach 100%
+        c.print(
+            f"[bold yellow]flag:[/bold yellow] [yellow]{text(fmt.budget_unknown_words(t.loss_budget_unknown))}[/yellow]"
+        )
     if low:
         unknown_lines(c, t)
     if m is not None and present(m.seq_len) is not None:
@@ -179,8 +338,6 @@ def header(c: Console, a: Analysis) -> None:
             + ", ".join(f"{text(p)} {fmt.pct(v)}" for p, v in t.mfu_by_precision.items())
             + text(fmt.precision_words(t.mfu_by_precision))
         )
-    if t.loss_budget_unknown:
-        c.print(f"[yellow]{text(fmt.budget_unknown_words(t.loss_budget_unknown))}[/yellow]")
     if m is not None and m.band:
         c.print(f"band: {text(m.band)}  [dim](dense training only; not for inference, small or MoE models)[/dim]")
         meaning = BAND_MEANING.get(m.band)
@@ -212,21 +369,20 @@ def unknown_lines(c: Console, t: Totals) -> None:
         "[/bold yellow]; largest matmul kernels with unknown FLOPs:"
     )
     for k in t.unknown_matmul_kernels:
-        c.print(f"  {fmt.duration(k.time_us)} in {k.count} x {text(fmt.short(k.name, 80))}: {text(k.why)}")
+        if c.is_terminal:
+            c.print(f"  {fmt.duration(k.time_us)} in {k.count} x {text(fmt.kernel_short(k.name), 80)}: {text(k.why)}")
+        else:  # the whole name on a line of its own
+            c.print(f"  {fmt.duration(k.time_us)} in {k.count} x: {text(k.why)}")
+            c.print(f"    {text(k.name)}", soft_wrap=True, overflow="ignore", crop=False)
 
 
 def phase_table(c: Console, a: Analysis, known: bool) -> None:
     t = a.totals
     unknown = t.matmul_flops_unknown_count
-    tab = Table(title="Matmul FLOPs by phase")
-    tab.add_column("phase")
-    tab.add_column("matmul ops", justify="right", no_wrap=True)
-    tab.add_column("FLOPs", justify="right", no_wrap=True)
-    for p in PHASES:
-        tab.add_row(p, str(t.matmul_count[p]), flops_cell(t.flops[p], t.matmul_count[p], unknown, known))
+    rows = [[p, str(t.matmul_count[p]), flops_cell(t.flops[p], t.matmul_count[p], unknown, known)] for p in PHASES]
     ops = sum(t.matmul_count.values())
-    tab.add_row("[bold]executed[/bold]", str(ops), flops_cell(t.flops["executed"], ops, unknown, known))
-    c.print(tab)
+    rows.append(["executed", str(ops), flops_cell(t.flops["executed"], ops, unknown, known)])
+    grid(c, "Matmul FLOPs by phase", [Col("phase", kind="label"), Col("matmul ops", "ops"), Col("FLOPs")], rows)
     if unknown:
         c.print(f"{unknown} matmul ops have unknown FLOPs: counted above as ops, not as FLOPs ({fmt.NONE} = unknown)")
 
@@ -236,17 +392,16 @@ def budget_table(c: Console, a: Analysis) -> None:
     if not lb:
         return
     unknown = a.totals.loss_budget_unknown
-    bt = Table(
-        title="Where peak x time went (loss budget, sums to 100%)"
+    title = (
+        "Where peak x time went (loss budget, sums to 100%)"
         if not unknown
         else f"Where peak x time went (loss budget; the unknown terms hold {fmt.pct(unknown['share'])}, see above)"
     )
-    bt.add_column("term")
-    bt.add_column("share", justify="right", no_wrap=True)
-    bt.add_column("", no_wrap=True)
-    for k, v in lb.items():
-        bt.add_row(text(k), fmt.pct(v), bar(v))
-    c.print(bt)
+    rows = [[k, fmt.pct(v), v] for k, v in lb.items()]
+    grid(c, title, [Col("term", kind="label"), Col("share"), Col("", kind="bar")], rows)
+    m = a.model
+    if m is not None and present(m.above_executed) is not None and (lb.get("extra_executed") or 0) < 0:
+        c.print(f"  [yellow]extra_executed {fmt.pct(lb.get('extra_executed'))} < 0:[/yellow] {text(m.above_executed)}")
 
 
 def time_lines(c: Console, a: Analysis) -> None:
@@ -265,27 +420,40 @@ def start_ms(start, first) -> str:
 
 
 def steps_table(c: Console, a: Analysis, known: bool) -> None:
-    st = Table(title="Steps (start: ms after the first step's start)")
-    st.add_column(
-        "step", no_wrap=True, overflow="fold"
-    )  # a step name is never cut: it is what --exclude-step and the trace call it
-    for col in ("start (ms)", "dur (ms)", "executed", "recompute", "MFU", "HFU"):
-        st.add_column(col, justify="right", no_wrap=True)
     first = a.steps["start"].min() if a.steps.height else None
     left_out = set(a.totals.step_count.excluded)
+    rows = []
     for s in a.steps.iter_rows(named=True):
         unknown = s.get("flops_unknown_count") or 0
         step_known = known and s["flops_known"]
-        st.add_row(
-            text(s["name"]) + (" (last)" if s["last"] else ""),
-            start_ms(s["start"], first),
-            fmt.NONE if s["window"] is None else f"{s['window'] / 1e3:.3f}",
-            flops_cell(s["flops_executed"], 1, unknown, step_known),
-            flops_cell(s["flops_recompute"], s.get("count_recompute") or 0, unknown, step_known),
-            fmt.pct(s["mfu"]),
-            fmt.pct(s["hfu"]),  # null where the step's FLOPs are unknown (metrics.utilization.step_metrics)
+        rows.append(
+            [
+                # a step name is never cut: it is what --exclude-step and the trace call it
+                fmt.printable(s["name"]) + (" (last)" if s["last"] else ""),
+                start_ms(s["start"], first),
+                fmt.NONE if s["window"] is None else f"{s['window'] / 1e3:.3f}",
+                flops_cell(s["flops_executed"], 1, unknown, step_known),
+                flops_cell(s["flops_recompute"], s.get("count_recompute") or 0, unknown, step_known),
+                fmt.pct(s["mfu"]),
+                fmt.pct(s["hfu"]),  # null where the step's FLOPs are unknown (metrics.utilization.step_metrics)
+            ]
         )
-    c.print(st)
+    cols = [
+        Col("step", kind="label"),
+        Col("start (ms)", "start"),
+        Col("dur (ms)", "dur"),
+        Col("executed", "exec."),
+        Col("recompute", "recomp."),
+        Col("MFU"),
+        Col("HFU"),
+    ]
+    grid(
+        c,
+        "Steps (start: ms after the first step's start)",
+        cols,
+        rows,
+        short_title="Steps (start, dur: ms; start after the first step's start)",
+    )
     out = [text(s["name"]) for s in a.steps.iter_rows(named=True) if s["step"] in left_out]
     if out:
         c.print(f"not in the totals: {', '.join(out)} (see the warnings)")
@@ -294,23 +462,29 @@ def steps_table(c: Console, a: Analysis, known: bool) -> None:
 def kernels_table(c: Console, a: Analysis) -> None:
     if a.top_kernels is None or not a.top_kernels.height:
         return
-    kt = Table(
-        title="Top recoverable kernels (duration - max(FLOPs/peak, bytes/bandwidth); — = FLOPs and bytes unknown)"
-    )
-    name_column(c, kt, "kernel")
-    for col in ("class", "bound", "count", "time (ms)", "recov. (ms)"):
-        kt.add_column(col, justify="right", no_wrap=True)
+    rows = []
     for r in a.top_kernels.head(8).iter_rows(named=True):
         rec = r["recoverable_us"] if r.get("known", 1) else None
-        kt.add_row(
-            name(c, r["name"]),
-            text(r["cls"]),
-            text(r["bound"]),
-            str(r["count"]),
-            f"{r['dur_us'] / 1e3:.3f}",
-            fmt.NONE if rec is None else f"{rec / 1e3:.3f}",
+        rows.append(
+            [
+                r["name"],
+                r["cls"],
+                r["bound"],
+                str(r["count"]),
+                f"{r['dur_us'] / 1e3:.3f}",
+                fmt.NONE if rec is None else f"{rec / 1e3:.3f}",
+            ]
         )
-    c.print(kt)
+    cols = [
+        Col("kernel", kind="name"),
+        Col("class", kind="label"),
+        Col("bound", kind="label"),
+        Col("count"),
+        Col("time (ms)", "time"),
+        Col("recov. (ms)", "recov."),
+    ]
+    title = "Top recoverable kernels (duration - max(FLOPs/peak, bytes/bandwidth); — = FLOPs and bytes unknown)"
+    grid(c, title, cols, rows, short_title="Top recoverable kernels (ms; recov. = time above the roofline's floor)")
 
 
 def communication_table(
@@ -322,34 +496,39 @@ def communication_table(
         return
     if not tells_dimensions_apart(rows["role"].to_list()):
         return
-    ct = Table(title=title)
-    for col in ("dimension", "phase", "kind"):
-        ct.add_column(col)
-    for col in ("calls", "time (ms)", "exposed", "hidden"):
-        ct.add_column(col, justify="right", no_wrap=True)
-    for r in rows.head(12).iter_rows(named=True):
-        ct.add_row(
-            text(dimension_name(r["role"])),
-            text(r["phase"]),
-            text(r["kind"]),
+    body = [
+        [
+            dimension_name(r["role"]),
+            r["phase"],
+            r["kind"],
             str(r["calls"]),
             f"{r['time_us'] / 1e3:.3f}",
             fmt.pct(r["exposed_share"]),
             fmt.pct(r["overlapped_share"]),
-        )
-    c.print(ct)
+        ]
+        for r in rows.head(12).iter_rows(named=True)
+    ]
+    cols = [
+        Col("dimension", "dim.", kind="label"),
+        Col("phase", kind="label"),
+        Col("kind", kind="label"),
+        Col("calls"),
+        Col("time (ms)", "ms"),
+        Col("exposed"),
+        Col("hidden"),
+    ]
+    grid(c, title, cols, body)
 
 
 def modules_table(c: Console, a: Analysis) -> None:
     if a.by_module is None or not a.by_module.height or not a.by_module["recompute_share"].max():
         return
-    mt = Table(title="Recompute by module")
-    name_column(c, mt, "module")
-    for col in ("time (ms)", "recompute share"):
-        mt.add_column(col, justify="right", no_wrap=True)
-    for r in a.by_module.sort("time_recompute", descending=True).head(8).iter_rows(named=True):
-        mt.add_row(name(c, r["module"]), f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["recompute_share"]))
-    c.print(mt)
+    rows = [
+        [r["module"], f"{r['time_us'] / 1e3:.3f}", fmt.pct(r["recompute_share"])]
+        for r in a.by_module.sort("time_recompute", descending=True).head(8).iter_rows(named=True)
+    ]
+    cols = [Col("module", kind="name"), Col("time (ms)", "ms"), Col("recompute share", "recomp.")]
+    grid(c, "Recompute by module", cols, rows)
 
 
 def critical_path_section(c: Console, ps: PathSummary) -> None:
@@ -360,36 +539,50 @@ def critical_path_section(c: Console, ps: PathSummary) -> None:
         c.print(f"[bold]{title}[/bold]: none: {text(present(ps.why))}")
         return
     meaning = ps.meaning or {}
-    kt = Table(title=f"{title}, over {len(ps.steps or [])} step(s); shares sum to 100%")
-    kt.add_column("kind")
-    kt.add_column("share", justify="right", no_wrap=True)
-    kt.add_column("time", justify="right", no_wrap=True)
-    kt.add_column("", no_wrap=True)
-    kt.add_column("meaning", overflow="fold")
     assert not isinstance(ps.us, UnsetType) and not isinstance(ps.share, UnsetType)  # an available path has both
-    for k, us in ps.us.items():
-        share = ps.share.get(k)
-        kt.add_row(text(k), fmt.pct(share, 2), fmt.duration(us), bar(share), f"[dim]{text(meaning.get(k))}[/dim]")
-    c.print(kt)
+    rows = [
+        [k, fmt.pct(ps.share.get(k), 2), fmt.duration(us), ps.share.get(k), meaning.get(k)] for k, us in ps.us.items()
+    ]
+    cols = [Col("kind", kind="label"), Col("share"), Col("time"), Col("", kind="bar"), Col("meaning", kind="prose")]
+    grid(c, f"{title}, over {len(ps.steps or [])} step(s); shares sum to 100%", cols, rows)
     if ps.top:
-        tt = Table(title="Longest stretches on the path")
-        name_column(c, tt, "stretch")
-        tt.add_column("kind", no_wrap=True)
-        for col in ("time", "segments"):
-            tt.add_column(col, justify="right", no_wrap=True)
-        for s in ps.top:
-            tt.add_row(name(c, s.name), text(s.kind), fmt.duration(s.us), text(s.segments))
-        c.print(tt)
+        rows = [[s.name, s.kind, fmt.duration(s.us), str(s.segments)] for s in ps.top]
+        cols = [Col("stretch", kind="name"), Col("kind", kind="label"), Col("time"), Col("segments", "segm.")]
+        grid(c, "Longest stretches on the path", cols, rows)
     if ps.note:
         c.print(f"  [dim]{text(ps.note)}[/dim]")
 
 
-def advice_lines(c: Console, advice: list[AdviceItem]) -> None:
+def after_words(mfu, mfu_after, step_us, step_after_us) -> str:
+    """ "MFU 31.0% → ≤ 44.0%, step 1.20 ms → ≥ 0.84 ms": a counterfactual as a bound (the numbers are the view's)."""
+    parts = []
+    if mfu is not None and mfu_after is not None:
+        parts.append(f"MFU {fmt.pct(mfu)} → ≤ {fmt.pct(mfu_after)}")
+    if step_after_us is not None:
+        before = "" if step_us is None else f"{fmt.duration(step_us)} → "
+        parts.append(f"step {before}≥ {fmt.duration(step_after_us)}")
+    return ", ".join(parts) if parts else "cannot be bounded"
+
+
+def what_if_lines(c: Console, what_if: list[WhatIf]) -> None:
+    """What removing each loss would buy, at most: one line each, the bound's reason beneath."""
+    if not what_if:
+        return
+    c.print("[bold]What removing each loss would buy, at most[/bold] (model FLOPs unchanged)")
+    for w in what_if:
+        c.print(f" {text(w.term)}: {after_words(w.mfu, w.mfu_after, w.step_time_us, w.step_time_after_us)} {w.title}")
+        c.print(f"    [dim]{text(w.bound)}[/dim]")
+
+
+def advice_lines(c: Console, advice: list[AdviceItem], mfu: float | None = None) -> None:
     if not advice:
         return
     c.print("[bold]What to try, by the step time it would recover[/bold]")
     for i, item in enumerate(advice[:6], 1):
         c.print(f" {i}. {text(item.title)}  [bold]{fmt.pct(item.recoverable)}[/bold]")
+        if item.mfu_after is not None or item.step_time_after_us is not None:
+            after = after_words(mfu, item.mfu_after, None, item.step_time_after_us)
+            c.print(f"    if recovered: {after}" + (f" [dim]({text(item.bound)})[/dim]" if item.bound else ""))
         for ev in item.evidence[:2]:
             c.print(f"    [dim]{text(ev)}[/dim]")
         if item.remedies:

@@ -59,6 +59,7 @@ import polars as pl
 from traceflops.core.dtypes import dtype_of, itemsize
 from traceflops.core.hardware import Hardware
 from traceflops.stages.link import by_row, row_index, spread
+from traceflops.stages.timeline import partition
 
 COLUMNS = (
     "roof_flops",
@@ -352,6 +353,15 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
 def memory_bound_overlay(frame: pl.DataFrame) -> pl.Series:
     """Boolean mask over the roofline frame's rows (= the kernels' rows): memory-bound kernels."""
     return (frame["bound"] == "memory").fill_null(False).alias("memory_bound")
+
+
+def memory_bound_partition(kernels: pl.DataFrame, frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """The time partition of the memory-bound kernels alone (their union over streams per step and device: the
+    `memory_bound` overlay); an empty frame when no kernel is memory-bound."""
+    bound = kernels.filter(memory_bound_overlay(frame))
+    if bound.height == 0:
+        return pl.DataFrame()
+    return partition(bound, steps.select("step", "name", "ts", "dur", "start", "window"))
 
 
 def top_recoverable(frame: pl.DataFrame, n: int = 20) -> pl.DataFrame:

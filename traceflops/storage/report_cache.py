@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 from msgspec import ValidationError
@@ -22,6 +21,7 @@ from traceflops.core.sections import (
     PathSummary,
     StepStats,
     Totals,
+    WhatIf,
     decode,
     encode,
 )
@@ -37,7 +37,7 @@ from traceflops.storage.trace_cache import (
 )
 
 REPORT_TABLES = ("steps", "top_kernels", "by_module", "by_gemm_shape", "communication")
-REPORT_SHAPE = 5  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
+REPORT_SHAPE = 6  # raised when a kept field gains a key or column (steps' flops_known): an older report is never served
 # The Analysis' fields kept, each with the type it is read back as.
 REPORT_FIELDS = {
     "hardware": Hardware | None,
@@ -45,8 +45,8 @@ REPORT_FIELDS = {
     "totals": Totals,
     "outside_steps": OutsideSteps | None,
     "warnings": list[str],
-    "ranks": list[dict[str, Any]],
     "advice": list[AdviceItem],
+    "what_if": list[WhatIf],
     "step_stats": StepStats | None,
     "path_summary": PathSummary | None,
 }

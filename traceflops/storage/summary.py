@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import polars as pl
 
 from traceflops.core.contract import COMMUNICATION_SCHEMA
 from traceflops.core.errors import FormatError
 from traceflops.core.results import RankSummary
-from traceflops.core.sections import encode
+from traceflops.core.sections import Hardware, ModelSection, RankAdvice, Totals, decode, encode, replace
 from traceflops.core.vocab import PARTITION, usable_ranks
 from traceflops.storage.bundle import read_bundle, write_bundle
 
@@ -34,7 +36,7 @@ def write_summary(s: RankSummary, path: str | Path) -> None:
         "model": encode(s.model),
         "totals": encode(s.totals),
         "warnings": s.warnings,
-        "advice": s.advice,
+        "advice": encode(s.advice),
     }
     tables = {"steps": s.steps, "collectives": s.collectives, "idle": s.idle}
     if s.path_comm is not None:
@@ -118,21 +120,50 @@ def _in_range(v) -> bool:
     return v is None or (math.isfinite(v) and v >= 0)
 
 
-def _ranged_totals(t: dict, notes: list[str]) -> dict:
+def _ranged_totals(t: Totals, notes: list[str]) -> Totals:
     """The totals with each negative or non-finite number the job view reads left unknown (None), each said in
     `notes`."""
-    out = dict(t)
+    changes: dict[str, Any] = {}
     for k in _TOTAL_NUMBERS:
-        if not _in_range(t.get(k)):
-            notes.append(f"the summary's totals' {k} {t[k]!r} is not a finite number from 0 (ignored)")
-            out[k] = None
+        v = getattr(t, k)
+        if not _in_range(v):
+            notes.append(f"the summary's totals' {k} {v!r} is not a finite number from 0 (ignored)")
+            changes[k] = None  # wall_us too: unknown, as the summary's other out-of-range numbers
     for g, keys in _TOTAL_GROUPS.items():
-        if isinstance(t.get(g), dict):
-            out[g] = dict(t[g])
-            for k in keys:
-                if not _in_range(t[g].get(k)):
-                    notes.append(f"the summary's totals' {g}.{k} {t[g][k]!r} is not a finite number from 0 (ignored)")
-                    out[g][k] = None
+        group = getattr(t, g)
+        if isinstance(group, dict):
+            bad = [k for k in keys if not _in_range(group.get(k))]
+            for k in bad:
+                notes.append(f"the summary's totals' {g}.{k} {group[k]!r} is not a finite number from 0 (ignored)")
+            if bad:
+                changes[g] = {**group, **dict.fromkeys(bad)}
+    return replace(t, **changes) if changes else t
+
+
+_SECTIONS = {"hardware": Hardware, "model": ModelSection, "totals": Totals}
+
+
+def _sections(meta: dict, path) -> dict[str, Any]:
+    """The stored hardware, model and totals decoded into their sections (None where stored as null); FormatError,
+    naming the field at fault, when one does not read as its section."""
+    out = {}
+    for name, kind in _SECTIONS.items():
+        v = meta.get(name)
+        try:
+            out[name] = None if v is None else decode(v, kind)
+        except msgspec.ValidationError as e:
+            raise FormatError(str(path), f"its {name} section does not read as one: {e}", _REDO) from None
+    return out
+
+
+def _advice(items) -> list[RankAdvice]:
+    """The rank's stored advice headlines; an entry that is not one is left out (the headlines are a courtesy)."""
+    out = []
+    for a in items if isinstance(items, list) else []:
+        try:
+            out.append(decode(a, RankAdvice))
+        except msgspec.ValidationError:
+            continue
     return out
 
 
@@ -191,15 +222,16 @@ def read_summary(path: str | Path) -> RankSummary:
         tables = {t: _typed(t, df) for t, df in tables.items()}
     except _Mistyped as e:
         raise FormatError(str(path), str(e), _REDO) from None
+    sections = _sections(meta, path)
     notes: list[str] = []
     rank, world = usable_ranks(meta.get("rank"), meta.get("world_size"), "the summary's", notes)
-    totals = _ranged_totals(meta["totals"], notes)
+    totals = _ranged_totals(sections["totals"], notes)
     return RankSummary(
         rank=rank,
         world_size=world,
         path=meta.get("path") or str(path),
-        hardware=meta.get("hardware"),
-        model=meta.get("model"),
+        hardware=sections["hardware"],
+        model=sections["model"],
         steps=tables["steps"],
         collectives=tables["collectives"],
         idle=tables["idle"]
@@ -210,7 +242,7 @@ def read_summary(path: str | Path) -> RankSummary:
         path_comm=tables["path_comm"]
         if {"step", "start", "end"} <= set(tables.get("path_comm", pl.DataFrame()).columns)
         else None,
-        advice=[a for a in meta.get("advice") or [] if isinstance(a, dict) and isinstance(a.get("title"), str)],
+        advice=_advice(meta.get("advice")),
         communication=_communication(tables.get("communication"), path),
     )
 

@@ -28,7 +28,7 @@ def _ep_traffic(s: RankSummary) -> tuple[str | None, float | None]:
     if c.height == 0 or "role" not in c.columns:
         return None, None
     counted = s.steps["step"].to_list() if s.steps.height else []
-    excluded = set((s.totals.get("step_count") or {}).get("excluded") or [])
+    excluded = set(s.totals.step_count.excluded)
     a2a = c.filter(
         (pl.col("role") == "ep")
         & (pl.col("kind") == "all_to_all")
@@ -47,11 +47,11 @@ def experts(summaries: list[RankSummary]) -> pl.DataFrame | None:
     (1.0 = even); None when no rank runs experts or EP all-to-alls."""
     rows = []
     for s in summaries:
-        ef = s.totals.get("expert_flops") if isinstance(s.totals.get("expert_flops"), dict) else None
+        ef = s.totals.expert_flops
         group, nbytes = _ep_traffic(s)
         if ef is None and group is None:
             continue
-        steps = (s.totals.get("step_count") or {}).get("counted") or 0
+        steps = s.totals.step_count.counted
         flops = ef.get("executed") if ef else None
         rows.append(
             {

@@ -18,7 +18,7 @@ from traceflops.core import fmt
 from traceflops.core.contract import BUDGET_PREFIX, PATH_PREFIX
 from traceflops.core.fmt import path_text
 from traceflops.core.results import Analysis, Job, ModelOptions, RankSummary
-from traceflops.core.sections import Clock, JobTotals
+from traceflops.core.sections import Clock, JobTotals, RankAdvice
 from traceflops.core.vocab import OVERLAYS, PARTITION, PHASES
 from traceflops.metrics import utilization as metrics
 from traceflops.stages.critical_path import KINDS
@@ -28,7 +28,7 @@ from traceflops.views.collectives import across_ranks
 from traceflops.views.experts import experts
 from traceflops.views.job_advice import job_advice
 from traceflops.views.ranks import assign_ranks, missing_ranks, rank_of
-from traceflops.views.stragglers import stragglers
+from traceflops.views.stragglers import held_by_late_ranks, stragglers
 
 _RANK_RE = re.compile(r"rank[_\-]?(\d+)", re.I)
 
@@ -102,7 +102,7 @@ def summarize(a: Analysis) -> RankSummary:
         if a.critical_path is None
         else a.critical_path.filter(pl.col("kind") == "communication").select("step", "start", "end"),
         advice=[
-            {"kind": x.kind, "title": x.title, "share": x.share, "recoverable": x.recoverable, "term": x.term}
+            RankAdvice(kind=x.kind, title=x.title, share=x.share, recoverable=x.recoverable, term=x.term)
             for x in a.advice[:ADVICE_PER_RANK]
         ],
         communication=a.communication,
@@ -122,13 +122,13 @@ def per_rank_table(summaries: list[RankSummary]) -> pl.DataFrame:
         row = {
             "rank": s.rank,
             "path": s.path,
-            "wall_us": t.get("wall_us"),
-            "device_mfu": t.get("mfu"),
-            "hfu": t.get("hfu"),
-            "executed_flops": t["flops"]["executed"],
-            "recompute_flops": t["flops"]["recompute"],
+            "wall_us": t.wall_us,
+            "device_mfu": t.mfu,
+            "hfu": t.hfu,
+            "executed_flops": t.flops["executed"],
+            "recompute_flops": t.flops["recompute"],
         }
-        row.update({f"time_{c}": (t.get("time_us") or {}).get(c) for c in PARTITION})
+        row.update({f"time_{c}": (t.time_us or {}).get(c) for c in PARTITION})
         rows.append(row)
     return pl.DataFrame(rows)
 
@@ -204,7 +204,7 @@ def nvlink_per_direction(summaries: list[RankSummary]) -> float | None:
     """The device's NVLink bandwidth per direction (datasheets quote both directions together)."""
     from traceflops.core import hardware as hw
 
-    name = next(((s.hardware or {}).get("name") for s in summaries if s.hardware), None)
+    name = next((s.hardware.name for s in summaries if s.hardware), None)
     h = hw.lookup(name) if name else None
     bw = (h.links or {}).get("nvlink") if h else None
     return bw / 2 if bw else None
@@ -231,7 +231,7 @@ def job_view(
             f"{missing[0]} ranks missing from the inputs: {missing[1]}{' ...' if missing[0] > len(missing[1]) else ''} "
             f"(world size {world})"
         )
-    peaks = {(s.hardware or {}).get("peak_flops") for s in summaries}
+    peaks = {s.hardware.peak_flops if s.hardware else None for s in summaries}
     peak = next(iter(peaks)) if len(peaks) == 1 else None
     if len(peaks) > 1:
         warnings.append("ranks report different peaks; job MFU is not computed")
@@ -249,18 +249,18 @@ def job_view(
     model_total = None if use["model_flops"].null_count() else float(use["model_flops"].sum())
     executed = float(use["executed_flops"].sum())
     secs = wall * 1e-6
-    model = next((s.model for s in summaries if s.model), None) or {}
+    model = next((s.model for s in summaries if s.model), None)
     totals = JobTotals(
         wall_us=wall,
         world_size=world,
         mfu=metrics.utilization(model_total, secs, peak, world),
         hfu=metrics.utilization(executed, secs, peak, world)
-        if any(s.totals.get("hfu") is not None for s in summaries)
+        if any(s.totals.hfu is not None for s in summaries)
         else None,
         collectives_matched=int(coll.height),
         arrival_skew_us=float(coll["arrival_skew_us"].sum()) if coll.height else 0.0,
         transfer_us=float(coll["transfer_us"].sum()) if coll.height else 0.0,
-        model_source=model.get("source"),
+        model_source=model.source if model else None,
     )
     warnings += metrics.suspect(totals.mfu, totals.hfu)
     clock = Clock(
@@ -292,7 +292,9 @@ def job_view(
         totals,
         warnings,
         summaries,
-        advice=job_advice(summaries, late, coll, exclude_steps, pipe, ep),
+        advice=job_advice(
+            summaries, late, coll, exclude_steps, pipe, ep, steps, held_by_late_ranks(m, offsets), totals.mfu
+        ),
         warning_groups=groups,
         communication=comm,
         communication_by_rank=comm_by_rank,
@@ -335,10 +337,10 @@ def job_with_options(
 def global_model_flops(summaries: list[RankSummary]) -> dict[int, float] | None:
     """With a model description, the job's model FLOPs per step are global (not a sum of rank shares)."""
     for s in summaries:
-        m = s.model or {}
-        if m.get("source") in ("flags", "config") and m.get("flops_per_step") is not None:
+        m = s.model
+        if m is not None and m.source in ("flags", "config") and m.flops_per_step is not None:
             steps = set()
             for x in summaries:
                 steps |= set(x.steps["step"].to_list())
-            return {st: float(m["flops_per_step"]) for st in steps}
+            return {st: float(m.flops_per_step) for st in steps}
     return None

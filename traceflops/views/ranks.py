@@ -45,8 +45,8 @@ def assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[Rank
 
 def same_numbers(a: RankSummary, b: RankSummary) -> bool:
     """Two summaries of one capture (a file given twice, or `rank0.json` beside `rank0.json.gz`)."""
-    keys = ("flops", "wall_us", "time_us")
-    return all(a.totals.get(k) == b.totals.get(k) for k in keys) and a.steps.equals(b.steps)
+    x, y = a.totals, b.totals
+    return (x.flops, x.wall_us, x.time_us) == (y.flops, y.wall_us, y.time_us) and a.steps.equals(b.steps)
 
 
 def missing_ranks(world: int, ranks: list[int], show: int = 20) -> tuple[int, list[int]] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceflops.core.results import RankSummary
+from traceflops.stages.sweep import merged
 
 
 def stragglers(coll: pl.DataFrame, summaries: list[RankSummary]) -> pl.DataFrame:
@@ -67,3 +68,25 @@ def stragglers(coll: pl.DataFrame, summaries: list[RankSummary]) -> pl.DataFrame
         .otherwise(pl.lit("unclear"))
     )
     return j.with_columns(reason=reason).sort("step")
+
+
+def held_by_late_ranks(m: pl.DataFrame, offsets: dict[int, float]) -> dict[int, float]:
+    """Per step, how long ranks arriving after the median rank held the step's collectives (µs, aligned clocks).
+
+    At each matched collective, from the median rank's arrival to the last rank's: the wait the collective would not
+    have had if every rank had arrived at the median rank's pace. Overlapping collectives count their union once, so
+    the step's time held is at most its window. A collective belongs to the earliest step its ranks put it in.
+    """
+    if m.height == 0:
+        return {}
+    a = m.with_columns(astart=pl.col("ts") + pl.col("rank").replace_strict(offsets, default=0.0))
+    per = (
+        a.group_by("pg", "seq")
+        .agg(pl.col("step").min(), pl.col("astart").median().alias("lo"), pl.col("astart").max().alias("hi"))
+        .filter((pl.col("step") >= 0) & (pl.col("hi") > pl.col("lo")))
+    )
+    out: dict[int, float] = {}
+    for (step,), g in per.group_by("step"):
+        ms, me = merged(g["lo"].to_numpy(), g["hi"].to_numpy())
+        out[int(step)] = float((me - ms).sum())
+    return out

@@ -8,6 +8,7 @@ single-trace sections that mean the same thing for a job (advice, communication 
 from __future__ import annotations
 
 import polars as pl
+from msgspec import UNSET
 
 from traceflops.core import fmt
 from traceflops.core.vocab import PARTITION
@@ -28,13 +29,13 @@ from traceflops.report.html.page import (
     table,
     warnings_list,
 )
-from traceflops.report.html.sections import advice_section, communication_section
+from traceflops.report.html.sections import communication_section
 
 
 def rank_budgets(summaries) -> str:
     """Each rank's loss budget side by side: a stacked bar per rank and a table of terms × ranks, each term
     explained."""
-    budgets = [(s.rank, (s.totals or {}).get("loss_budget")) for s in summaries]
+    budgets = [(s.rank, s.totals.loss_budget) for s in summaries]
     if not any(b for _, b in budgets):
         return '<p class="mute">No loss budget on any rank (no step time, or no device activity).</p>'
     terms = list(dict.fromkeys(k for _, b in budgets for k in (b or {})))
@@ -163,20 +164,67 @@ def collectives_table(c: pl.DataFrame | None) -> str:
     return str(macros("job.html").collectives(out, more))
 
 
+ADVICE_HEADS = {"job": "For the job", "rank": "On the worst ranks (each item on the rank where it is largest)"}
+ADVICE_LISTS = (("evidence", "evidence", "ul"), ("what to try", "remedies", "ol"))
+
+
+def known(v):
+    """A field's value, None where it is unset."""
+    return None if v is UNSET else v
+
+
+def job_advice_html(job) -> str:
+    """The job's "what to try" in its two sections (`JobAdviceItem.scope`), each with its denominator said once; the
+    late ranks' entry with the job at the median rank's pace."""
+    out = []
+    for scope, head in ADVICE_HEADS.items():
+        items = [x for x in job.advice if x.scope == scope]
+        if not items:
+            continue
+        shown = []
+        for it in items:
+            after = None
+            if known(it.step_time_after_us) is not None:
+                mfu_after, step = known(it.mfu_after), known(it.step_time_us)
+                after = {
+                    "mfu": num(fmt.pct(job.totals.mfu), job.totals.mfu, "mfu"),
+                    "mfu_after": num(fmt.pct(mfu_after), mfu_after, "mfu_after"),
+                    "step": num(fmt.ms(step), step, "step_time_us"),
+                    "step_after": num(fmt.ms(it.step_time_after_us), it.step_time_after_us, "step_time_after_us"),
+                    "bound": known(it.bound) or "",
+                }
+            shown.append(
+                {
+                    "kind": it.kind,
+                    "scope": it.scope,
+                    "rank": it.rank,
+                    "title": it.title,
+                    "share": num(fmt.pct(it.share, 1), it.share, "share"),
+                    "term": it.term.replace("_", " ") if it.term else None,
+                    "after": after,
+                    "lists": [
+                        (label, key, tag, getattr(it, key)) for label, key, tag in ADVICE_LISTS if getattr(it, key)
+                    ],
+                }
+            )
+        out.append(str(macros("job.html").advice(head, items[0].unit, shown)))
+    return "".join(out)
+
+
 def render_job_html(job, title: str | None = None) -> str:
     """The job view (many ranks): job MFU/HFU, per-rank bars, steps, stragglers, collectives."""
     t = job.totals
     title = fmt.printable(title or f"traceflops: job of {t.world_size} ranks")
     first = job.summaries[0] if job.summaries else None
-    hw = (first.hardware if first else None) or {}  # a RankSummary's: a section, or a stored summary's dict
+    hw = first.hardware if first else None
     ck = job.clock
     items = [
         ("job MFU", fmt.pct(t.mfu), "step time = slowest rank's"),
         ("job HFU", fmt.pct(t.hfu), f"devices = world size {t.world_size}"),
         (
             "peak",
-            fmt.si(hw.get("peak_flops"), "FLOP/s") if hw.get("peak_flops") else "unknown",
-            f"{hw.get('name') or '?'}, dense {hw.get('precision') or '?'}",
+            fmt.si(hw.peak_flops, "FLOP/s") if hw and hw.peak_flops else "unknown",
+            f"{(hw.name if hw else None) or '?'}, dense {(hw.precision if hw else None) or '?'}",
         ),
         (
             "wall",
@@ -233,9 +281,9 @@ def render_job_html(job, title: str | None = None) -> str:
         "collectives": collectives_table(job.collectives),
         "communication": communication_section(job.communication, job.communication_by_rank),
         "experts": None,
-        "advice": advice_section(job.advice) if job.advice else JOB_ADVICE_NONE,
+        "advice": job_advice_html(job) if job.advice else JOB_ADVICE_NONE,
         "pipeline": None,
-    }  # job.advice: plain dicts with Analysis.advice's keys (views.job.job_advice), read by advice_section as mappings
+    }
     if job.steps is not None and job.steps.height:
         s["steps"] = table(
             ["step", "step time (slowest rank)", "slowest rank", "ranks", "MFU", "HFU"],

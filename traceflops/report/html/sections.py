@@ -1,5 +1,6 @@
 """The report sections built from one typed result each, not a whole `Analysis` (so the job report shares some): what
-to try (`advice_section`), GEMM shapes, step statistics, the critical path and communication by dimension.
+to try (`advice_section`), what removing each loss would buy (`what_if_section`), GEMM shapes, step statistics, the
+critical path and communication by dimension.
 
 A renderer: every number comes from the result it is given; the macros of `templates/single.html` lay it out.
 """
@@ -11,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from traceflops.core import fmt
-from traceflops.core.sections import AdviceItem, PathStretch, PathSummary, StepStats
+from traceflops.core.sections import AdviceItem, PathStretch, PathSummary, StepStats, WhatIf
 from traceflops.core.vocab import OUTLIER_RULES
 from traceflops.report import present
 from traceflops.report.html.charts import PART_LABELS, stacked_rows_svg
@@ -25,18 +26,30 @@ def tpl():
     return macros("single.html")
 
 
-def advice_section(items: list[AdviceItem] | list[dict[str, Any]] | None) -> str:
-    """What to try, largest recoverable share first: each item's numbers, evidence, remedies, what to record next time.
+def advice_section(items: list[AdviceItem] | list[dict[str, Any]] | None, what_if: list[WhatIf] | None = None) -> str:
+    """What to try, largest recoverable share first: each item's numbers, what it would buy at most (MFU now → after,
+    the "if …" clause of its term, why no more), evidence, remedies, what to record next time.
 
     Read as mappings: the items are an Analysis' (`AdviceItem`) or a Job's (plain dicts, `views.job.job_advice`, without
-    `recoverable_us`, `mfu_after` or `record`)."""
+    `recoverable_us` or `record`, most without `mfu_after`). `what_if`: the analysis' counterfactuals, for the MFU and
+    step time now and each term's clause."""
     if not items:
         return (
             '<p class="mute">No advice: nothing in this trace stood out (or there was no step time to share out).</p>'
         )
+    by_term = {w.term: w for w in what_if or []}
+    now = what_if[0] if what_if else None
     shown = []
     for it in items:
-        share, rec, after = it.get("share"), it.get("recoverable_us"), it.get("mfu_after")
+        share, rec = it.get("share"), it.get("recoverable_us")
+        clause = by_term[it["term"]].title if "findings" in it and it.get("term") in by_term else "if it were recovered"
+        buys = _buys(
+            it.get("mfu") if now is None else now.mfu,
+            it.get("mfu_after"),
+            it.get("step_time_us") if now is None else now.step_time_us,
+            it.get("step_time_after_us"),
+            clause,
+        )
         shown.append(
             {
                 "kind": it.get("kind"),
@@ -44,13 +57,42 @@ def advice_section(items: list[AdviceItem] | list[dict[str, Any]] | None) -> str
                 "share": num(fmt.pct(share, 1), share, "share"),
                 "unit": it.get("unit") or "of step time",
                 "recoverable": None if rec is None else num(fmt.ms(rec), rec, "recoverable_us"),
-                "mfu_after": None if after is None else num(fmt.pct(after), after, "mfu_after"),
+                "buys": buys,
+                "bound": it.get("bound"),
                 "term": it["term"].replace("_", " ") if it.get("term") else None,
                 "lists": [(label, key, tag, it.get(key)) for label, key, tag in ADVICE_LISTS if it.get(key)],
                 "cause_unknown": it.get("cause_known") is False,
             }
         )
     return str(tpl().advice(shown))
+
+
+def _buys(
+    mfu: float | None, mfu_after: float | None, step: float | None, step_after: float | None, clause: str
+) -> dict[str, Any] | None:
+    """'MFU 31% → ≤ 44% if …' (or the step time, without an MFU) as the advice and the budget show it; None when
+    nothing after is known."""
+    if mfu_after is None and step_after is None:
+        return None
+    return {
+        "mfu": None if mfu is None else num(fmt.pct(mfu), mfu, "mfu"),
+        "mfu_after": None if mfu_after is None else num(fmt.pct(mfu_after), mfu_after, "mfu_after"),
+        "step": None if step is None else num(fmt.ms(step), step, "step_time_us"),
+        "step_after": None if step_after is None else num(fmt.ms(step_after), step_after, "step_time_after_us"),
+        "clause": clause,
+    }
+
+
+def what_if_section(what_if: list[WhatIf] | None) -> str:
+    """What removing each loss would buy at most: MFU and step time now → after, and why it cannot be more."""
+    if not what_if:
+        return ""
+    rows = [
+        _buys(w.mfu, w.mfu_after, w.step_time_us, w.step_time_after_us, w.title)
+        or {"mfu": None, "mfu_after": None, "step": None, "step_after": None, "clause": w.title}
+        for w in what_if
+    ]
+    return str(tpl().what_if([(w.term, row, w.bound) for w, row in zip(what_if, rows, strict=True)]))
 
 
 ADVICE_LISTS = (("evidence", "evidence", "ul"), ("what to try", "remedies", "ol"), ("record next time", "record", "ul"))

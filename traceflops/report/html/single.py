@@ -45,6 +45,7 @@ from traceflops.report.html.sections import (
     gemm_section,
     step_stats_section,
     tpl,
+    what_if_section,
 )
 
 # --- sections of one analysis -----------------------------------------------
@@ -260,7 +261,8 @@ def render_html(a: Analysis, title: str | None = None, critical_path: PathSummar
         "waterfall": waterfall_svg(lb),
         "budget_terms": budget_terms_table(lb),
         "critical_path": critical_path_section(critical_path if critical_path is not None else a.path_summary),
-        "advice": advice_section(a.advice),
+        "what_if": what_if_section(a.what_if),
+        "advice": advice_section(a.advice, a.what_if),
         "steps": steps_svg(a),
         "time": time_table(a),
         "communication": communication_section(a.communication),

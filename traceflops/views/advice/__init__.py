@@ -3,7 +3,7 @@
 `advise(a)` reads an `Analysis` and returns a list of items, largest first:
 
     {"kind", "title", "recoverable", "share", "unit", "term", "recoverable_us", "mfu_after",
-     "evidence": [str, ...], "remedies": [str, ...], "data": {...}}
+     "step_time_after_us", "bound", "evidence": [str, ...], "remedies": [str, ...], "data": {...}}
 
 and, on a loss-budget entry, also "findings" (the rules' items folded into it),
 "cause_known" and "record" (what to record next time when the trace cannot
@@ -13,9 +13,12 @@ The headline `recoverable` (= `share`) is a fraction of peak × step time (the
 summed windows of the steps counted, on the devices the trace drives), the
 unit of the loss budget (`unit` says it in words). Every time term of the
 budget is its time over the window, so for the rules below the same number is
-the share of step time the item's waste costs; `mfu_after` is the MFU if that
-share went away with the FLOPs unchanged (mfu / (1 - recoverable)), so
-ranking by `recoverable` is ranking by MFU recovered. Items can overlap (an
+the share of step time the item's waste costs. `step_time_after_us` and
+`mfu_after` are the mean counted step and the MFU (model FLOPs unchanged) if
+the item's time went away, bounded by what its budget term can save
+(`views.counterfactual`: e.g. exposed communication only as far as it is on
+the critical path; recompute by the recompute kernels' own time); `bound`
+says why in one line. Items can overlap (an
 unfused attention's softmax is memory-bound too): their recoverable values
 are not additive.
 
@@ -78,6 +81,7 @@ from __future__ import annotations
 
 from traceflops.core.results import Analysis
 from traceflops.core.sections import AdviceItem
+from traceflops.views import counterfactual
 from traceflops.views.advice.context import BUDGET_MIN_SHARE, MIN_SHARE, build_context
 from traceflops.views.advice.entries import ENTRIES, budget_entry
 from traceflops.views.advice.entries_compute import short_runs
@@ -112,4 +116,6 @@ def advise(
         for t, v in big.items()
     ]
     alone = [f for f in found if f.term not in big]
-    return sorted(entries + alone, key=lambda it: (-it.recoverable, it.kind))
+    ranked = sorted(entries + alone, key=lambda it: (-it.recoverable, it.kind))
+    cf = counterfactual.counterfactuals(ctx.steps, counterfactual.program_peak(a))
+    return ranked if cf is None else cf.bound(ranked)

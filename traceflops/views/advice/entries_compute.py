@@ -179,7 +179,7 @@ def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
             f"fusion candidates: {runs.height} runs of {FUSE_RUN} or more {what} shorter than {SHORT_KERNEL_US:.0f} µs "
             "back to back "
             f"({int(runs['n'].sum())} {what}, {fmt.duration(float(runs['t'].sum()))}), e.g. "
-            + ", ".join(fmt.short(n, 50, "?") for n in names)
+            + ", ".join(fmt.named(n, 50, "?") for n in names)
         )
         data["fusion_names"] = names
     phase = by_phase(other, ctx)
@@ -371,7 +371,7 @@ def _matmul_ops(ctx: Ctx) -> list[str]:
     for r in top.iter_rows(named=True):
         rate = r["f"] / (r["t"] * 1e-6) if r["t"] and r["f"] and not r["u"] else None
         out.append(
-            f"{fmt.short(r['name'], 90, '?')}: {r['n']}×, {fmt.duration(r['t'])}"
+            f"{fmt.named(r['name'], 90, '?')}: {r['n']}×, {fmt.duration(r['t'])}"
             + (
                 f", {fmt.si(rate, 'FLOP/s')}" + (f" ({fmt.pct(rate / per, keep_small=False)} of peak)" if per else "")
                 if rate

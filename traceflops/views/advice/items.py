@@ -39,11 +39,11 @@ def item(
     unit: str = UNIT,
 ) -> AdviceItem:
     """One item; `share` (default: recoverable_us over the window) is its headline, taken as given so that a
-    budget term's value is printed exactly."""
+    budget term's value is printed exactly. What it would buy (`mfu_after`, `step_time_after_us`, `bound`) is left
+    for `advise` to bound (`views.counterfactual`)."""
     if is_jax(ctx) and kind in JAX_REMEDIES:
         remedies = JAX_REMEDIES[kind]
     rec = ctx.share(recoverable_us) if share is None else float(share)
-    after = ctx.mfu / (1.0 - rec) if ctx.mfu is not None and rec < 1.0 else None
     return AdviceItem(
         kind=kind,
         title=title,
@@ -52,7 +52,9 @@ def item(
         unit=unit,
         term=TERM_OF.get(kind, kind),
         recoverable_us=float(recoverable_us),
-        mfu_after=after,
+        mfu_after=None,  # the counterfactual's, bounded by the item's term: `advise` fills these three
+        step_time_after_us=None,
+        bound=None,
         evidence=evidence,
         remedies=remedies,
         data=data or {},
@@ -90,7 +92,7 @@ def top_names(frame: pl.DataFrame, ctx: Ctx, n: int = TOP) -> list[str]:
         .head(n)
     )
     return [
-        f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} "
+        f"{fmt.named(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} "
         f"({fmt.pct(ctx.share(r['t']), keep_small=False)} "
         f"of step time, as time), median {fmt.duration(r['med'])}"
         for r in top.iter_rows(named=True)

@@ -64,7 +64,7 @@ def communication(ctx: Ctx) -> AdviceItem | None:
             kinds.add(str(r["_c"]).lower())
             size = _coll_bytes(r["elems"], r["dtype"])
             extra = (f", {fmt.nbytes(size)} per call" if size else "") + (f", group of {r['g']}" if r["g"] else "")
-            ev.append(f"{fmt.short(r['_c'], 70, '?')} ({r['phase']}): {r['n']}×, {fmt.duration(r['t'])}{extra}")
+            ev.append(f"{fmt.named(r['_c'], 70, '?')} ({r['phase']}): {r['n']}×, {fmt.duration(r['t'])}{extra}")
     dims = _bydimension_name(ctx)
     title = "Communication is exposed: overlap it with compute"
     if dims is not None:
@@ -157,7 +157,7 @@ def recompute(ctx: Ctx) -> AdviceItem | None:
         top = bm.filter(pl.col("time_recompute") > 0).sort("time_recompute", descending=True).head(3)
         for r in top.iter_rows(named=True):
             ev.append(
-                f"module {fmt.short(r['module'], 70, '?')}: {fmt.duration(r['time_recompute'])} recomputed "
+                f"module {fmt.named(r['module'], 70, '?')}: {fmt.duration(r['time_recompute'])} recomputed "
                 f"({fmt.pct(r['recompute_share'] or 0.0, keep_small=False)} of its kernel time, all steps)"
             )
     remedies = [

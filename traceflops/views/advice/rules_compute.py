@@ -73,7 +73,7 @@ def memory_bound(ctx: Ctx) -> AdviceItem | None:
     for r in top.iter_rows(named=True):
         bw = f", median {fmt.pct(r['bw'], keep_small=False)} of HBM bandwidth" if r["bw"] is not None else ""
         ev.append(
-            f"{fmt.short(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median "
+            f"{fmt.named(r['name'], 70, '?')} ({r['cls']}): {r['n']}×, {fmt.duration(r['t'])}, median "
             f"{fmt.duration(r['med'])}{bw}, "
             f"{fmt.duration(r['r'])} above the floor"
         )
@@ -257,7 +257,7 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         + f" ({fmt.pct(ctx.share(rec), keep_small=False)} of step time); the score matmuls {fmt.duration(mm_us)}",
     ]
     for r in top_names.sort("t", descending=True).head(3).iter_rows(named=True):
-        ev.append(f"{fmt.short(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])}")
+        ev.append(f"{fmt.named(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])}")
     if n_math:
         ev.append(f"{n_math} of them are SDPA's math fallback ({min(SDPA_MATH)})")
     ev.append(

@@ -38,7 +38,7 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
             f"{hb.height} idle gaps where the device waited for the host to launch the next kernel: "
             f"{fmt.duration(hb_us)} ({fmt.pct(ctx.share(hb_us), keep_small=False)} of step time), "
             f"longest {fmt.duration(worst['dur'])} "
-            f"before {fmt.short(worst['next_kernel'], 70, '?')}"
+            f"before {fmt.named(worst['next_kernel'], 70, '?')}"
         )
     if lg.height:
         ev.append(
@@ -65,7 +65,7 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
         ev.insert(
             0,
             f"critical path: the host and its launches bounded {fmt.pct(share, keep_small=False)} of the step"
-            + (f" (longest: {fmt.short(top.name, 60)}, {fmt.duration(top.us)})" if top else ""),
+            + (f" (longest: {fmt.named(top.name, 60)}, {fmt.duration(top.us)})" if top else ""),
         )
         data["critical_path_host_us"] = on_host
         total = min(total, on_host)
@@ -147,7 +147,7 @@ def input_pipeline(ctx: Ctx) -> AdviceItem | None:
             loaders.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
         )
         for r in per.head(3).iter_rows(named=True):
-            ev.append(f"{fmt.short(r['name'], 70, '?')}: {r['n']}× over the gaps, {fmt.duration(r['t'])} on the host")
+            ev.append(f"{fmt.named(r['name'], 70, '?')}: {r['n']}× over the gaps, {fmt.duration(r['t'])} on the host")
         single = loaders["name"].str.contains("SingleProcess").any()
     if single:
         ev.append("the loader runs in the training process (num_workers=0)")
