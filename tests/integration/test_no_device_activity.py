@@ -67,12 +67,14 @@ def assert_no_device_numbers(d: dict) -> None:
 
 
 def headline_warning(out: str, opening: str) -> str:
-    """The warning line that opens with `opening`, asserted to come before the MFU line (the headline)."""
+    """The warning that opens with `opening` (its lines joined: piped output wraps at the width), asserted to come
+    before the MFU line (the headline)."""
     lines = out.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.startswith(f"warning: {opening}"))
     mfu = next(i for i, ln in enumerate(lines) if ln.startswith("MFU "))
     assert at < mfu, out
-    return lines[at]
+    end = next((i for i in range(at + 1, mfu) if lines[i].startswith(("warning:", "hardware:"))), mfu)
+    return " ".join(lines[at:end])
 
 
 # ------------------------------------------------------------------ a hand-built trace (no shared folder needed)
