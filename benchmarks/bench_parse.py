@@ -24,7 +24,8 @@ split among the processes that map them: the figure to quote for a tree).
 Each contender runs once to warm the page cache, then `--repeat` times (3 by
 default); the report gives the median wall time, the median CPU seconds of the
 whole process tree (user + system, helpers included) and the largest peak.
-`--tiles 1,3,10` runs every size in one go; `--job 32` adds a job of that many
+`--tiles 1,3,10` runs every size in one go; `--annotate-ratio` runs only `annotate`
+against `analyze` (alternated, the machine's load recorded), for their ratio; `--job 32` adds a job of that many
 ranks (copies of the V100 transformer rank) analysed with `--jobs 2`, against
 HTA on the same folder (HTA without a warm-up there: it takes minutes).
 
@@ -86,12 +87,14 @@ def main() -> None:
     ap.add_argument("--job", type=int, default=0, help="also a job of this many ranks (0: none)")
     ap.add_argument("--job-repeat", type=int, help="timed runs per job contender (default: --repeat; HTA takes a minute a run on 32 ranks)")
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--annotate-ratio", action="store_true",
+                    help="only `annotate` against `analyze` on each trace, their runs alternated (the same load on both)")
     a = ap.parse_args()
     compile_package()
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
     everything: dict = {"repeat": a.repeat}
     for path, label in runs:
-        everything[label] = one_size(path, a.skip_hta, a.repeat)
+        everything[label] = annotate_ratio(path, a.repeat) if a.annotate_ratio else one_size(path, a.skip_hta, a.repeat)
     if a.job:
         everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat)
     print(json.dumps(everything, indent=2))
@@ -136,6 +139,40 @@ def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
             results[name] = timed(code, path, repeat)
         print(f"{name:58s} {results[name]}", flush=True)
     ratios(results)
+    return results
+
+
+def annotate_ratio(path: str, repeat: int) -> dict:
+    """`traceflops annotate --no-cache` against `traceflops analyze --no-cache --format json` on one trace: one warm-up
+    each, then `repeat` runs of each, alternated so that both see the same load; the medians, their ratio, and the
+    machine's load averages (1, 5, 15 min) before and after."""
+    import statistics
+
+    pair = {"traceflops analyze --no-cache": cli("--no-cache"), "traceflops annotate --no-cache": ANNOTATE}
+    results: dict = {"trace": path, "bytes": os.path.getsize(path), "load_before": os.getloadavg()}
+    for code in pair.values():
+        run_isolated(code, path)
+    got: dict = {name: [] for name in pair}
+    for _ in range(repeat):
+        for name, code in pair.items():
+            got[name].append(run_isolated(code, path))
+    for name, runs in got.items():
+        bad = [g for g in runs if "error" in g]
+        results[name] = bad[0] if bad else {
+            "wall_s": round(statistics.median(g["wall_s"] for g in runs), 3),
+            "cpu_s": round(statistics.median(g["cpu_s"] for g in runs), 3),
+            "walls": [g["wall_s"] for g in runs],
+            "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in runs),
+            "runs": len(runs),
+        }
+        print(f"{name:58s} {results[name]}", flush=True)
+    results["load_after"] = os.getloadavg()
+    ann, ana = results["traceflops annotate --no-cache"], results["traceflops analyze --no-cache"]
+    if "error" not in ann and "error" not in ana:
+        results["annotate_vs_analyze_wall"] = round(ann["wall_s"] / ana["wall_s"], 3)
+        results["annotate_vs_analyze_cpu"] = round(ann["cpu_s"] / ana["cpu_s"], 3)
+    print(f"annotate / analyze: wall {results.get('annotate_vs_analyze_wall')}, cpu {results.get('annotate_vs_analyze_cpu')}; "
+          f"load {results['load_before']} -> {results['load_after']}", flush=True)
     return results
 
 
@@ -246,6 +283,9 @@ def ratios(results: dict) -> None:
             r["memory_vs_hta"] = r["peak_tree_rss_mb"] / results[hta]["peak_tree_rss_mb"]
         r["memory_vs_file"] = r["peak_tree_rss_mb"] * 2**20 / results["bytes"]
         r["pss_vs_file"] = r["peak_tree_pss_mb"] * 2**20 / results["bytes"]
+    ann, ana = "traceflops annotate --no-cache", "traceflops analyze --no-cache"
+    if ok(ann) and ok(ana):
+        results[ann]["time_vs_analyze"] = results[ann]["wall_s"] / results[ana]["wall_s"]
     first, again = "traceflops analyze, first (writes the cache)", "traceflops analyze, again (cached)"
     if ok(first) and ok(again):
         results[again]["time_vs_first"] = results[again]["wall_s"] / results[first]["wall_s"]

@@ -120,6 +120,27 @@ MAY_CHANGE = (
     r"|-----BEGIN"
 )
 
+# MAY_CHANGE as literals matched ignoring ASCII case (a superset: `gh[pousr]_` spelled out, `AKIA` also as `akia`),
+# for a scan of whole texts by Aho-Corasick (polars' `contains_any`); not for a text with other than ASCII.
+MAY_CHANGE_LITERALS = (
+    "=",
+    "--",
+    "://",
+    "bearer",
+    "basic",
+    *(f"gh{c}_" for c in "pousr"),
+    "github_pat_",
+    "hf_",
+    "sk-",
+    *(f"xox{c}-" for c in "abposr"),
+    "akia",
+    "asia",
+    "aiza",
+    "glpat-",
+    "npm_",
+    "eyj",
+)
+
 _SHAPE_RES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     (URL_PASSWORD_RE, lambda m: m.group("head") + INLINE),
     *((r, INLINE) for r in TOKEN_RES),

@@ -6,7 +6,8 @@ module.
 process of tracks and counters; secrets are redacted in all it writes.
 
 * `stream`: the Kineto trace streamed through and assembled (`annotate`, `for_annotation`);
-* `entries`: its entries decoded and numbered as the parser numbers them, checked against the analysis;
+* `entries`: its entries numbered as the parser numbers them, checked against the analysis, decoded where they must be;
+* `added`: the args added to a device activity or an op, as JSON text, spliced into the entry's own bytes;
 * `tracks`: the added "traceflops" process (phase tracks, steps, critical path, counters);
 * `xla`: the trace written for an XLA profile, which has no JSON of its own;
 * `redact`: the secrets rules over what is written, and the `traceflops` record;

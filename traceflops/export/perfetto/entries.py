@@ -14,6 +14,7 @@ An entry that does not decode is kept as it was read (its bytes, or a
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
@@ -45,6 +46,64 @@ def claim(text: bytearray):
         return _decoded(text)
     except _UNREADABLE:
         return REFUSED
+
+
+class Fields(msgspec.Struct, gc=False):
+    """What numbering reads of an entry, and its args as their text (an empty text where it has no args key)."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+_FIELDS = msgspec.json.Decoder(list[Fields])
+
+
+@dataclass
+class Parts:
+    """An array of entries a claim proved: its text, each entry's own bytes (views into the text) and its fields."""
+
+    text: bytes | bytearray
+    raws: list[msgspec.Raw]
+    fields: list[Fields]
+
+
+def claim_parts(text: bytearray):
+    """The stream's proof of a cut that keeps each entry's bytes: `Parts`, else REFUSED (the scanner splits it; an
+    array holding anything but objects is read the decoded way, `array_entries`)."""
+    try:
+        return Parts(text, _SKIM.decode(text), _FIELDS.decode(text))
+    except _UNREADABLE:
+        return REFUSED
+
+
+_NUMBERED_CATS = frozenset(KERNEL_CATS) | OP_CATS
+
+
+def positions(fields: list[Fields]) -> tuple[list[int], list[int]] | None:
+    """`numbering` of decoded fields: the device activities' and the ops' indices; None where a numbered category's
+    ts or dur is neither an integer nor a float (for those, `numbering`'s own casts decide)."""
+    kernels: list[int] = []
+    ops: list[int] = []
+    for i, f in enumerate(fields):
+        if f.ph != "X":
+            continue
+        c = f.cat
+        if c.__class__ is not str or c not in _NUMBERED_CATS or f.name.__class__ is not str:
+            continue
+        ts, dur = f.ts, f.dur
+        if ts is None or dur is None:
+            continue
+        if (ts.__class__ is not int and ts.__class__ is not float) or (
+            dur.__class__ is not int and dur.__class__ is not float
+        ):
+            return None
+        if dur >= 0:
+            (kernels if c in KERNEL_CATS else ops).append(i)
+    return kernels, ops
 
 
 class Verbatim(dict):
@@ -165,17 +224,27 @@ class Numbered:
         self.ids = self.frame[col].to_numpy()
         self.col, self.what, self.check_ts = col, what, check_ts
         self.seen = 0  # ids numbered so far in the file
+        self.members: list[bytes] = []  # per row: the args added, as JSON text (`added`)
+        self.shaped: dict[int, int] = {}  # per row: values the shape rules replaced in its members, where any were
+        self.names: list = []  # per row: its name, and (ops) its start time, for a check without a frame per array
+        self.ts: list = []
+
+    def rows(self, where: np.ndarray | list[int]) -> tuple[list[int], pl.DataFrame, int]:
+        """For one array whose numbered events are at `where`: the positions that have a row, the rows (a slice of
+        the sorted frame) and where the slice starts (for per-row values kept beside the frame)."""
+        lo, hi = np.searchsorted(self.ids, [self.seen, self.seen + len(where)])
+        part = self.frame.slice(int(lo), int(hi - lo))
+        at = np.asarray(where, dtype=np.int64)[self.ids[lo:hi] - self.seen]
+        self.seen += len(where)
+        return at.tolist(), part, int(lo)
 
     def take(self, events: list, where: np.ndarray, path: str) -> list[tuple[dict, dict]]:
         """The (event, analysis row) pairs of one array whose numbered events are `events[where]`, checked to agree."""
-        lo, hi = np.searchsorted(self.ids, [self.seen, self.seen + len(where)])
-        part = self.frame.slice(int(lo), int(hi - lo))
-        at = where[self.ids[lo:hi] - self.seen]
-        self.seen += len(where)
+        at, part, _ = self.rows(where)
         if part.height == 0:
             return []
-        hits = [events[i] for i in at.tolist()]
-        _agree(hits, part, self, path)
+        hits = [events[i] for i in at]
+        agree([e["name"] for e in hits], [e["ts"] for e in hits] if self.check_ts else None, part, self, path)
         return list(zip(hits, part.iter_rows(named=True)))
 
     def finish(self, path: str) -> None:
@@ -188,20 +257,20 @@ class Numbered:
             )
 
 
-def _agree(hits: list[dict], part: pl.DataFrame, kind: Numbered, path: str) -> None:
-    """The analysis is of this trace: same names (and start times) at the same positions.
+def agree(names: list, ts: list | None, part: pl.DataFrame, kind: Numbered, path: str) -> None:
+    """The analysis is of this trace: same names (and, for ops, start times: `ts`) at the same positions.
 
     Kernel start times are not compared: the analysis trims a kernel that overlaps
     an earlier one on its stream (a profiler artefact), the file keeps it as written.
     """
-    names = pl.Series([e["name"] for e in hits], dtype=pl.Utf8)
-    bad = names.ne_missing(part["name"])
-    if kind.check_ts:
-        bad = bad | pl.Series([float(e["ts"]) for e in hits], dtype=pl.Float64).ne_missing(part["ts"].cast(pl.Float64))
+    got = pl.Series(names, dtype=pl.Utf8)
+    bad = got.ne_missing(part["name"])
+    if ts is not None:
+        bad = bad | pl.Series([float(t) for t in ts], dtype=pl.Float64).ne_missing(part["ts"].cast(pl.Float64))
     if bad.any():
         j = int(bad.arg_true()[0])
         raise FormatError(
             path,
-            f"{kind.what} {part[kind.col][j]} is '{names[j]}' here but '{part['name'][j]}' in the analysis",
+            f"{kind.what} {part[kind.col][j]} is '{got[j]}' here but '{part['name'][j]}' in the analysis",
             "annotate a trace with the analysis of that same trace",
         )

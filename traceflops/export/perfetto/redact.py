@@ -20,12 +20,14 @@ and how many values were redacted.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
-from traceflops.core.redact import redact, redact_bytes, redact_text
+from traceflops.core.redact import ENV_KEYS, is_secret_key, redact, redact_bytes, redact_text
 from traceflops.export.perfetto.output import write_output
 from traceflops.parsers.jsonstream import root_members
 
@@ -112,3 +114,48 @@ def write_redacted(out_path: str, doc: dict, summary: dict[str, Any], trace_path
     body = data[:-1] + (b',"traceflops":' if len(data) > 2 else b'"traceflops":') + record + b"}"
     write_output(out_path, lambda out, tmp: out.write(body))
     return summary
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `(.*)` - at `\$\[\d+\]`", re.DOTALL)
+_MAX_KEYS = 1024  # distinct args keys learned; past it a key not yet known sends its entry to be decoded
+
+
+def plain_key(k: str) -> bool:
+    """An args key the key rules leave alone (not a secret's name nor an environment, ASCII: no case folding
+    surprises). Its text still passes the shape rules with the rest of the entry."""
+    return k.isascii() and not is_secret_key(k) and k.lower() not in ENV_KEYS
+
+
+class PlainKeys:
+    """Whether every key of many args objects is plain (`plain_key`), in one strict decode in C.
+
+    The decoder knows the plain keys met so far and refuses any other; a key it
+    refuses is judged once, and learned if plain. Values are skipped unbuilt
+    (`msgspec.Raw`): the caller rules out nested objects itself.
+    """
+
+    def __init__(self) -> None:
+        self.known: list[str] = []
+        self._build()
+
+    def _build(self) -> None:
+        fields = [
+            (f"k{j}", msgspec.Raw, msgspec.field(default_factory=msgspec.Raw, name=k)) for j, k in enumerate(self.known)
+        ]
+        args = msgspec.defstruct("_Args", fields, forbid_unknown_fields=True, gc=False)
+        self._decoder = msgspec.json.Decoder(list[args])  # type: ignore[valid-type]  # a struct made at run time
+
+    def plain(self, text: bytes) -> bool:
+        """`text`, a JSON array of args objects: whether all are objects whose keys are all plain."""
+        while True:
+            try:
+                self._decoder.decode(text)
+                return True
+            except msgspec.ValidationError as e:
+                m = _UNKNOWN.fullmatch(str(e))
+                if m is None or m.group(1) in self.known or len(self.known) >= _MAX_KEYS or not plain_key(m.group(1)):
+                    return False
+                self.known.append(m.group(1))
+                self._build()
+            except msgspec.DecodeError:
+                return False

@@ -13,17 +13,22 @@ record's `warnings`), unchanged except that device activities (and ops) gain arg
   `traceflops.flops` and `traceflops.ran`.
 
 The input is read as the parser reads it (`parsers.jsonstream.stream_events`):
-a few MiB of whole entries at a time are decoded, annotated and written to a
-nameless spool file beside the output, so memory holds one such array and the analysis,
-never the document. The output is then assembled in the input's key order: the
-top-level keys before traceEvents, the events (the spool, then the added ones),
-the keys after, the `traceflops` record. Layouts the parser reads are written
-as one plain document: a byte-order mark is dropped, two root-level traceEvents
-arrays become one (in file order), an entry longer than
-`jsonstream.MAX_ENTRY_BYTES` is left out, and an entry that does not decode
-(nested too deeply, not JSON) is written through as its bytes, unannotated
-(a metadata entry is left out instead, see `redact`); each is counted in the record's `warnings`. A file cut short is
-refused.
+a few MiB of whole entries at a time are numbered, annotated and written to a
+nameless spool file beside the output. An entry is written as its own bytes,
+its added args spliced in before its args object closes (`added`), unless a
+rule could change it (`_LITERALS`: an escape, a value or key the secrets rules
+may change, a number orjson refuses): only those are decoded, redacted and
+re-encoded, as every entry was before, so the output reads as the same JSON.
+Memory holds one such array and the analysis, never the document. The output
+is then assembled in the input's key order: the top-level keys before
+traceEvents, the events (the spool, then the added ones), the keys after, the
+`traceflops` record. Layouts the parser reads are written as one plain
+document: a byte-order mark is dropped, two root-level traceEvents arrays
+become one (in file order), an entry longer than `jsonstream.MAX_ENTRY_BYTES`
+is left out, and an entry that does not decode (nested too deeply, not JSON)
+is written through as its bytes, unannotated (a metadata entry is left out
+instead, see `redact`); each is counted in the record's `warnings`. A file cut
+short is refused.
 An XLA profile is handed to `xla`.
 """
 
@@ -40,19 +45,24 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError
-from traceflops.core.redact import Redactor, redact_bytes
+from traceflops.core.redact import MAY_CHANGE_LITERALS, Redactor, redact_bytes
 from traceflops.core.results import Analysis
+from traceflops.export.perfetto.added import kernel_members, op_members, opening
 from traceflops.export.perfetto.entries import (
     Numbered,
+    Parts,
+    agree,
     array_entries,
     as_read,
-    claim,
+    claim_parts,
     numbering,
+    positions,
     serialized,
     unredactable,
 )
 from traceflops.export.perfetto.output import write_output
 from traceflops.export.perfetto.redact import (
+    PlainKeys,
     head_parts,
     redact_meta_events,
     traceflops_record,
@@ -68,6 +78,7 @@ from traceflops.export.perfetto.xla import annotate_xla
 from traceflops.parsers.io import check_regular, max_bytes_default
 from traceflops.parsers.jsonstream import (
     MAX_ENTRY_BYTES,
+    REFUSED,
     Claimed,
     StreamResult,
     stream_events,
@@ -164,6 +175,11 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
         analysis.ops.filter(~pl.col("replayed")) if "replayed" in analysis.ops.columns else analysis.ops
     )  # replayed ops are not in the file
     ops = Numbered(own.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops"), "op_id", "op", check_ts=True)
+    ops.members, ops.shaped = op_members(ops.frame)
+    ops.names, ops.ts = ops.frame["name"].to_list(), ops.frame["ts"].cast(pl.Float64).to_list()
+    if kernels is not None:
+        kernels.members, kernels.shaped = kernel_members(kernels.frame)
+        kernels.names = kernels.frame["name"].to_list()
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
     def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
@@ -258,10 +274,21 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
     unread = 0
     res: StreamResult | None = None
     rules = Redactor()  # one for the whole file: each distinct name, key and value decided once
-    for texts, result in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=claim):
+    keys = PlainKeys()  # the plain args keys met so far
+    for texts, result in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=claim_parts):
         res = result  # the last one is the whole stream's, read after the loop
         for text in texts:
-            items = text.value if text.__class__ is Claimed else array_entries(text)
+            # an array the scanner cut (the file's tail, an odd layout) is claimed here as the stream claims the others
+            parts = text.value if text.__class__ is Claimed else claim_parts(text)
+            if parts is not REFUSED:
+                data = _as_written(parts, got, rules, keys, kernels, ops, path)
+                if data is not None:
+                    if data:
+                        spool.write(b"," + data if got.written else data)
+                        got.written = True
+                    continue
+                text = parts.text  # read the decoded way, as a whole
+            items = array_entries(text)
             for e in items:  # before numbering: the analysis holds the parser's names, redacted by the same rules
                 if isinstance(e, dict):
                     rules.event(e)
@@ -296,6 +323,109 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
     got.head = res.head
     got.warnings = _stream_warnings(res, unread, got.meta_left_out)
     return got
+
+
+# An entry is written as its bytes (its added args spliced in, `added.opening`) unless decoding and re-encoding it
+# could change it: then it is decoded, redacted and re-encoded as `serialized` writes it. Looked for in the whole
+# array first (one scan in native code), entry by entry only where found: an escape (the decoded text is not the
+# bytes, and the shape rules read the decoded text); text other than ASCII; any literal of `MAY_CHANGE` (a value the
+# secrets rules may change, a shape `redact_bytes` may: each rule starts with one); args of an earlier annotation
+# (overwritten in place); a number orjson refuses (an exponent, or 309 digits: digits are all read as '0'); args
+# that are not objects of plain keys (`redact.PlainKeys`) or that nest an object.
+_LITERALS = ["\\", "traceflops.", *MAY_CHANGE_LITERALS, "0e"]
+_LONG = b"0" * 309  # a number no double holds, its digits read as '0' (a separate search: Aho-Corasick slows on it)
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _literal(texts: list[bytes]) -> pl.Series:
+    """Per text, whether it holds anything but ASCII, 309 digits in a row or one of `_LITERALS` (any ASCII case,
+    digits read as '0')."""
+    shown = [t.translate(_DIGITS) for t in texts]
+    plain = [t.isascii() and _LONG not in t for t in shown]
+    found = pl.Series([t.decode() if a else "" for t, a in zip(shown, plain)], dtype=pl.Utf8).str.contains_any(
+        _LITERALS, ascii_case_insensitive=True
+    )
+    return found | ~pl.Series(plain, dtype=pl.Boolean)
+
+
+def _decode_first(p: Parts, keys: PlainKeys) -> list[int] | None:
+    """The entries of `p` to decode before writing (see `_LITERALS`); None where its text is not UTF-8 throughout
+    (the array is read the decoded way)."""
+    try:
+        p.text.decode()
+    except UnicodeDecodeError:
+        return None
+    args = list(filter(None, (f.args for f in p.fields)))
+    joined = b",".join(args)
+    if not _literal([bytes(p.text)]).item() and joined.count(b"{") == len(args) and keys.plain(b"[" + joined + b"]"):
+        return []
+    hit = _literal([bytes(r) for r in p.raws])
+    for i, f in enumerate(p.fields):
+        a = bytes(f.args)
+        if a and not hit[i] and (a.count(b"{") != 1 or not keys.plain(b"[" + a + b"]")):
+            hit[i] = True
+    return hit.arg_true().to_list()
+
+
+def _as_written(
+    p: Parts, got: _Streamed, rules: Redactor, keys: PlainKeys, kernels: Numbered | None, ops: Numbered, path: str
+) -> bytes | None:
+    """One proven array as written: most entries as their bytes, the annotated ones with their args spliced in, and
+    only those a rule could change (`_DECODE_FIRST`) or whose args cannot be spliced decoded, annotated,
+    redacted and re-encoded as `serialized` does. None where the array is to be read the decoded way instead (a
+    ts or dur numbering's casts decide, text that is not UTF-8, an entry orjson refuses), before anything of it is
+    counted or numbered."""
+    found = positions(p.fields)
+    first = None if found is None else _decode_first(p, keys)
+    if found is None or first is None:
+        return None
+    raws, fields = p.raws, p.fields
+    decoded: dict[int, dict] = {}
+    cut: dict[int, tuple[bytes, bytes]] = {}
+    try:
+        for i in first:
+            decoded[i] = orjson.loads(memoryview(raws[i]))
+        for i in found[0] + found[1]:
+            if i not in decoded:
+                a = fields[i].args
+                where = opening(bytes(raws[i]), bytes(a) if len(a) else None)
+                if where is None:
+                    decoded[i] = orjson.loads(memoryview(raws[i]))
+                else:
+                    cut[i] = where
+    except orjson.JSONDecodeError:
+        return None
+    for d in decoded.values():
+        rules.event(d)
+    got.pids |= used_pids(list(decoded.values()))
+    got.events_in += len(raws)
+    pieces: list = list(raws)
+    for numbered, at in ((kernels, found[0]), (ops, found[1])):
+        if numbered is None:
+            continue
+        idx, part, lo = numbered.rows(at)
+        if not idx:
+            continue
+        names = [decoded[i]["name"] if i in decoded else fields[i].name for i in idx]
+        ts = [float(fields[i].ts) for i in idx] if numbered.check_ts else None
+        if names != numbered.names[lo : lo + len(idx)] or (ts is not None and ts != numbered.ts[lo : lo + len(idx)]):
+            agree(names, ts, part, numbered, path)  # names the first that differs
+        for j, i in enumerate(idx, lo):
+            m = numbered.members[j]
+            if i in cut:
+                before, after = cut[i]
+                pieces[i] = before + m + after
+            else:
+                args = decoded[i].get("args")
+                if args is None or args.__class__ is dict:  # args that are not an object gain nothing (`_args`)
+                    _args(decoded[i]).update(orjson.loads(b"{" + m + b"}"))
+                else:
+                    continue
+            got.redacted += numbered.shaped.get(j, 0)
+    for i, d in decoded.items():
+        pieces[i], n = redact_bytes(orjson.dumps(d, option=orjson.OPT_SERIALIZE_NUMPY))
+        got.redacted += n
+    return b",".join(pieces)
 
 
 def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list[str]:

@@ -1,0 +1,181 @@
+"""The annotated trace keeps the input's own bytes where nothing changes them, and decodes what a rule could change.
+
+Expectations come from the input's bytes and from the values annotate adds to a
+decoded event (`stream._add_kernel_args`, `_add_op_args`), never from the splice.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+
+import orjson
+import polars as pl
+import pytest
+
+from tests.report.test_annotate import gpu_doc
+from traceflops.core.redact import MAY_CHANGE, MAY_CHANGE_LITERALS, REDACTED
+from traceflops.export.perfetto import annotate, for_annotation
+from traceflops.export.perfetto.added import kernel_members, op_members, opening
+from traceflops.export.perfetto.redact import PlainKeys
+from traceflops.export.perfetto.stream import _add_kernel_args, _add_op_args, _kernel_args
+from traceflops.run.load import analyze
+
+
+def written(doc_bytes: bytes, tmp_path) -> tuple[bytes, dict]:
+    src = tmp_path / "in.json"
+    src.write_bytes(doc_bytes)
+    a = analyze(str(src))
+    s = annotate(str(src), a, str(tmp_path / "out.json.gz"))
+    return gzip.decompress((tmp_path / "out.json.gz").read_bytes()), s
+
+
+def odd_layout(doc: dict) -> tuple[bytes, list[bytes]]:
+    """The document with each event written in a layout orjson would not write (spaces, `1.50` for 1.5, keys in an
+    unusual order, args last as profilers write them); the events' bytes."""
+    texts = []
+    for e in doc["traceEvents"]:
+        keys = [k for k in reversed(list(e)) if k != "args"] + (["args"] if "args" in e else [])
+        body = json.dumps({k: e[k] for k in keys}, separators=(" ,  ", " :  "))
+        texts.append(body.replace(".5,", ".50,").encode())
+    return b'{"traceEvents": [\n' + b",\n".join(texts) + b'\n], "displayTimeUnit": "ms"}', texts
+
+
+def test_entries_that_gain_nothing_keep_their_bytes_and_annotated_ones_their_own_around_the_args(tmp_path):
+    doc = gpu_doc()
+    data, texts = odd_layout(doc)
+    out, s = written(data, tmp_path)
+    got = orjson.loads(out)
+    marked = [i for i, e in enumerate(got["traceEvents"][: len(texts)]) if "traceflops.phase" in (e.get("args") or {})]
+    assert marked and s["events_in"] == len(texts)
+    for i, text in enumerate(texts):
+        if i in marked:
+            if b'"args"' in text:  # the bytes up to the args' last member, as they were
+                head = text[: text.rindex(b"}", 0, text.rindex(b"}"))]
+                assert head in out
+        else:
+            assert text in out, text  # byte for byte, spaces and number spelling included
+    for before, after in zip(doc["traceEvents"], got["traceEvents"]):
+        assert {k: v for k, v in after.items() if k != "args"} == {k: v for k, v in before.items() if k != "args"}
+
+
+def test_an_entry_a_rule_changes_is_decoded_and_redacted_its_neighbours_kept(tmp_path):
+    doc = gpu_doc()
+    kernel = next(e for e in doc["traceEvents"] if e.get("name") == "sm90_gemm_fwd")
+    kernel.setdefault("args", {})["api_key"] = "PLANTEDsecret1"  # a secret key: only the key rules see it
+    doc["traceEvents"].append(
+        {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 1, "s": "t", "args": {"Env": {"HOME": "PLANTED2"}}}
+    )
+    data, texts = odd_layout(doc)
+    out, s = written(data, tmp_path)
+    assert b"PLANTED" not in out
+    got = orjson.loads(out)
+    k = next(e for e in got["traceEvents"] if e.get("name") == kernel["name"] and e.get("cat") == "kernel")
+    assert k["args"]["api_key"] == REDACTED and "traceflops.phase" in k["args"]
+    assert s["redacted_values"] >= 2
+    for i, text in enumerate(texts):  # every other entry that gains nothing as it was
+        if b"PLANTED" not in text and "traceflops.phase" not in (got["traceEvents"][i].get("args") or {}):
+            assert text in out
+
+
+@pytest.mark.parametrize("planted", ['"url": "tcp://u:pw@h:1"', '"n": "a\\u0020b"', '"n": "caf\\u00e9"', '"x": 1e400'])
+def test_any_entry_a_rule_could_change_is_found_in_its_array(planted):
+    """Each reason to decode first, in an entry among plain ones, is found for that entry alone."""
+    from traceflops.export.perfetto.entries import claim_parts
+    from traceflops.export.perfetto.stream import _decode_first
+
+    plain = (
+        b'{"ph": "X", "cat": "python_function", "name": "f", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"a": 1}}'
+    )
+    odd = b'{"ph": "i", "name": "m", "pid": 1, "tid": 1, "ts": 1, ' + planted.encode() + b', "args": {"b": 2}}'
+    p = claim_parts(bytearray(b"[" + b", ".join([plain] * 5 + [odd] + [plain] * 5) + b"]"))
+    assert _decode_first(p, PlainKeys()) == [5]
+
+
+def test_every_may_change_alternative_is_found_by_its_literals():
+    samples = [
+        "a=b",
+        "--x",
+        "s://",
+        "BeArEr x",
+        "BASIC y",
+        "ghp_",
+        "gho_",
+        "ghu_",
+        "ghs_",
+        "ghr_",
+        "github_pat_",
+        "hf_",
+        "sk-",
+        "xoxa-",
+        "xoxb-",
+        "xoxp-",
+        "xoxo-",
+        "xoxs-",
+        "xoxr-",
+        "AKIA",
+        "ASIA",
+        "AIza",
+        "glpat-",
+        "npm_",
+        "eyJ",
+        "-----BEGIN",
+    ]
+    for s in samples:
+        assert re.search(MAY_CHANGE, s), s
+        assert any(lit in s.lower() for lit in MAY_CHANGE_LITERALS), s
+
+
+def test_plain_keys_learn_plain_names_and_refuse_secret_ones():
+    keys = PlainKeys()
+    assert keys.plain(b'[{"External id": 1, "grid": [1, 2]}, {"Ev Idx": 3}]')
+    assert keys.plain(b'[{"External id": 4}]')
+    for bad in (
+        b'[{"apiKey": 1}]',
+        b'[{"environ": {}}]',
+        b'[{"tok\xe2\x84\xaaen": 1}]',
+        b"[[1]]",
+        b'[{"password": "x"}]',
+    ):
+        assert not keys.plain(bad), bad
+
+
+def test_the_args_are_spliced_where_a_decoded_event_would_gain_them():
+    m = b'"traceflops.phase":"forward"'
+    for entry, args, want in [
+        (b'{"ph": "X", "args": {"a": 1}}', b'{"a": 1}', {"ph": "X", "args": {"a": 1, "traceflops.phase": "forward"}}),
+        (b'{"ph":"X","args":{ }\n}', b"{ }", {"ph": "X", "args": {"traceflops.phase": "forward"}}),
+        (b'{"ph":"X"}', None, {"ph": "X", "args": {"traceflops.phase": "forward"}}),
+    ]:
+        cut = opening(entry, args)
+        assert cut is not None and orjson.loads(cut[0] + m + cut[1]) == want
+    assert opening(b'{"args": {"a": 1}, "ph": "X"}', b'{"a": 1}') is None  # args not last
+    assert opening(b'{"ph": "X", "args": null}', b"null") is None
+    assert opening(b'{"x": {"args": {"a": 1}}}', b'{"a": 1}') is None  # the args of another object
+
+
+def test_the_added_members_are_the_decoded_events_own(tmp_path):
+    """Per analysis row, the members' text reads as the values `_add_kernel_args` / `_add_op_args` add, numbers
+    included (an integral FLOP count as an integer, NaN as null)."""
+    src = tmp_path / "in.json.gz"
+    src.write_bytes(gzip.compress(json.dumps(gpu_doc()).encode()))
+    a = for_annotation(analyze(str(src)))
+    k = _kernel_args(a, None).sort("kernel_id")
+    k = k.vstack(k.head(1).with_columns(flops=pl.lit(float("nan")), kernel_id=pl.lit(10**6, pl.Int64)))
+    members, _ = kernel_members(k)
+    for m, r in zip(members, k.iter_rows(named=True)):
+        want: dict = {}
+        _add_kernel_args({"args": want}, r)
+        got = orjson.loads(b"{" + m + b"}")
+        assert got.keys() == want.keys()
+        for key, v in want.items():
+            assert got[key] == (None if isinstance(v, float) and math.isnan(v) else v), key
+            assert type(got[key]) is type(orjson.loads(orjson.dumps(v))), key
+    o = a.ops.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops").sort("op_id")
+    members, _ = op_members(o)
+    for m, r in zip(members, o.iter_rows(named=True)):
+        want = {}
+        _add_op_args({"args": want}, r)
+        assert orjson.loads(b"{" + m + b"}") == orjson.loads(orjson.dumps(want))

@@ -1,0 +1,175 @@
+"""The args annotate adds to a device activity or an op, as JSON text per analysis row, spliced into the entry's bytes.
+
+An entry that gains args and that nothing else changes (no value the secrets
+rules could touch, see `stream`) is written as its own bytes with the new
+members inserted before its args object closes: never decoded, never
+re-encoded. The members' text is what orjson writes for the values
+`stream` adds to a decoded event (`tracks.num`, `tracks.tflops`, computed
+column-wise with the same float operations in the same order), so a spliced
+entry reads back as the same JSON as the decoded route writes.
+"""
+
+from __future__ import annotations
+
+import orjson
+import polars as pl
+
+from traceflops.core.redact import MAY_CHANGE, redact_bytes
+
+_NULL = "null"
+
+
+def _key(name: str) -> str:
+    return orjson.dumps(name).decode() + ":"
+
+
+def _strings(s: pl.Series) -> pl.Series:
+    """Each value as a JSON string (null as null); each distinct value encoded once."""
+    s = s.cast(pl.Utf8)
+    distinct = s.drop_nulls().unique().to_list()
+    if not distinct:
+        return pl.Series(s.name, [_NULL] * s.len(), dtype=pl.Utf8)
+    text = {v: orjson.dumps(v).decode() for v in distinct}
+    return s.replace_strict(text, default=None, return_dtype=pl.Utf8).fill_null(_NULL)
+
+
+def _floats(values: list) -> list[str]:
+    """Python numbers (or None) as orjson writes them, in one call (NaN and infinities as null)."""
+    if not values:
+        return []
+    return orjson.dumps(values).decode()[1:-1].split(",")
+
+
+def _as_float(s: pl.Series) -> pl.Series:
+    """A float column as orjson writes each value (`float(v)`; null, NaN and infinities as null)."""
+    return pl.Series(s.name, _floats(s.cast(pl.Float64).to_list()), dtype=pl.Utf8)
+
+
+def _as_num(s: pl.Series) -> pl.Series:
+    """`tracks.num` of each value as orjson writes it: an integral float under 2**53 as an integer, NaN as null."""
+    f = s.cast(pl.Float64)
+    integral = (f.is_finite() & (f.floor() == f) & (f.abs() < 2.0**53)).fill_null(False)
+    ints = f.cast(pl.Int64, strict=False).cast(pl.Utf8)
+    return pl.select(pl.when(integral).then(ints).otherwise(_as_float(f))).to_series().rename(s.name)
+
+
+def _as_value(s: pl.Series) -> pl.Series:
+    """A column's values as orjson writes what polars hands out for them (integers, floats or text)."""
+    if s.dtype.is_integer():
+        return s.cast(pl.Utf8).fill_null(_NULL)
+    if s.dtype.is_float():
+        return _as_float(s)
+    if s.dtype == pl.Boolean:
+        return pl.select(pl.when(s).then(pl.lit("true")).otherwise(pl.lit("false"))).to_series().fill_null(_NULL)
+    return _strings(s)
+
+
+def _joined(parts: list[pl.Expr], frame: pl.DataFrame) -> tuple[list[bytes], dict[int, int]]:
+    """Each row's members, with the shape rules applied as they are to every written byte (`redact_bytes`), and, by
+    row, how many values those replaced where any were."""
+    if frame.height == 0:
+        return [], {}
+    text = frame.select(pl.concat_str(parts, separator="").alias("m"))["m"]
+    out = list(map(str.encode, text.to_list()))
+    shaped = {}
+    for j in text.str.contains(MAY_CHANGE).arg_true().to_list():
+        out[j], n = redact_bytes(out[j])
+        if n:
+            shaped[j] = n
+    return out, shaped
+
+
+def kernel_members(k: pl.DataFrame) -> tuple[list[bytes], dict[int, int]]:
+    """Per row of `k` (the device activities' values, `stream._kernel_args`): the members `_add_kernel_args` adds, as
+    the text inside an object (no braces), and the values the shape rules
+    replaced in them, by row."""
+    flops = k["flops"].cast(pl.Float64)
+    dur = k["dur"].cast(pl.Float64)
+    rate = pl.select(
+        pl.when(flops.is_null() | dur.is_null() | (dur <= 0))
+        .then(pl.lit(None, pl.Float64))
+        .otherwise(flops / (dur * 1e-6) / 1e12)
+    ).to_series()
+    cols = pl.DataFrame(
+        [
+            _strings(k["phase"]).alias("phase"),
+            _strings(k["cls"]).alias("cls"),
+            _as_num(k["flops"]).alias("flops"),
+            _as_float(rate).alias("rate"),
+            _as_value(k["step"]).alias("step"),
+            _strings(k["module"]).alias("module"),
+            _strings(k["bound"]).alias("bound"),
+            _as_float(k["intensity"]).alias("intensity"),
+            _as_float(k["recoverable_us"]).alias("recoverable_us"),
+        ]
+    )
+    given = {c: k[c].is_not_null() for c in ("module", "bound", "intensity", "recoverable_us")}
+    cols = cols.with_columns(**{f"has_{c}": v for c, v in given.items()})
+    parts = [
+        pl.lit(_key("traceflops.phase")),
+        pl.col("phase"),
+        pl.lit("," + _key("traceflops.class")),
+        pl.col("cls"),
+        pl.lit("," + _key("traceflops.flops")),
+        pl.col("flops"),
+        pl.lit("," + _key("traceflops.achieved_tflops")),
+        pl.col("rate"),
+        pl.lit("," + _key("traceflops.step")),
+        pl.col("step"),
+    ]
+    for c in given:
+        parts.append(
+            pl.when(pl.col(f"has_{c}")).then(pl.lit("," + _key(f"traceflops.{c}")) + pl.col(c)).otherwise(pl.lit(""))
+        )
+    return _joined(parts, cols)
+
+
+def op_members(o: pl.DataFrame) -> tuple[list[bytes], dict[int, int]]:
+    """Per row of `o` (the ops' values: phase, matmul, ran, flops): the members `_add_op_args` adds, as the text
+    inside an object, and the values the shape rules replaced in them, by
+    row."""
+    cols = pl.DataFrame(
+        [
+            _strings(o["phase"]).alias("phase"),
+            o["matmul"].cast(pl.Boolean).fill_null(False).alias("matmul"),
+            o["ran"].cast(pl.Boolean).fill_null(False).alias("ran"),
+            _as_num(o["flops"]).alias("flops"),
+        ]
+    )
+    parts = [
+        pl.lit(_key("traceflops.phase")),
+        pl.col("phase"),
+        pl.when(pl.col("matmul"))
+        .then(
+            pl.lit("," + _key("traceflops.flops"))
+            + pl.col("flops")
+            + pl.lit("," + _key("traceflops.ran"))
+            + pl.when(pl.col("ran")).then(pl.lit("true")).otherwise(pl.lit("false"))
+        )
+        .otherwise(pl.lit("")),
+    ]
+    return _joined(parts, cols)
+
+
+_WS = b" \t\r\n"
+
+
+def opening(entry: bytes, args: bytes | None) -> tuple[bytes, bytes] | None:
+    """`entry` (one object's bytes) cut where members go into its args object: (the bytes before them, ending in
+    the object's '{' or a ',', the bytes after them); an args object is created last where the entry has no args
+    key. None where its args are not an object that is its last member (the caller decodes the entry instead).
+
+    `args` is the text of the entry's args value as a strict decode read it (the last `args` key's), None where it
+    has no args key. The entry holds no backslash (the caller's rule), so every quote in it is real.
+    """
+    body = entry[:-1].rstrip(_WS)  # without the entry's closing brace and the blanks before it
+    close = entry[len(body) :]
+    if args is None:
+        return body + (b'"args":{' if body.endswith(b"{") else b',"args":{'), b"}" + close
+    n = len(args)
+    if not (args[:1] == b"{" and body.endswith(args)):
+        return None
+    key = body[: len(body) - n].rstrip(_WS)
+    if not (key.endswith(b":") and key[:-1].rstrip(_WS).endswith(b'"args"')):
+        return None
+    return body[: len(body) - 1] + (b"," if args[1:-1].strip(_WS) else b""), b"}" + close
