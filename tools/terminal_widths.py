@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,8 +39,15 @@ def traces() -> list[Path]:
     return found + sorted((ROOT / "fixtures" / "cpu").glob("*.json.gz"))
 
 
+# One cache for the run: each trace is analysed once, its four captures render the kept report.
+CACHE = Path(tempfile.mkdtemp(prefix="traceflops_widths_"))
+
+
 def command(trace: Path) -> str:
-    return f"{shlex.quote(sys.executable)} -m traceflops.cli analyze {shlex.quote(str(trace))} --no-cache"
+    return (
+        f"{shlex.quote(sys.executable)} -m traceflops.cli analyze {shlex.quote(str(trace))} "
+        f"--cache-dir {shlex.quote(str(CACHE))} --quiet"
+    )
 
 
 def in_tmux(trace: Path, width: int) -> str:
@@ -102,6 +110,7 @@ def main(argv: list[str]) -> int:
         return _run(paths)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", keeper], capture_output=True)
+        shutil.rmtree(CACHE, ignore_errors=True)
 
 
 def _run(paths: list[Path]) -> int:
