@@ -130,7 +130,8 @@ def device_only(ops: pl.DataFrame, kernels: pl.DataFrame) -> bool:
     if "op_row" not in kernels.columns or not {"row", "cat"} <= set(ops.columns):
         return False
     rows = kernels["op_row"].drop_nulls().unique()  # an annotation (ProfilerStep#N) records no shapes: no op to tie to
-    return not ops.filter(pl.col("row").is_in(rows.implode()) & (pl.col("cat") != "user_annotation")).height
+    tied = (pl.col("row").is_in(rows.implode()) & (pl.col("cat") != "user_annotation")).fill_null(False).any()
+    return not ops.select(tied).item()  # a count of the rows, not a copy of the ops that match
 
 
 def flops_unknown(device_only, executed, unknown_count):
@@ -185,9 +186,9 @@ def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
     return sel["flops"].null_count()
 
 
-def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
+def totals_section(steps, ops, kernels, opt: ModelOptions, peak, only_device: bool | None = None) -> dict[str, Any]:
     """The totals' numbers over the counted steps (the pipeline adds the step count, experts, idle reasons and
-    the budget's unknown terms when it builds `Totals`)."""
+    the budget's unknown terms when it builds `Totals`). `only_device`: `device_only(ops, kernels)`, if known."""
     use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
     flops["executed"] = sum(flops.values())
@@ -198,19 +199,29 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     secs = wall * 1e-6
     # Matmul ops, and matmul kernels no op counted, whose FLOPs are unknown (any of either: nothing known is not 0).
     unknown = int(in_steps_unknown(ops, opt)) or int(use["flops_unknown_count"].sum() or 0)
-    nothing_known = bool(flops_unknown(device_only(ops, kernels), flops["executed"], unknown))
+    only_device = device_only(ops, kernels) if only_device is None else only_device
+    nothing_known = bool(flops_unknown(only_device, flops["executed"], unknown))
     mfu = None if nothing_known and not opt.spec else utilization(model_total, secs, peak)
     hfu = None if nothing_known else utilization(flops["executed"], secs, peak)
     mfu_na = None
     if mfu is not None and no_attn.null_count() < use.height:
         mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
     # Coverage: share of matmul time whose FLOPs are known.
-    in_steps = ops.filter(
-        pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0)
+    # Only the columns read below are filtered (projection pushdown), never a copy of every column of the ops.
+    in_steps = (
+        ops.lazy()
+        .filter(
+            pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0)
+        )
+        .select("dur", "flops")
+        .collect()
     )
     if kernels.height:
-        mk = kernels.filter(
-            (pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps))
+        mk = (
+            kernels.lazy()
+            .filter((pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+            .select("dur", "flops")
+            .collect()
         )
         cov = coverage(mk["dur"].to_numpy(), mk["flops"].is_not_null().to_numpy())
     else:
@@ -239,15 +250,18 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     }
 
 
-def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Totals) -> list[str]:
-    """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes."""
+def unknown_flops_warnings(
+    ops: pl.DataFrame, kernels: pl.DataFrame, totals: Totals, only_device: bool | None = None
+) -> list[str]:
+    """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes. `only_device`:
+    `device_only(ops, kernels)`, if known."""
     if ops.height == 0 and kernels.height:
         return [
             "the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are "
             "told by "
             "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"
         ]
-    if device_only(ops, kernels):
+    if device_only(ops, kernels) if only_device is None else only_device:
         return [
             (
                 "no device activity can be tied to a host op (the trace has no CPU ops or no runtime launch events): "
@@ -267,7 +281,7 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Tot
     n = totals.matmul_flops_unknown_count
     if not n:
         return out
-    wild = ops.filter(pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).height
+    wild = ops.select((pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).sum()).item() or 0
     if wild:
         return out + [
             (
@@ -276,7 +290,7 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Tot
                 "FLOPs in one op (corrupt or edited shapes): left uncounted"
             )
         ]
-    if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
+    if ops.select((pl.col("matmul") & pl.col("dims").is_null()).any()).item():
         return out + [
             f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"
         ]

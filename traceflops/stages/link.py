@@ -194,7 +194,7 @@ def link(trace: Trace) -> Linked:
         .sort("_k")["_l"]
     )
     kernels = trace.kernels.with_columns(launch_keys.drop("correlation").select(pl.all().gather(at)))
-    missing = kernels.filter(pl.col("launch_name").is_null() & pl.col("correlation").is_not_null()).height
+    missing = kernels.select((pl.col("launch_name").is_null() & pl.col("correlation").is_not_null()).sum()).item()
     if missing:
         trace.warnings.add("device activities whose launch is not in the trace (no host op; phase 'other')", missing)
     implausible_links(launches, kernels, trace.warnings)
@@ -220,8 +220,8 @@ def implausible_links(launches: pl.DataFrame, kernels: pl.DataFrame, warnings) -
         )
     # One kernel launch (cudaLaunchKernel and kin; not a graph launch) makes one device activity: a second one with
     # its correlation id is another launch's, whose op then loses its FLOPs.
-    once = kernels.filter(pl.col("launch_name").str.contains(_ONE_ACTIVITY_LAUNCH_RE))
-    collided = once.height - once["correlation"].n_unique()
+    once = kernels.select(pl.col("correlation").filter(pl.col("launch_name").str.contains(_ONE_ACTIVITY_LAUNCH_RE)))
+    collided = once.height - once["correlation"].n_unique()  # the one column filtered, not the kernels' every one
     if collided:
         warnings.add(
             "device activities carry the correlation id of a launch that makes one activity, already taken by "
@@ -229,9 +229,9 @@ def implausible_links(launches: pl.DataFrame, kernels: pl.DataFrame, warnings) -
             collided,
         )
     # A device op's own anchor (TPU: no host launch recorded, placed inside the op) is not a launch time.
-    early = kernels.filter(
-        (pl.col("ts") < pl.col("launch_ts") - _EARLY_US) & (pl.col("launch_name") != DEVICE_SIDE_LAUNCH)
-    ).height
+    early = kernels.select(
+        ((pl.col("ts") < pl.col("launch_ts") - _EARLY_US) & (pl.col("launch_name") != DEVICE_SIDE_LAUNCH)).sum()
+    ).item()
     if early:
         warnings.add(
             f"device activities start more than {_EARLY_US:.0f} us before the launch their correlation id names "
