@@ -10,6 +10,7 @@ import polars as pl
 from traceflops.core import fmt, sections
 from traceflops.core.results import ModelOptions
 from traceflops.core.sections import OutsideSteps, Totals, UnknownKernel
+from traceflops.core.trace import name_matches
 from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
 from traceflops.flops.aten import OP_FLOPS_MAX, OUT_OF_RANGE
 from traceflops.flops.kernels import family_of
@@ -438,16 +439,16 @@ def expert_flops(ops: pl.DataFrame, opt: ModelOptions) -> dict[str, int] | None:
     None when the trace runs none."""
     if ops.height == 0:
         return None
-    is_expert = ops.select(pl.col("name").str.contains(EXPERT_OP_RE).fill_null(False)).to_series().to_numpy()
+    is_expert = name_matches(ops["name"], EXPERT_OP_RE).to_numpy()  # the regex once per distinct name
     if not is_expert.any():
         return None
     inside = nearest(ops["parent"].to_numpy(), is_expert) >= 0
-    use = ops.filter(
+    use = ops.select("phase", "flops").filter(
         pl.Series(inside)
-        & pl.col("matmul")
-        & pl.col("ran")
-        & (pl.col("step") >= 0)
-        & ~pl.col("step").is_in(list(opt.exclude_steps))
+        & ops["matmul"]
+        & ops["ran"]
+        & (ops["step"] >= 0)
+        & ~ops["step"].is_in(list(opt.exclude_steps))
     )
     per = dict(use.group_by("phase").agg(pl.col("flops").sum()).iter_rows())
     out = {p: int(per.get(p) or 0) for p in PHASES}

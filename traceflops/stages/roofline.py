@@ -58,7 +58,7 @@ import polars as pl
 
 from traceflops.core.dtypes import dtype_of, itemsize
 from traceflops.core.hardware import Hardware
-from traceflops.stages.link import by_row, row_index, spread
+from traceflops.stages.link import by_row, check_row_order, row_index, spread
 from traceflops.stages.timeline import partition
 
 COLUMNS = (
@@ -235,7 +235,11 @@ def estimate_table(ops: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
         "_e_bbasis": pl.Utf8,
         "_e_fbasis": pl.Utf8,
     }
-    sub = ops.filter(pl.col("row").is_in(rows.drop_nulls().unique().implode())).select("row", "name", "dims", "types")
+    # Gathered at the rows, in row order (linked ops keep row == position): no membership test over every op.
+    at = rows.drop_nulls().unique().sort().cast(pl.Int64)
+    at = at.filter((at >= 0) & (at < ops.height))  # a row that is no op's matches nothing, as by membership
+    check_row_order(ops)
+    sub = ops.select(pl.col(c).gather(at) for c in ("row", "name", "dims", "types"))
     if sub.height == 0:
         return pl.DataFrame(schema=schema)
     keys = ["name", "dims", "types"]
@@ -294,8 +298,11 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     at_mm = by_row(opc, k["matmul_row"], *values)
     at_op = by_row(opc, k["op_row"], *values)
     at_est = spread(est, ops.height).select(pl.all().gather(row_index(k["op_row"])))
-    k = pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal").with_columns(
-        _mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute")
+    # One lazy query from here to the result: the repeated conditions are computed once and no frame in between is built.
+    k = (
+        pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal")
+        .lazy()
+        .with_columns(_mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute"))
     )
     mm = pl.col("cls") == "matmul"
     oc = pl.col("cls") == "other_compute"
@@ -347,7 +354,7 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
         .otherwise(pl.lit("compute")),
         recoverable_us=(pl.col("dur") - pl.col("floor_us")).clip(lower_bound=0.0),
     )
-    return k.select("kernel_id", "name", "cls", "dur", *COLUMNS)
+    return k.select("kernel_id", "name", "cls", "dur", *COLUMNS).collect()
 
 
 def memory_bound_overlay(frame: pl.DataFrame) -> pl.Series:
