@@ -220,7 +220,9 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak, only_device: bo
     if kernels.height:
         mk = (
             kernels.lazy()
-            .filter((pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps)))
+            .filter(
+                (pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps))
+            )
             .select("dur", "flops")
             .collect()
         )

@@ -33,7 +33,7 @@ import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
-from traceflops.stages.idle import is_sync_call
+from traceflops.stages.idle import sync_calls
 
 KINDS = PATH_KINDS  # what a segment of the path ran through
 BETWEEN_OPS = "between ops (Python)"  # host time on the path outside every op the profiler recorded
@@ -132,7 +132,7 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     run_head = np.maximum.accumulate(head_mark) if len(ts) else head_mark
 
     syncs: dict = {}
-    sync = launches.filter(is_sync_call(pl.col("name")) & pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
+    sync = launches.filter(sync_calls(launches["name"]) & pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
     for (tid,), g in (
         sync.with_columns(_end=pl.col("ts") + pl.col("dur")).sort("_end").group_by("tid", maintain_order=True)
     ):
