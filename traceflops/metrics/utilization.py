@@ -208,23 +208,13 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak, only_device: bo
     if mfu is not None and no_attn.null_count() < use.height:
         mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
     # Coverage: share of matmul time whose FLOPs are known.
-    # Only the columns read below are filtered (projection pushdown), never a copy of every column of the ops.
-    in_steps = (
-        ops.lazy()
-        .filter(
-            pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0)
-        )
-        .select("dur", "flops")
-        .collect()
+    # Only the columns read below are filtered, never a copy of every column of the ops (or kernels).
+    in_steps = ops.select("dur", "flops").filter(
+        ops["matmul"] & ops["ran"] & ~ops["step"].is_in(list(opt.exclude_steps)) & (ops["step"] >= 0)
     )
     if kernels.height:
-        mk = (
-            kernels.lazy()
-            .filter(
-                (pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps))
-            )
-            .select("dur", "flops")
-            .collect()
+        mk = kernels.select("dur", "flops").filter(
+            (kernels["cls"] == "matmul") & (kernels["step"] >= 0) & ~kernels["step"].is_in(list(opt.exclude_steps))
         )
         cov = coverage(mk["dur"].to_numpy(), mk["flops"].is_not_null().to_numpy())
     else:

@@ -83,11 +83,9 @@ class _Graph:
 def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     read = ("ts", "dur", "device", "stream", "launch_ts", "launch_dur", "launch_name", "launch_tid", "cls", "name")
     k = (  # the columns read below only: sorting every column of the kernels copied hundreds of MB
-        kernels.lazy()
+        kernels.select([c for c in read if c in kernels.columns])
         .filter(pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
-        .select([c for c in read if c in kernels.columns])
         .sort("device", "stream", "ts")
-        .collect()
     )
     ts = k["ts"].to_numpy().astype(np.float64)
     end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)

@@ -298,18 +298,15 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     at_mm = by_row(opc, k["matmul_row"], *values)
     at_op = by_row(opc, k["op_row"], *values)
     at_est = spread(est, ops.height).select(pl.all().gather(row_index(k["op_row"])))
-    # One lazy query from here to the result: repeated conditions computed once, no frame built in between.
-    q = (
-        pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal")
-        .lazy()
-        .with_columns(_mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute"))
+    k = pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal").with_columns(
+        _mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute")
     )
     mm = pl.col("cls") == "matmul"
     oc = pl.col("cls") == "other_compute"
     mm_flops = pl.coalesce("m_o_eff", "m_o_flops")
     oc_flops = pl.coalesce("_e_flops", "_o_fhint")
     oc_bytes = pl.coalesce("_e_bytes", "_o_bhint")
-    q = q.with_columns(
+    k = k.with_columns(
         roof_flops=pl.when(mm)
         .then(pl.coalesce(mm_flops, "m_o_fhint") * pl.col("_mm_share"))
         .when(oc)
@@ -340,7 +337,7 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     secs = pl.when(pl.col("dur") > 0).then(pl.col("dur") * 1e-6)
     flops_us = pl.col("roof_flops") / pl.col("peak_flops") * 1e6
     bytes_us = pl.col("roof_bytes") / pl.col("peak_bytes_per_s") * 1e6
-    q = q.with_columns(
+    k = k.with_columns(
         intensity=pl.when(pl.col("roof_bytes") > 0).then(pl.col("roof_flops") / pl.col("roof_bytes")),
         ridge=pl.col("peak_flops") / pl.col("peak_bytes_per_s"),
         achieved_flops_frac=pl.col("roof_flops") / secs / pl.col("peak_flops"),
@@ -354,7 +351,7 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
         .otherwise(pl.lit("compute")),
         recoverable_us=(pl.col("dur") - pl.col("floor_us")).clip(lower_bound=0.0),
     )
-    return q.select("kernel_id", "name", "cls", "dur", *COLUMNS).collect()
+    return k.select("kernel_id", "name", "cls", "dur", *COLUMNS)
 
 
 def memory_bound_overlay(frame: pl.DataFrame) -> pl.Series:

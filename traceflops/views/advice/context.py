@@ -95,7 +95,7 @@ def _conv_share(ctx: Ctx) -> float:
         return ctx.conv
     share = 0.0
     if ctx.kernels.height and "matmul_row" in ctx.kernels.columns and ctx.a.ops.height:
-        mm = ctx.kernels.lazy().filter(pl.col("cls") == "matmul").select("matmul_row", "dur").collect()
+        mm = ctx.kernels.select("matmul_row", "dur").filter(ctx.kernels["cls"] == "matmul")
         # The op's name at each kernel's matmul row, gathered by position (linked ops keep row == position): no join.
         mm = mm.with_columns(by_row(ctx.a.ops, mm["matmul_row"], "name").to_series().alias("_op"))
         tot = float(mm["dur"].sum())

@@ -139,11 +139,7 @@ def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     if device or ctx.a.ops.height == 0:
         read = [c for c in ("name", "dur", "phase", "device", "stream", "ts", "cls") if c in ctx.kernels.columns]
         # The columns read below only (not the kernels' every column): a filter copies each column it keeps.
-        other = (
-            ctx.kernels.lazy().filter(pl.col("cls") == "other_compute").select(read).collect()
-            if device
-            else ctx.kernels
-        )
+        other = ctx.kernels.select(read).filter(ctx.kernels["cls"] == "other_compute") if device else ctx.kernels
     else:
         other = _cpu_other(ctx)
     what = "kernels" if device else "ops"

@@ -312,10 +312,8 @@ def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
         (pl.col("types") if "types" in ctx.a.ops.columns else pl.lit(None, pl.Utf8)).alias("_types"),
     )
     mm = (  # the columns read below only, not a copy of the kernels' every column
-        ctx.kernels.lazy()
-        .filter(pl.col("cls") == "matmul")
-        .select("name", "dur", "flops", "matmul_row")
-        .collect()
+        ctx.kernels.select("name", "dur", "flops", "matmul_row")
+        .filter(ctx.kernels["cls"] == "matmul")
         .join(op_dtype, on="matmul_row", how="left")
     )
     types = mm.filter(pl.col("_dtype").is_null() & pl.col("_types").is_not_null())["_types"].unique().to_list()
