@@ -89,7 +89,17 @@ def main() -> None:
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--annotate-ratio", action="store_true",
                     help="only `annotate` against `analyze` on each trace, their runs alternated (the same load on both)")
+    ap.add_argument("--analysis-cpu", action="store_true",
+                    help="only the analysis after the parse (pipeline.analyze_trace on a parsed trace), see analysis_after_parse")
+    ap.add_argument("--before", help="with --analysis-cpu: a checkout to compare with (its traceflops), alternated in one run")
     a = ap.parse_args()
+    if a.analysis_cpu:
+        path = a.trace or tiled(int(str(a.tiles).split(",")[-1]))
+        got = analysis_after_parse(path, a.before, a.repeat)
+        print(json.dumps(got, indent=2))
+        if a.out:
+            Path(a.out).write_text(json.dumps(got, indent=2))
+        return
     compile_package()
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
     everything: dict = {"repeat": a.repeat}
@@ -289,6 +299,71 @@ def ratios(results: dict) -> None:
     first, again = "traceflops analyze, first (writes the cache)", "traceflops analyze, again (cached)"
     if ok(first) and ok(again):
         results[again]["time_vs_first"] = results[again]["wall_s"] / results[first]["wall_s"]
+
+
+# ---------------------------------------------------------------- the analysis after the parse
+
+# One process per head: the trace parsed once (or read from the parsed-trace cache), the analysis run once to warm up,
+# then `repeat` times, each timed on its own (CPU: the process's user + system, polars' threads included); then once
+# more under cProfile to count the polars queries it ran (every eager frame operation is one collect).
+_ANALYSIS = (
+    "import cProfile, json, pstats, time\n"
+    "from pathlib import Path\n"
+    "from traceflops.core.results import ModelOptions\n"
+    "from traceflops.pipeline import analyze_trace\n"
+    "from traceflops.run.load import load\n"
+    "trace = load(P, Path(CACHE))\n"
+    "analyze_trace(trace, ModelOptions())\n"
+    "runs = []\n"
+    "for _ in range(REPEAT):\n"
+    "    c, w = time.process_time(), time.perf_counter()\n"
+    "    analyze_trace(trace, ModelOptions())\n"
+    "    runs.append((time.process_time() - c, time.perf_counter() - w))\n"
+    "pr = cProfile.Profile()\n"
+    "pr.runcall(analyze_trace, trace, ModelOptions())\n"
+    "queries = sum(v[1] for f, v in pstats.Stats(pr).stats.items() if f[2] == \"<method 'collect' of 'builtins.PyLazyFrame' objects>\")\n"
+    "print(json.dumps({'runs': runs, 'polars_queries': queries}))\n"
+)
+
+
+def analysis_after_parse(path: str, before: str | None = None, repeat: int = 3, rounds: int = 2) -> dict:
+    """CPU and wall seconds of `pipeline.analyze_trace` on a parsed trace (the parse itself left out), and its
+    polars queries; with `before` (a checkout), that head's too, the two alternated `rounds` times in one run (the
+    machine is shared: only numbers from one run compare) and given as after / before ratios. Medians of every
+    timed run; the load average (`uptime`) before and after goes with the numbers."""
+    import shutil
+    import statistics
+
+    heads = {"after": str(ROOT)} | ({"before": str(Path(before).resolve())} if before else {})
+    cache = tempfile.mkdtemp(prefix="traceflops_bench_analysis_")
+    load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
+    got: dict[str, dict] = {h: {"cpu": [], "wall": [], "polars_queries": None} for h in heads}
+    try:
+        for _ in range(rounds):
+            for head, root in heads.items():
+                code = _ANALYSIS.replace("CACHE", repr(cache)).replace("REPEAT", str(repeat))
+                env = {**os.environ, "PYTHONPATH": root}
+                r = subprocess.run([sys.executable, "-c", f"P = {path!r}\n{code}"], capture_output=True, text=True,
+                                   env=env, cwd=root)
+                if r.returncode:
+                    raise RuntimeError(f"{head}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'failed'}")
+                one = json.loads(r.stdout.strip().splitlines()[-1])
+                got[head]["cpu"] += [c for c, _ in one["runs"]]
+                got[head]["wall"] += [w for _, w in one["runs"]]
+                got[head]["polars_queries"] = one["polars_queries"]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    out: dict = {"trace": path, "bytes": os.path.getsize(path), "runs_per_head": rounds * repeat,
+                 "loadavg_before": load_before,
+                 "loadavg_after": Path("/proc/loadavg").read_text().split()[:3] if load_before else None}
+    for head, g in got.items():
+        out[head] = {"cpu_s": round(statistics.median(g["cpu"]), 3), "wall_s": round(statistics.median(g["wall"]), 3),
+                     "cpu_s_all": [round(c, 3) for c in g["cpu"]], "polars_queries": g["polars_queries"]}
+    if before:
+        out["cpu_after_vs_before"] = out["after"]["cpu_s"] / out["before"]["cpu_s"]
+        out["wall_after_vs_before"] = out["after"]["wall_s"] / out["before"]["wall_s"]
+        out["queries_after_vs_before"] = out["after"]["polars_queries"] / out["before"]["polars_queries"]
+    return out
 
 
 def run_isolated(code: str, path: str) -> dict:

@@ -151,14 +151,13 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     bound_on = None if bound is None else tl.on_devices(bound, devices)
 
     # per-step metrics, then the totals
-    steps = util.step_metrics(
-        steps, model_per_step, model_no_attn, peak_all, device_only=util.device_only(ops, kernels)
-    )
+    only_device = util.device_only(ops, kernels)  # read thrice below: worked out once
+    steps = util.step_metrics(steps, model_per_step, model_no_attn, peak_all, device_only=only_device)
     outside = util.outside_section(kernels, ops, activities)
     warnings += util.window_warnings(steps, kernels, outside, last_counted=not warnings_last)
     steps = with_path_columns(steps, path)
     steps = steptime.attach_launch_stats(steptime.attach_time(steps, part_on, peak_all, len(devices)), stats)
-    base = util.totals_section(steps, ops, kernels, opt, peak_all)
+    base = util.totals_section(steps, ops, kernels, opt, peak_all, only_device)
     if bound_on is not None:
         base["overlay_us"] = {
             **base["overlay_us"],
@@ -177,7 +176,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         steps, totals, cut = util.cut_without_flops(steps, totals)
         warnings += cut
     warnings += util.suspect(totals.mfu, totals.hfu, msec.frozen_parts(model))
-    warnings += util.unknown_flops_warnings(ops, kernels, totals)
+    warnings += util.unknown_flops_warnings(ops, kernels, totals, only_device)
     warnings += util.hook_warnings(ops)
     warnings += util.unnamed_xla_warnings(ops)
     if hardware:

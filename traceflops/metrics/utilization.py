@@ -10,6 +10,7 @@ import polars as pl
 from traceflops.core import fmt, sections
 from traceflops.core.results import ModelOptions
 from traceflops.core.sections import OutsideSteps, Totals, UnknownKernel
+from traceflops.core.trace import name_matches
 from traceflops.core.vocab import OUTSIDE, OVERLAYS, PARTITION, PHASES
 from traceflops.flops.aten import OP_FLOPS_MAX, OUT_OF_RANGE
 from traceflops.flops.kernels import family_of
@@ -130,7 +131,8 @@ def device_only(ops: pl.DataFrame, kernels: pl.DataFrame) -> bool:
     if "op_row" not in kernels.columns or not {"row", "cat"} <= set(ops.columns):
         return False
     rows = kernels["op_row"].drop_nulls().unique()  # an annotation (ProfilerStep#N) records no shapes: no op to tie to
-    return not ops.filter(pl.col("row").is_in(rows.implode()) & (pl.col("cat") != "user_annotation")).height
+    tied = (pl.col("row").is_in(rows.implode()) & (pl.col("cat") != "user_annotation")).fill_null(False).any()
+    return not ops.select(tied).item()  # a count of the rows, not a copy of the ops that match
 
 
 def flops_unknown(device_only, executed, unknown_count):
@@ -185,9 +187,9 @@ def in_steps_unknown(ops: pl.DataFrame, opt: ModelOptions) -> int:
     return sel["flops"].null_count()
 
 
-def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, Any]:
+def totals_section(steps, ops, kernels, opt: ModelOptions, peak, only_device: bool | None = None) -> dict[str, Any]:
     """The totals' numbers over the counted steps (the pipeline adds the step count, experts, idle reasons and
-    the budget's unknown terms when it builds `Totals`)."""
+    the budget's unknown terms when it builds `Totals`). `only_device`: `device_only(ops, kernels)`, if known."""
     use = steps.filter(~pl.col("step").is_in(list(opt.exclude_steps)))
     flops = {p: int(use[f"flops_{p}"].sum()) for p in PHASES}
     flops["executed"] = sum(flops.values())
@@ -198,19 +200,21 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     secs = wall * 1e-6
     # Matmul ops, and matmul kernels no op counted, whose FLOPs are unknown (any of either: nothing known is not 0).
     unknown = int(in_steps_unknown(ops, opt)) or int(use["flops_unknown_count"].sum() or 0)
-    nothing_known = bool(flops_unknown(device_only(ops, kernels), flops["executed"], unknown))
+    only_device = device_only(ops, kernels) if only_device is None else only_device
+    nothing_known = bool(flops_unknown(only_device, flops["executed"], unknown))
     mfu = None if nothing_known and not opt.spec else utilization(model_total, secs, peak)
     hfu = None if nothing_known else utilization(flops["executed"], secs, peak)
     mfu_na = None
     if mfu is not None and no_attn.null_count() < use.height:
         mfu_na = float((no_attn * use["window"]).sum() / wall) if wall else None
     # Coverage: share of matmul time whose FLOPs are known.
-    in_steps = ops.filter(
-        pl.col("matmul") & pl.col("ran") & ~pl.col("step").is_in(list(opt.exclude_steps)) & (pl.col("step") >= 0)
+    # Only the columns read below are filtered, never a copy of every column of the ops (or kernels).
+    in_steps = ops.select("dur", "flops").filter(
+        ops["matmul"] & ops["ran"] & ~ops["step"].is_in(list(opt.exclude_steps)) & (ops["step"] >= 0)
     )
     if kernels.height:
-        mk = kernels.filter(
-            (pl.col("cls") == "matmul") & (pl.col("step") >= 0) & ~pl.col("step").is_in(list(opt.exclude_steps))
+        mk = kernels.select("dur", "flops").filter(
+            (kernels["cls"] == "matmul") & (kernels["step"] >= 0) & ~kernels["step"].is_in(list(opt.exclude_steps))
         )
         cov = coverage(mk["dur"].to_numpy(), mk["flops"].is_not_null().to_numpy())
     else:
@@ -239,15 +243,18 @@ def totals_section(steps, ops, kernels, opt: ModelOptions, peak) -> dict[str, An
     }
 
 
-def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Totals) -> list[str]:
-    """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes."""
+def unknown_flops_warnings(
+    ops: pl.DataFrame, kernels: pl.DataFrame, totals: Totals, only_device: bool | None = None
+) -> list[str]:
+    """Why FLOPs are unknown: no host ops at all, no recorded shapes, or shapes no formula takes. `only_device`:
+    `device_only(ops, kernels)`, if known."""
     if ops.height == 0 and kernels.height:
         return [
             "the trace holds device activity only (no host ops): phases and FLOPs are unknown and GEMM kernels are "
             "told by "
             "name; profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and record_shapes=True"
         ]
-    if device_only(ops, kernels):
+    if device_only(ops, kernels) if only_device is None else only_device:
         return [
             (
                 "no device activity can be tied to a host op (the trace has no CPU ops or no runtime launch events): "
@@ -267,7 +274,7 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Tot
     n = totals.matmul_flops_unknown_count
     if not n:
         return out
-    wild = ops.filter(pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).height
+    wild = ops.select((pl.col("matmul") & pl.col("flops_reason").str.starts_with(OUT_OF_RANGE)).sum()).item() or 0
     if wild:
         return out + [
             (
@@ -276,7 +283,7 @@ def unknown_flops_warnings(ops: pl.DataFrame, kernels: pl.DataFrame, totals: Tot
                 "FLOPs in one op (corrupt or edited shapes): left uncounted"
             )
         ]
-    if ops.filter(pl.col("matmul") & pl.col("dims").is_null()).height:
+    if ops.select((pl.col("matmul") & pl.col("dims").is_null()).any()).item():
         return out + [
             f"{n} matmul ops have no recorded shapes: their FLOPs are unknown (re-profile with record_shapes=True)"
         ]
@@ -424,16 +431,16 @@ def expert_flops(ops: pl.DataFrame, opt: ModelOptions) -> dict[str, int] | None:
     None when the trace runs none."""
     if ops.height == 0:
         return None
-    is_expert = ops.select(pl.col("name").str.contains(EXPERT_OP_RE).fill_null(False)).to_series().to_numpy()
+    is_expert = name_matches(ops["name"], EXPERT_OP_RE).to_numpy()  # the regex once per distinct name
     if not is_expert.any():
         return None
     inside = nearest(ops["parent"].to_numpy(), is_expert) >= 0
-    use = ops.filter(
+    use = ops.select("phase", "flops").filter(
         pl.Series(inside)
-        & pl.col("matmul")
-        & pl.col("ran")
-        & (pl.col("step") >= 0)
-        & ~pl.col("step").is_in(list(opt.exclude_steps))
+        & ops["matmul"]
+        & ops["ran"]
+        & (ops["step"] >= 0)
+        & ~ops["step"].is_in(list(opt.exclude_steps))
     )
     per = dict(use.group_by("phase").agg(pl.col("flops").sum()).iter_rows())
     out = {p: int(per.get(p) or 0) for p in PHASES}

@@ -329,7 +329,10 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
         0
     ).is_between(0, registry.OP_FLOPS_MAX)
     hinted = given & in_range
-    types_dtype = pl.col("types").map_elements(_first_dtype, return_dtype=pl.Utf8)
+    # The first input's dtype read once per distinct `types` text (they repeat thousands of times), not per row.
+    distinct = ops["types"].drop_nulls().unique()
+    first = pl.Series([_first_dtype(t) for t in distinct.to_list()], dtype=pl.Utf8)
+    types_dtype = pl.col("types").replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
     return ops.with_columns(
         flops=pl.when(hinted).then(pl.col("flops_hint")).when(given).then(None).otherwise(pl.col("flops")),
         effective_flops=pl.when(hinted)

@@ -33,7 +33,7 @@ import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
-from traceflops.stages.idle import is_sync_call
+from traceflops.stages.idle import sync_calls
 
 KINDS = PATH_KINDS  # what a segment of the path ran through
 BETWEEN_OPS = "between ops (Python)"  # host time on the path outside every op the profiler recorded
@@ -81,7 +81,12 @@ class _Graph:
 
 
 def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
-    k = kernels.filter(pl.col("ts").is_not_null() & pl.col("dur").is_not_null()).sort("device", "stream", "ts")
+    read = ("ts", "dur", "device", "stream", "launch_ts", "launch_dur", "launch_name", "launch_tid", "cls", "name")
+    k = (  # the columns read below only: sorting every column of the kernels copied hundreds of MB
+        kernels.select([c for c in read if c in kernels.columns])
+        .filter(pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
+        .sort("device", "stream", "ts")
+    )
     ts = k["ts"].to_numpy().astype(np.float64)
     end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)
     dev = k["device"].fill_null(-1).to_numpy()
@@ -125,7 +130,7 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     run_head = np.maximum.accumulate(head_mark) if len(ts) else head_mark
 
     syncs: dict = {}
-    sync = launches.filter(is_sync_call(pl.col("name")) & pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
+    sync = launches.filter(sync_calls(launches["name"]) & pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
     for (tid,), g in (
         sync.with_columns(_end=pl.col("ts") + pl.col("dur")).sort("_end").group_by("tid", maintain_order=True)
     ):

@@ -24,6 +24,14 @@ def is_sync_call(name: pl.Expr) -> pl.Expr:
     return name.str.contains(r"^(cuda|hip|cu)(Stream|Device|Event|Ctx)Synchronize") | memcpy
 
 
+def sync_calls(names: pl.Series) -> pl.Series:
+    """Per row, whether the host call is a synchronizing one (`is_sync_call`), its regexes run once per distinct name
+    (a runtime call's name repeats for every launch); a null name is none."""
+    distinct = names.drop_nulls().unique()
+    hit = distinct.to_frame("name").filter(is_sync_call(pl.col("name")))["name"]
+    return names.is_in(hit.implode()).fill_null(False)
+
+
 def is_dataloader(name: pl.Expr) -> pl.Expr:
     """Host ops of the input pipeline (`enumerate(DataLoader)#...__next__` and kin)."""
     return name.str.contains("DataLoader")

@@ -58,7 +58,7 @@ import polars as pl
 
 from traceflops.core.dtypes import dtype_of, itemsize
 from traceflops.core.hardware import Hardware
-from traceflops.stages.link import by_row, row_index, spread
+from traceflops.stages.link import by_row, check_row_order, row_index, spread
 from traceflops.stages.timeline import partition
 
 COLUMNS = (
@@ -235,7 +235,11 @@ def estimate_table(ops: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
         "_e_bbasis": pl.Utf8,
         "_e_fbasis": pl.Utf8,
     }
-    sub = ops.filter(pl.col("row").is_in(rows.drop_nulls().unique().implode())).select("row", "name", "dims", "types")
+    # Gathered at the rows, in row order (linked ops keep row == position): no membership test over every op.
+    at = rows.drop_nulls().unique().sort().cast(pl.Int64)
+    at = at.filter((at >= 0) & (at < ops.height))  # a row that is no op's matches nothing, as by membership
+    check_row_order(ops)
+    sub = ops.select(pl.col(c).gather(at) for c in ("row", "name", "dims", "types"))
     if sub.height == 0:
         return pl.DataFrame(schema=schema)
     keys = ["name", "dims", "types"]

@@ -16,6 +16,7 @@ from traceflops.core.vocab import OVERLAYS, PARTITION
 from traceflops.metrics import budget as bd
 from traceflops.stages import timeline as tl
 from traceflops.stages.cpu_activities import cpu_activities
+from traceflops.stages.link import by_row
 from traceflops.stages.steps import counted_steps
 from traceflops.views.gemm_shapes import CONV_OPS
 
@@ -94,9 +95,9 @@ def _conv_share(ctx: Ctx) -> float:
         return ctx.conv
     share = 0.0
     if ctx.kernels.height and "matmul_row" in ctx.kernels.columns and ctx.a.ops.height:
-        mm = ctx.kernels.filter(pl.col("cls") == "matmul").select("matmul_row", "dur")
-        names = ctx.a.ops.select(pl.col("row").cast(pl.Int64).alias("matmul_row"), pl.col("name").alias("_op"))
-        mm = mm.with_columns(pl.col("matmul_row").cast(pl.Int64)).join(names, on="matmul_row", how="left")
+        mm = ctx.kernels.select("matmul_row", "dur").filter(ctx.kernels["cls"] == "matmul")
+        # The op's name at each kernel's matmul row, gathered by position (linked ops keep row == position): no join.
+        mm = mm.with_columns(by_row(ctx.a.ops, mm["matmul_row"], "name").to_series().alias("_op"))
         tot = float(mm["dur"].sum())
         conv = pl.col("_op").is_in(list(CONV_OPS))
         if is_jax(ctx):  # HLO instructions: convolution.N, cudnn-conv.N (XLA's cuDNN / MIOpen call)

@@ -137,7 +137,9 @@ def short_runs(
 def non_matmul(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tuple:
     device = ctx.kernels.height > 0
     if device or ctx.a.ops.height == 0:
-        other = ctx.kernels.filter(pl.col("cls") == "other_compute") if device else ctx.kernels
+        read = [c for c in ("name", "dur", "phase", "device", "stream", "ts", "cls") if c in ctx.kernels.columns]
+        # The columns read below only (not the kernels' every column): a filter copies each column it keeps.
+        other = ctx.kernels.select(read).filter(ctx.kernels["cls"] == "other_compute") if device else ctx.kernels
     else:
         other = _cpu_other(ctx)
     what = "kernels" if device else "ops"

@@ -311,7 +311,11 @@ def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
         pl.col("name").alias("_op"),
         (pl.col("types") if "types" in ctx.a.ops.columns else pl.lit(None, pl.Utf8)).alias("_types"),
     )
-    mm = ctx.kernels.filter(pl.col("cls") == "matmul").join(op_dtype, on="matmul_row", how="left")
+    mm = (  # the columns read below only, not a copy of the kernels' every column
+        ctx.kernels.select("name", "dur", "flops", "matmul_row")
+        .filter(ctx.kernels["cls"] == "matmul")
+        .join(op_dtype, on="matmul_row", how="left")
+    )
     types = mm.filter(pl.col("_dtype").is_null() & pl.col("_types").is_not_null())["_types"].unique().to_list()
     if types:  # a backward convolution's first input is a size list: its dtype is its first tensor's
         first = pl.DataFrame(

@@ -16,7 +16,7 @@ from msgspec import UnsetType
 
 from traceflops.core import fmt
 from traceflops.core.sections import AdviceItem
-from traceflops.stages.idle import is_dataloader, is_sync_call
+from traceflops.stages.idle import is_dataloader, sync_calls
 from traceflops.views.advice.context import SHORT_KERNEL_US, Ctx
 from traceflops.views.advice.items import item
 
@@ -209,7 +209,7 @@ def sync(ctx: Ctx) -> AdviceItem | None:
         return None
     g, ev = got
     launches = ctx.a.trace.launches
-    calls = _overlapping(launches.filter(is_sync_call(pl.col("name"))), g) if launches is not None else None
+    calls = _overlapping(launches.filter(sync_calls(launches["name"])), g) if launches is not None else None
     callers: list[str] = []
     if calls is not None and calls.height:
         per = calls.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
