@@ -133,8 +133,8 @@ def summarize_all(
 
 
 def _shared(work: list, pool, workers: int, done) -> list:
-    """The ranks' summaries, `packed`, in order, analysed here and in `workers` pool processes side by side, each taking the next rank
-    as it finishes one (a thread per worker hands it over and waits for its summary).
+    """The ranks' summaries, `packed`, in order, analysed here and in `workers` pool processes side by side, each
+    taking the next rank as it finishes one (a thread per worker hands it over and waits for its summary).
 
     A process fewer imports the analysis and holds a rank's tables: with --jobs 2 on 32 distinct 48 MB ranks, the
     tree of processes peaked at 277-282 MiB of PSS where two workers beside an idle parent took 291-292, and the
