@@ -17,11 +17,13 @@ from dataclasses import dataclass, replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
 from traceflops.core.memory import (
+    GLIBC_PROMPT,
     POLARS_THREADS,
     VAR,
     children_environment,
     release_at_once,
     return_freed_memory,
+    trim_promptly,
 )
 from traceflops.core.results import RankSummary
 from traceflops.parsers.helper_start import ENV
@@ -116,6 +118,7 @@ def summarize_all(
         from concurrent.futures.process import BrokenProcessPool
 
         # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
+        trim_promptly()  # this process analyses ranks too
         workers = min(jobs, len(work)) - 1  # this process analyses ranks too: it is one of the jobs
         with (
             _worker_environment(),
@@ -243,9 +246,12 @@ _ONE_CORE = {ENV: "0", POLARS_THREADS: "1"}
 
 def _worker_environment():
     """The environment the rank workers started inside inherit: one core each, freed memory handed back at once
-    (a user's own settings win); then this process's own again."""
+    (polars' allocator, glibc's heap: `GLIBC_PROMPT`; a user's own settings win); then this process's own again."""
     return children_environment(
-        {**{k: os.environ.get(k, v) for k, v in _ONE_CORE.items()}, VAR: release_at_once(os.environ.get(VAR))}
+        {
+            **{k: os.environ.get(k, v) for k, v in (_ONE_CORE | GLIBC_PROMPT).items()},
+            VAR: release_at_once(os.environ.get(VAR)),
+        }
     )
 
 
