@@ -92,6 +92,9 @@ def main() -> None:
     ap.add_argument("--analysis-cpu", action="store_true",
                     help="only the analysis after the parse (pipeline.analyze_trace on a parsed trace), see analysis_after_parse")
     ap.add_argument("--before", help="with --analysis-cpu: a checkout to compare with (its traceflops), alternated in one run")
+    ap.add_argument("--memory", action="store_true", help="only the memory ratios (job vs one rank, big trace vs file)")
+    ap.add_argument("--memory-ranks", type=int, default=32, help="ranks of --memory's job")
+    ap.add_argument("--memory-tiles", type=int, default=57, help="tiles of --memory's big trace (57: 1.85 GB)")
     a = ap.parse_args()
     if a.analysis_cpu:
         path = a.trace or tiled(int(str(a.tiles).split(",")[-1]))
@@ -101,6 +104,12 @@ def main() -> None:
             Path(a.out).write_text(json.dumps(got, indent=2))
         return
     compile_package()
+    if a.memory:
+        got = memory_ratios(a.memory_ranks, a.memory_tiles, a.repeat)
+        print(json.dumps(got, indent=2))
+        if a.out:
+            Path(a.out).write_text(json.dumps(got, indent=2))
+        return
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
     everything: dict = {"repeat": a.repeat}
     for path, label in runs:
@@ -407,6 +416,133 @@ def pss_bytes(pid: int) -> int:
             return next((int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:")), 0)
     except OSError:
         return 0
+
+
+# ---- Memory ratios (`--memory`): a job's peak against one rank's, a big trace's peak against its file's size ----
+#
+# The peak of a process tree, sampled every 10 ms from /proc/PID/status: RSS summed over the processes (a shared
+# library's pages counted in each), and "unique": anonymous pages summed plus file-backed pages counted once (the
+# largest process's), close to what a cgroup is charged for the tree. Each figure comes with `uptime`: the machine is
+# shared, and a loaded machine moves the timings (the peaks much less).
+
+
+def _status_bytes(pid: int) -> dict[str, int]:
+    got: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("RssAnon", "RssFile", "RssShmem")):
+                    k, v = line.split(":")
+                    got[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return got
+
+
+def run_tree_memory(code: str, path: str) -> dict:
+    """Wall time and the tree's peak RSS (summed) and unique memory (anonymous summed, file-backed once), in MiB."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", f"P = {path!r}\n{code}\n"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    root, t = psutil.Process(proc.pid), time.perf_counter()
+    rss = unique = 0
+    while proc.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            tree = [root]
+        got = [_status_bytes(p.pid) for p in tree]
+        anon = sum(g.get("RssAnon", 0) + g.get("RssShmem", 0) for g in got)
+        files = [g.get("RssFile", 0) for g in got]
+        rss, unique = max(rss, anon + sum(files)), max(unique, anon + max(files, default=0))
+        time.sleep(0.01)
+    err = proc.stderr.read()
+    if proc.returncode:
+        return {"error": err.strip().splitlines()[-1] if err.strip() else "failed"}
+    return {"wall_s": round(time.perf_counter() - t, 2), "peak_tree_rss_mb": round(rss / 2**20, 1),
+            "peak_tree_unique_mb": round(unique / 2**20, 1), "uptime": uptime()}
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def tiled_streaming(k: int, src: Path | None = None) -> str:
+    """`tile_trace.py`'s K copies, written event by event: that tool holds every copy's dicts at once (tens of GB for
+    a 2 GB trace). The copies are the same; the top-level fields come before traceEvents."""
+    sys.path.insert(0, str(SHARED.parent / "tools"))
+    from tile_trace import ID_ARGS, STEP, load
+
+    src = src or SHARED / "kineto" / "v100_resnet50_legacy2021.json.gz"
+    path = os.path.join(tempfile.gettempdir(), f"traceflops_bench_stream_{src.name.split('.')[0]}_{k}.json")
+    if os.path.exists(path):
+        return path
+    trace = load(str(src))
+    events = trace.pop("traceEvents")
+    stamps = [float(e["ts"]) for e in events if "ts" in e]
+    span = max(float(e["ts"]) + float(e.get("dur", 0)) for e in events if "ts" in e) - min(stamps) + 1000.0
+    steps = [int(m.group(1)) for e in events if (m := STEP.match(str(e.get("name", ""))))]
+    step_span = (max(steps) - min(steps) + 1) if steps else 0
+    ids = [int(v) for e in events for a in ID_ARGS if isinstance(v := e.get("args", {}).get(a), (int, float))]
+    id_span = 1 + max(ids + [int(e["id"]) for e in events if isinstance(e.get("id"), int)] + [0])
+    with open(path + ".part", "w") as f:
+        head = json.dumps(trace)
+        f.write(head[:-1] + (", " if trace else "") + '"traceEvents": [')
+        for c in range(k):
+            out = []
+            for e in events:
+                e = dict(e)
+                if "ts" in e:
+                    e["ts"] = float(e["ts"]) + c * span
+                if c and isinstance(e.get("id"), int):
+                    e["id"] = e["id"] + c * id_span
+                if c and "args" in e:
+                    e["args"] = {a: (v + c * id_span if a in ID_ARGS and isinstance(v, int) and v >= 0 else v)
+                                 for a, v in e["args"].items()}
+                if c and step_span and (m := STEP.match(str(e.get("name", "")))):
+                    e["name"] = f"ProfilerStep#{int(m.group(1)) + c * step_span}"
+                out.append(json.dumps(e))
+            f.write((", " if c else "") + ", ".join(out))
+        f.write("]}")
+    os.replace(path + ".part", path)
+    return path
+
+
+def memory_ratios(ranks: int = 32, tiles: int = 57, repeat: int = 3) -> dict:
+    """In one run: the job's peak (`analyze DIR --jobs 2`, `ranks` copies of the V100 transformer rank) against one
+    rank's alone, and a big tiled trace's peak (`analyze --no-cache`) against its file's size; the largest peak of
+    `repeat` runs each (one rank's varies by ~10 MiB from run to run)."""
+    import shutil
+
+    def worst(code: str, path: str, n: int) -> dict:
+        got = [run_tree_memory(code, path) for _ in range(n)]
+        bad = [g for g in got if "error" in g]
+        if bad:
+            return bad[0]
+        top = max(got, key=lambda g: g["peak_tree_unique_mb"])
+        return {**top, "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in got), "runs": n}
+
+    out: dict = {}
+    folder = job_folder(ranks)
+    try:
+        one = _CLI.format(args=["analyze", str(folder / "rank0.json.gz"), "--quiet", "--format", "json", "--no-cache"])
+        job = _CLI.format(args=["analyze", str(folder), "--quiet", "--format", "json", "--no-cache", "--jobs", "2"])
+        o = out["one rank"] = worst(one, str(folder), repeat)
+        j = out[f"job of {ranks} ranks, --jobs 2"] = worst(job, str(folder), max(1, repeat // 3))
+        print("one rank", o, "\njob", j, flush=True)
+        if "error" not in o and "error" not in j:
+            out["job vs one rank (RSS summed)"] = round(j["peak_tree_rss_mb"] / o["peak_tree_rss_mb"], 3)
+            out["job vs one rank (unique)"] = round(j["peak_tree_unique_mb"] / o["peak_tree_unique_mb"], 3)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    big = tiled_streaming(tiles)
+    b = out[f"{tiles} tiles ({os.path.getsize(big) / 1e9:.2f} GB)"] = run_tree_memory(cli("--no-cache"), big)
+    print("big", b, flush=True)
+    if "error" not in b:
+        out["big trace vs file (RSS)"] = round(b["peak_tree_rss_mb"] * 2**20 / os.path.getsize(big), 3)
+        out["big trace vs file (unique)"] = round(b["peak_tree_unique_mb"] * 2**20 / os.path.getsize(big), 3)
+    return out
 
 
 if __name__ == "__main__":

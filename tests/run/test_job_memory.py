@@ -116,3 +116,25 @@ def test_the_benchmarks_job_folder_is_one_rank_per_file_for_hta_and_traceflops(s
     except ImportError:
         return
     assert sorted(TraceAnalysis(trace_dir=str(folder)).t.traces) == [0, 1, 2]
+
+
+def test_a_summary_held_packed_comes_back_the_same():
+    """A job holds each rank's summary packed until the merge: it comes back equal; an error stays as it is."""
+    import dataclasses
+    import pickle
+
+    import polars as pl
+
+    from traceflops.core.errors import NotATraceError
+    from traceflops.run.load import analyze
+    from traceflops.views.job import summarize
+
+    summary = summarize(analyze(str(ROOT / "fixtures" / "cpu" / "ns_ckpt_nonreentrant.json.gz")))
+    held = ranks.packed(summary)
+    assert isinstance(held, ranks.Packed) and len(held.blob) < len(pickle.dumps(summary))
+    back = ranks.unpacked(held)
+    for f in dataclasses.fields(summary):
+        a, b = getattr(summary, f.name), getattr(back, f.name)
+        assert a.equals(b) if isinstance(a, pl.DataFrame) else a == b, f.name
+    error = NotATraceError("x.json", "not JSON", "give a trace")
+    assert ranks.packed(error) is error and ranks.unpacked(error) is error

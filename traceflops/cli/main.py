@@ -11,7 +11,7 @@ from dataclasses import replace
 import click
 
 from traceflops.core.fmt import printable
-from traceflops.core.memory import prefer_one_thread, prefer_prompt_release
+from traceflops.core.memory import prefer_one_thread, prefer_prompt_release, prefer_release_at_once
 
 prefer_prompt_release()  # before anything loads polars
 
@@ -90,6 +90,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
         paths, left_out = expand_with_warnings(list(traces))
         if len(paths) > 1 and executor == "local" and jobs > 1:
             prefer_one_thread()  # before polars loads: this process analyses ranks beside its workers
+            prefer_release_at_once()  # as they do: each rank's freed pages gone before the next rank's parse
         from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.load import analyze as run_analysis
         from traceflops.run.options import check_numbers
