@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import logging
 import os
-import pickle
 import queue
 import socket
 import threading
-import zlib
 from dataclasses import dataclass, replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
@@ -28,6 +27,7 @@ from traceflops.core.memory import (
 from traceflops.core.results import RankSummary
 from traceflops.parsers.helper_start import ENV
 from traceflops.run.load import analyze
+from traceflops.storage.summary import read_summary, summary_bytes
 from traceflops.views.job import summarize
 
 
@@ -49,24 +49,27 @@ def _let_go() -> None:
 
 @dataclass(frozen=True)
 class Packed:
-    """A rank's summary as compressed pickle bytes, as a process holds it until the job is merged.
+    """A rank's summary as its `.tfsum` bytes (parquet and JSON, `storage.summary`), as a process holds it until the
+    job is merged.
 
     A summary's objects (its collectives' frame, its steps) were ~0.6 MiB each; held as objects, 32 of them were a
-    tenth of a job's peak while ranks were still being analysed. Packed they are ~6 times smaller.
+    tenth of a job's peak while ranks were still being analysed. Packed they are several times smaller, and read back
+    as a stored summary is (the same job report as `merge` gives).
     """
 
     blob: bytes
+    name: str
 
 
 def packed(summary):
     """A summary packed (a rank's NotATraceError and anything else as it is)."""
     if not isinstance(summary, RankSummary):
         return summary
-    return Packed(zlib.compress(pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL), 1))
+    return Packed(summary_bytes(summary), summary.path or "a rank's summary")
 
 
 def unpacked(value):
-    return pickle.loads(zlib.decompress(value.blob)) if isinstance(value, Packed) else value  # our own bytes only
+    return read_summary(io.BytesIO(value.blob), value.name) if isinstance(value, Packed) else value
 
 
 def _summarize_url(url: str, opts) -> RankSummary:

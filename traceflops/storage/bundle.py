@@ -26,22 +26,29 @@ MAX_BUNDLE_BYTES = 16 << 30  # all members inflated together: a parsed-trace cac
 _REDO = "recreate it with `traceflops summarize`"
 
 
+def _write_zip(into, tables: dict[str, pl.DataFrame], meta: dict[str, Any]) -> None:
+    with zipfile.ZipFile(into, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr(
+            "meta.json",
+            orjson.dumps(meta, default=json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
+        )
+        for name, df in tables.items():
+            buf = io.BytesIO()
+            df.write_parquet(buf, compression="zstd")
+            z.writestr(f"{name}.parquet", buf.getvalue())
+
+
 def write_bundle(path: str | Path, tables: dict[str, pl.DataFrame], meta: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, lambda tmp: _write_zip(tmp, tables, meta))
 
-    def write(tmp: Path) -> None:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as z:
-            z.writestr(
-                "meta.json",
-                orjson.dumps(meta, default=json_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS),
-            )
-            for name, df in tables.items():
-                buf = io.BytesIO()
-                df.write_parquet(buf, compression="zstd")
-                z.writestr(f"{name}.parquet", buf.getvalue())
 
-    write_atomic(path, write)
+def bundle_bytes(tables: dict[str, pl.DataFrame], meta: dict[str, Any]) -> bytes:
+    """The bundle `write_bundle` writes, as bytes (`read_bundle` reads them from a `BytesIO`)."""
+    buf = io.BytesIO()
+    _write_zip(buf, tables, meta)
+    return buf.getvalue()
 
 
 def open_regular(path: str | os.PathLike, max_bytes: int):

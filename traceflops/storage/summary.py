@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import polars as pl
@@ -14,7 +14,7 @@ from traceflops.core.errors import FormatError
 from traceflops.core.results import RankSummary
 from traceflops.core.sections import Hardware, ModelSection, RankAdvice, Totals, decode, encode, replace
 from traceflops.core.vocab import PARTITION, usable_ranks
-from traceflops.storage.bundle import read_bundle, write_bundle
+from traceflops.storage.bundle import bundle_bytes, read_bundle, write_bundle
 
 KIND = "traceflops.summary/1"
 # A summary holds per-step rows, one row per collective kernel and per (step, idle reason): far below these for any real
@@ -27,6 +27,16 @@ _REDO = "create it again with `traceflops summarize TRACE -o FILE.tfsum`"
 
 
 def write_summary(s: RankSummary, path: str | Path) -> None:
+    write_bundle(path, *_parts(s))
+
+
+def summary_bytes(s: RankSummary) -> bytes:
+    """The `.tfsum` file's bytes, in memory: how a job's process holds a rank's summary until the merge
+    (`read_summary(io.BytesIO(b), name)` reads them back, checked as a file is)."""
+    return bundle_bytes(*_parts(s))
+
+
+def _parts(s: RankSummary) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     meta = {
         "kind": KIND,
         "rank": s.rank,
@@ -43,7 +53,7 @@ def write_summary(s: RankSummary, path: str | Path) -> None:
         tables["path_comm"] = s.path_comm
     if s.communication is not None:
         tables["communication"] = s.communication
-    write_bundle(path, tables, meta)
+    return tables, meta
 
 
 def _tampered(meta, tables) -> str | None:
@@ -207,29 +217,30 @@ def _written(column: str) -> type[pl.DataType]:
     return {"text": pl.String, "true/false": pl.Boolean, "whole numbers": pl.Int64}.get(what, pl.Float64)
 
 
-def read_summary(path: str | Path) -> RankSummary:
+def read_summary(path: str | Path | BinaryIO, name: str | None = None) -> RankSummary:
     """A `.tfsum` back, bounded (bytes inflated, rows per table) and checked field by field: FormatError when tampered
     with.
 
     Types are checked (a value of the wrong kind is a FormatError), numbers range-checked as a trace's are
     (a rank or world size out of range, a negative or non-finite total: left unknown, with a warning).
     """
-    tables, meta = read_bundle(path, max_bytes=MAX_SUMMARY_BYTES, max_rows=MAX_SUMMARY_ROWS)
+    where = name or str(path)
+    tables, meta = read_bundle(path, max_bytes=MAX_SUMMARY_BYTES, max_rows=MAX_SUMMARY_ROWS, name=name)
     why = _tampered(meta, tables) or _mistyped(meta)
     if why is not None:
-        raise FormatError(str(path), why, _REDO)
+        raise FormatError(where, why, _REDO)
     try:
         tables = {t: _typed(t, df) for t, df in tables.items()}
     except _Mistyped as e:
-        raise FormatError(str(path), str(e), _REDO) from None
-    sections = _sections(meta, path)
+        raise FormatError(where, str(e), _REDO) from None
+    sections = _sections(meta, where)
     notes: list[str] = []
     rank, world = usable_ranks(meta.get("rank"), meta.get("world_size"), "the summary's", notes)
     totals = _ranged_totals(sections["totals"], notes)
     return RankSummary(
         rank=rank,
         world_size=world,
-        path=meta.get("path") or str(path),
+        path=meta.get("path") or where,
         hardware=sections["hardware"],
         model=sections["model"],
         steps=tables["steps"],
@@ -243,7 +254,7 @@ def read_summary(path: str | Path) -> RankSummary:
         if {"step", "start", "end"} <= set(tables.get("path_comm", pl.DataFrame()).columns)
         else None,
         advice=_advice(meta.get("advice")),
-        communication=_communication(tables.get("communication"), path),
+        communication=_communication(tables.get("communication"), where),
     )
 
 
