@@ -36,7 +36,7 @@ def cli(*args) -> str:
 
 def piped(render, value, width=None, **kw) -> str:
     """What `render` prints on a console that is not a terminal (as the CLI's, piped; its own width unless given)."""
-    from traceflops.report.terminal import console
+    from traceflops.report.console import console
 
     buf = io.StringIO()
     render(value, console(file=buf, color_system=None, **({"width": width} if width else {})), **kw)

@@ -15,7 +15,8 @@ from rich.console import Console
 
 from tests.builders import CPU, ROOT
 from traceflops.core.results import ModelOptions
-from traceflops.report.terminal import printable_console, render
+from traceflops.report.console import printable_console
+from traceflops.report.terminal import render
 from traceflops.run.load import analyze
 
 HF = ROOT / "fixtures" / "hf"

@@ -25,7 +25,7 @@ def largest_change_text(d: dict[str, Any]) -> str:
 def render_terminal(d: dict[str, Any], console=None) -> None:
     from rich.table import Table
 
-    from traceflops.report.terminal import printable_console, text
+    from traceflops.report.console import printable_console, text
 
     c = console or printable_console()
     c.print(f"[bold]before[/bold] {text(d['before']['path'])}  ({text(d['before']['steps'])} steps)")

@@ -123,7 +123,7 @@ def show(value: Any, console: Console | None = None) -> None:
 def render(value: Any, fmt: Format) -> str:
     """The report as text: JSON, an HTML page, or the terminal report at `TEXT_WIDTH` columns without colours."""
     if fmt == "terminal":
-        from traceflops.report.terminal import console
+        from traceflops.report.console import console
 
         buf = io.StringIO()
         show(value, console(file=buf, width=TEXT_WIDTH, color_system=None))

@@ -24,8 +24,9 @@ from traceflops.core.contract import (
 )
 from traceflops.core.results import Job
 from traceflops.core.sections import encode, json_default
+from traceflops.report.console import BAR, printable_console, text
 from traceflops.report.jsonreport import SCHEMA
-from traceflops.report.terminal import BAR, communication_table, printable_console, text
+from traceflops.report.terminal import communication_table
 
 
 def _rows(df: pl.DataFrame | None) -> list[dict[str, Any]]:
