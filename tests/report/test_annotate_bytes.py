@@ -164,8 +164,8 @@ def test_the_added_members_are_the_decoded_events_own(tmp_path):
     a = for_annotation(analyze(str(src)))
     k = _kernel_args(a, None).sort("kernel_id")
     k = k.vstack(k.head(1).with_columns(flops=pl.lit(float("nan")), kernel_id=pl.lit(10**6, pl.Int64)))
-    members, _ = kernel_members(k)
-    for m, r in zip(members, k.iter_rows(named=True)):
+    members = kernel_members(k)
+    for m, r in zip(members.run(0, k.height), k.iter_rows(named=True), strict=True):
         want: dict = {}
         _add_kernel_args({"args": want}, r)
         got = orjson.loads(b"{" + m + b"}")
@@ -174,8 +174,8 @@ def test_the_added_members_are_the_decoded_events_own(tmp_path):
             assert got[key] == (None if isinstance(v, float) and math.isnan(v) else v), key
             assert type(got[key]) is type(orjson.loads(orjson.dumps(v))), key
     o = a.ops.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops").sort("op_id")
-    members, _ = op_members(o)
-    for m, r in zip(members, o.iter_rows(named=True)):
+    members = op_members(o)
+    for m, r in zip(members.run(0, o.height), o.iter_rows(named=True), strict=True):
         want = {}
         _add_op_args({"args": want}, r)
         assert orjson.loads(b"{" + m + b"}") == orjson.loads(orjson.dumps(want))

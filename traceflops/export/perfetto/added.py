@@ -64,22 +64,37 @@ def _as_value(s: pl.Series) -> pl.Series:
     return _strings(s)
 
 
-def _joined(parts: list[pl.Expr], frame: pl.DataFrame) -> tuple[list[bytes], dict[int, int]]:
+class Members:
+    """Each row's members as one text column (a slice is read per array: a Python object per row for a whole trace
+    would hold hundreds of MB), with the rows the shape rules changed kept apart, and how many values they replaced."""
+
+    def __init__(self, text: pl.Series, changed: dict[int, bytes], shaped: dict[int, int]) -> None:
+        self.text, self.changed, self.shaped = text, changed, shaped
+
+    def run(self, lo: int, n: int) -> list[bytes]:
+        """Rows lo … lo + n - 1, as the bytes written."""
+        got = [t.encode() for t in self.text.slice(lo, n).to_list()]
+        for j in range(lo, lo + n):
+            if j in self.changed:
+                got[j - lo] = self.changed[j]
+        return got
+
+
+def _joined(parts: list[pl.Expr], frame: pl.DataFrame) -> Members:
     """Each row's members, with the shape rules applied as they are to every written byte (`redact_bytes`), and, by
     row, how many values those replaced where any were."""
     if frame.height == 0:
-        return [], {}
+        return Members(pl.Series("m", [], dtype=pl.Utf8), {}, {})
     text = frame.select(pl.concat_str(parts, separator="").alias("m"))["m"]
-    out = list(map(str.encode, text.to_list()))
-    shaped = {}
+    changed, shaped = {}, {}
     for j in text.str.contains(MAY_CHANGE).arg_true().to_list():
-        out[j], n = redact_bytes(out[j])
+        out, n = redact_bytes(text[j].encode())
         if n:
-            shaped[j] = n
-    return out, shaped
+            changed[j], shaped[j] = out, n
+    return Members(text, changed, shaped)
 
 
-def kernel_members(k: pl.DataFrame) -> tuple[list[bytes], dict[int, int]]:
+def kernel_members(k: pl.DataFrame) -> Members:
     """Per row of `k` (the device activities' values, `stream._kernel_args`): the members `_add_kernel_args` adds, as
     the text inside an object (no braces), and the values the shape rules
     replaced in them, by row."""
@@ -124,7 +139,7 @@ def kernel_members(k: pl.DataFrame) -> tuple[list[bytes], dict[int, int]]:
     return _joined(parts, cols)
 
 
-def op_members(o: pl.DataFrame) -> tuple[list[bytes], dict[int, int]]:
+def op_members(o: pl.DataFrame) -> Members:
     """Per row of `o` (the ops' values: phase, matmul, ran, flops): the members `_add_op_args` adds, as the text
     inside an object, and the values the shape rules replaced in them, by
     row."""

@@ -24,6 +24,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError
+from traceflops.export.perfetto.added import Members
 from traceflops.parsers.jsonstream import REFUSED, SEP, split_events
 from traceflops.parsers.kineto import read_event
 from traceflops.parsers.kineto_events import IGNORED_CATS, KERNEL_CATS, OP_CATS
@@ -224,10 +225,7 @@ class Numbered:
         self.ids = self.frame[col].to_numpy()
         self.col, self.what, self.check_ts = col, what, check_ts
         self.seen = 0  # ids numbered so far in the file
-        self.members: list[bytes] = []  # per row: the args added, as JSON text (`added`)
-        self.shaped: dict[int, int] = {}  # per row: values the shape rules replaced in its members, where any were
-        self.names: list = []  # per row: its name, and (ops) its start time, for a check without a frame per array
-        self.ts: list = []
+        self.members = Members(pl.Series("m", [], dtype=pl.Utf8), {}, {})  # per row: the args added (`added`)
 
     def rows(self, where: np.ndarray | list[int]) -> tuple[list[int], pl.DataFrame, int]:
         """For one array whose numbered events are at `where`: the positions that have a row, the rows (a slice of

@@ -175,11 +175,9 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
         analysis.ops.filter(~pl.col("replayed")) if "replayed" in analysis.ops.columns else analysis.ops
     )  # replayed ops are not in the file
     ops = Numbered(own.select("op_id", "name", "ts", "phase", "matmul", "ran", "flops"), "op_id", "op", check_ts=True)
-    ops.members, ops.shaped = op_members(ops.frame)
-    ops.names, ops.ts = ops.frame["name"].to_list(), ops.frame["ts"].cast(pl.Float64).to_list()
+    ops.members = op_members(ops.frame)
     if kernels is not None:
-        kernels.members, kernels.shaped = kernel_members(kernels.frame)
-        kernels.names = kernels.frame["name"].to_list()
+        kernels.members = kernel_members(kernels.frame)
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
     def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
@@ -408,10 +406,11 @@ def _as_written(
             continue
         names = [decoded[i]["name"] if i in decoded else fields[i].name for i in idx]
         ts = [float(fields[i].ts) for i in idx] if numbered.check_ts else None
-        if names != numbered.names[lo : lo + len(idx)] or (ts is not None and ts != numbered.ts[lo : lo + len(idx)]):
+        if names != part["name"].to_list() or (ts is not None and ts != part["ts"].cast(pl.Float64).to_list()):
             agree(names, ts, part, numbered, path)  # names the first that differs
+        run = numbered.members.run(lo, len(idx))
         for j, i in enumerate(idx, lo):
-            m = numbered.members[j]
+            m = run[j - lo]
             if i in cut:
                 before, after = cut[i]
                 pieces[i] = before + m + after
@@ -421,7 +420,7 @@ def _as_written(
                     _args(decoded[i]).update(orjson.loads(b"{" + m + b"}"))
                 else:
                     continue
-            got.redacted += numbered.shaped.get(j, 0)
+            got.redacted += numbered.members.shaped.get(j, 0)
     for i, d in decoded.items():
         pieces[i], n = redact_bytes(orjson.dumps(d, option=orjson.OPT_SERIALIZE_NUMPY))
         got.redacted += n
