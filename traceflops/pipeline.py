@@ -219,8 +219,9 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         path_summary=path_view.path_summary(a, exclude_steps=opt.exclude_steps),  # advice reads them
         communication=coll_view.communication(a, coll, opt.exclude_steps),
     )
+    cf = counterfactual.of_analysis(a, exclude_steps=opt.exclude_steps)  # once, for the advice and what_if
     return replace(
         a,
-        advice=advice.advise(a, exclude_steps=opt.exclude_steps),  # each bounded as its term's counterfactual
-        what_if=counterfactual.what_if(a, exclude_steps=opt.exclude_steps),
+        advice=advice.advise(a, exclude_steps=opt.exclude_steps, bounds=cf),  # each bounded as its term's
+        what_if=[] if cf is None else cf.what_if(),
     )

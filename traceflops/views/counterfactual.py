@@ -141,12 +141,6 @@ def of_analysis(a: Analysis, exclude_steps=None) -> Counterfactuals | None:
     return counterfactuals(counted_steps(a.steps, exclude_steps), program_peak(a))
 
 
-def what_if(a: Analysis, exclude_steps=None) -> list[WhatIf]:
-    """Each loss term's counterfactual over the counted steps, largest saving first (none without step time)."""
-    cf = of_analysis(a, exclude_steps)
-    return [] if cf is None else cf.what_if()
-
-
 def _col(steps: pl.DataFrame, name: str) -> pl.Expr:
     return pl.col(name).cast(pl.Float64).fill_null(0.0) if name in steps.columns else pl.lit(0.0, pl.Float64)
 

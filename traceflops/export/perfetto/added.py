@@ -11,6 +11,7 @@ entry reads back as the same JSON as the decoded route writes.
 
 from __future__ import annotations
 
+import numpy as np
 import orjson
 import polars as pl
 
@@ -69,14 +70,15 @@ class Members:
     would hold hundreds of MB), with the rows the shape rules changed kept apart, and how many values they replaced."""
 
     def __init__(self, text: pl.Series, changed: dict[int, bytes], shaped: dict[int, int]) -> None:
-        self.text, self.changed, self.shaped = text, changed, shaped
+        self.text, self.changed, self.shaped = text.cast(pl.Binary), changed, shaped
+        self.changed_at = np.array(sorted(changed), dtype=np.int64)  # the few rows to patch, found by binary search
 
     def run(self, lo: int, n: int) -> list[bytes]:
         """Rows lo … lo + n - 1, as the bytes written."""
-        got = [t.encode() for t in self.text.slice(lo, n).to_list()]
-        for j in range(lo, lo + n):
-            if j in self.changed:
-                got[j - lo] = self.changed[j]
+        got = self.text.slice(lo, n).to_list()
+        a, b = np.searchsorted(self.changed_at, [lo, lo + n])
+        for j in self.changed_at[a:b].tolist():
+            got[j - lo] = self.changed[j]
         return got
 
 

@@ -95,13 +95,19 @@ RULES = (host_bound, memory_bound, attention, fp32_matmul, communication, recomp
 
 
 def advise(
-    a: Analysis, exclude_steps=None, min_share: float = MIN_SHARE, term_share: float = BUDGET_MIN_SHARE
+    a: Analysis,
+    exclude_steps=None,
+    min_share: float = MIN_SHARE,
+    term_share: float = BUDGET_MIN_SHARE,
+    bounds: counterfactual.Counterfactuals | None = None,
 ) -> list[AdviceItem]:
     """Items of advice the trace supports, largest share of peak × step time first.
 
     Every loss-budget term of at least `term_share` is an entry headed by the term's value, the rules' items that
     explain it folded in (`findings`); the rules' items of smaller terms stand alone when they reach `min_share`.
     `exclude_steps`: steps left out; by default those the analysis' totals left out (asked, cut, the unbounded last).
+    `bounds`: the same steps' counterfactuals when the caller has them (the pipeline computes them once for the
+    advice and `what_if`).
     """
     if exclude_steps is None:
         exclude_steps = tuple(a.totals.step_count.excluded)
@@ -117,5 +123,5 @@ def advise(
     ]
     alone = [f for f in found if f.term not in big]
     ranked = sorted(entries + alone, key=lambda it: (-it.recoverable, it.kind))
-    cf = counterfactual.counterfactuals(ctx.steps, counterfactual.program_peak(a))
+    cf = bounds if bounds is not None else counterfactual.counterfactuals(ctx.steps, counterfactual.program_peak(a))
     return ranked if cf is None else cf.bound(ranked)
