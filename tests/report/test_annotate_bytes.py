@@ -18,7 +18,7 @@ import pytest
 from tests.report.test_annotate import gpu_doc
 from traceflops.core.redact import MAY_CHANGE, MAY_CHANGE_LITERALS, REDACTED
 from traceflops.export.perfetto import annotate, for_annotation
-from traceflops.export.perfetto.added import kernel_members, op_members, opening
+from traceflops.export.perfetto.added import kernel_members, op_members, opening, splice
 from traceflops.export.perfetto.redact import PlainKeys
 from traceflops.export.perfetto.stream import _add_kernel_args, _add_op_args, _kernel_args
 from traceflops.run.load import analyze
@@ -154,6 +154,38 @@ def test_the_args_are_spliced_where_a_decoded_event_would_gain_them():
     assert opening(b'{"args": {"a": 1}, "ph": "X"}', b'{"a": 1}') is None  # args not last
     assert opening(b'{"ph": "X", "args": null}', b"null") is None
     assert opening(b'{"x": {"args": {"a": 1}}}', b'{"a": 1}') is None  # the args of another object
+
+
+SPLICE_CASES = [  # (entry, the args text a strict decode reads, or None where it has no args key)
+    (b'{"ph": "X", "args": {"a": 1}}', b'{"a": 1}'),
+    (b'{"ph":"X","args":{ }\n}', b"{ }"),
+    (b'{"ph":"X","args":{}}', b"{}"),
+    (b'{"ph":"X"}', None),
+    (b"{}", None),
+    (b'{ "ph" : "X" ,\n  "args" :\t{"a": {"b": [1, 2]}}  \n\t}', b'{"a": {"b": [1, 2]}}'),
+    (b'{"args": {"a": 1}, "ph": "X"}', b'{"a": 1}'),  # args not last
+    (b'{"ph": "X", "args": null}', b"null"),
+    (b'{"ph": "X", "args": [1]}', b"[1]"),
+    (b'{"x": {"args": {"a": 1}}}', b'{"a": 1}'),  # the args of another object
+    (b'{"w": "args", "args": {"a": 1}}', b'{"a": 1}'),
+    (b'{"a": "{\"args\": 1}"}', None),
+]
+
+
+def test_the_column_splice_writes_what_the_entry_by_entry_one_writes():
+    """`splice` over a column gives each entry the bytes `opening` cuts (and refuses the same entries), with or
+    without members; entries without members stay as they were."""
+    m = '"traceflops.phase":"forward"'
+    df = pl.DataFrame({"e": [e.decode() for e, _ in SPLICE_CASES],
+                       "a": [a.decode() if a else None for _, a in SPLICE_CASES]})
+    for members in ([m] * len(SPLICE_CASES), [None] * len(SPLICE_CASES)):
+        fits, text = splice(pl.col("e"), pl.col("a"), pl.col("m"))
+        got = df.with_columns(m=pl.Series(members, dtype=pl.Utf8)).select(fits.alias("fits"), text)
+        for (entry, args), member, ok, written in zip(SPLICE_CASES, members, got["fits"], got["e"]):
+            cut = opening(entry, args)
+            assert ok == (cut is not None), entry
+            if cut is not None:
+                assert written.encode() == (cut[0] + member.encode() + cut[1] if member else entry), entry
 
 
 def test_the_added_members_are_the_decoded_events_own(tmp_path):

@@ -44,12 +44,8 @@ def prefer_one_thread() -> None:
 
 
 def prefer_release_at_once() -> None:
-    """`release_at_once` for this process, before polars loads: for a command whose peak counts more than its CPU.
-
-    `annotate` holds the analysis while it streams the trace through, so the
-    pages each stage freed, still unpurged, stacked up to a tenth of its peak;
-    handing them back at once costs it ~5% more CPU.
-    """
+    """`release_at_once` for this process, before polars loads: a job's own process analyses ranks beside its
+    workers, as they do (see `release_at_once`)."""
     if "polars" not in sys.modules:
         os.environ[VAR] = release_at_once(os.environ.get(VAR))
 

@@ -76,10 +76,21 @@ class Members:
     def run(self, lo: int, n: int) -> list[bytes]:
         """Rows lo … lo + n - 1, as the bytes written."""
         got = self.text.slice(lo, n).to_list()
-        a, b = np.searchsorted(self.changed_at, [lo, lo + n])
-        for j in self.changed_at[a:b].tolist():
+        for j in self._changed_in(lo, n):
             got[j - lo] = self.changed[j]
         return got
+
+    def column(self, lo: int, n: int) -> tuple[pl.Series, int]:
+        """Rows lo … lo + n - 1 as the text written (one column), and how many values the shape rules replaced in
+        them."""
+        got, changed = self.text.slice(lo, n), self._changed_in(lo, n)
+        if changed:
+            got = got.scatter([j - lo for j in changed], [self.changed[j] for j in changed])
+        return got.cast(pl.Utf8), sum(self.shaped[j] for j in changed)
+
+    def _changed_in(self, lo: int, n: int) -> list[int]:
+        a, b = np.searchsorted(self.changed_at, [lo, lo + n])
+        return self.changed_at[a:b].tolist()
 
 
 def _joined(parts: list[pl.Expr], frame: pl.DataFrame) -> Members:
@@ -169,6 +180,37 @@ def op_members(o: pl.DataFrame) -> Members:
 
 
 _WS = b" \t\r\n"
+_BLANKS = _WS.decode()
+
+
+def _before_last(text: pl.Expr, n: pl.Expr | int) -> pl.Expr:
+    """`text` without its last `n` characters (empty where it has fewer)."""
+    return text.str.head(-n if isinstance(n, int) else -n.cast(pl.Int64))
+
+
+def splice(entry: pl.Expr, args: pl.Expr, members: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """`opening` over columns, for entries of ASCII text without a backslash: whether each entry can take members
+    (it has no args key, or its args are an object that is its last member), and the entry with `members` inserted
+    (unchanged where `members` is null). `args` is null where the entry has no args key."""
+    body = _before_last(entry, 1).str.strip_chars_end(_BLANKS)
+    close = entry.str.tail(entry.str.len_bytes().cast(pl.Int64) - body.str.len_bytes())
+    n = args.str.len_bytes().cast(pl.Int64)
+    key = _before_last(body, n).str.strip_chars_end(_BLANKS)
+    last = (
+        args.str.starts_with("{")
+        & body.str.ends_with(args)
+        & key.str.ends_with(":")
+        & _before_last(key, 1).str.strip_chars_end(_BLANKS).str.ends_with('"args"')
+    )
+    empty = _before_last(args, 1).str.tail(n - 2).str.strip_chars(_BLANKS) == ""  # args[1:-1] holds no member
+    inside = pl.when(empty).then(pl.lit("")).otherwise(pl.lit(","))
+    opened = (
+        pl.when(args.is_null())
+        .then(body + pl.when(body.str.ends_with("{")).then(pl.lit('"args":{')).otherwise(pl.lit(',"args":{')))
+        .otherwise(_before_last(body, 1) + inside)
+    )
+    text = pl.when(members.is_null()).then(entry).otherwise(opened + members + pl.lit("}") + close)
+    return args.is_null() | last.fill_null(False), text
 
 
 def opening(entry: bytes, args: bytes | None) -> tuple[bytes, bytes] | None:

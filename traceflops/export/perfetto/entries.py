@@ -57,6 +57,7 @@ class Fields(msgspec.Struct, gc=False):
     name: Any = None
     ts: Any = None
     dur: Any = None
+    pid: Any = None
     args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
@@ -230,11 +231,17 @@ class Numbered:
     def rows(self, where: np.ndarray | list[int]) -> tuple[list[int], pl.DataFrame, int]:
         """For one array whose numbered events are at `where`: the positions that have a row, the rows (a slice of
         the sorted frame) and where the slice starts (for per-row values kept beside the frame)."""
-        lo, hi = np.searchsorted(self.ids, [self.seen, self.seen + len(where)])
+        slots, part, lo = self.slots(len(where))
+        return np.asarray(where, dtype=np.int64)[slots].tolist(), part, lo
+
+    def slots(self, n: int) -> tuple[np.ndarray, pl.DataFrame, int]:
+        """For one array holding the next `n` numbered events: which of them (0 … n - 1) have a row, the rows and
+        where the slice starts."""
+        lo, hi = np.searchsorted(self.ids, [self.seen, self.seen + n])
         part = self.frame.slice(int(lo), int(hi - lo))
-        at = np.asarray(where, dtype=np.int64)[self.ids[lo:hi] - self.seen]
-        self.seen += len(where)
-        return at.tolist(), part, int(lo)
+        slots = self.ids[lo:hi] - self.seen
+        self.seen += n
+        return slots, part, int(lo)
 
     def take(self, events: list, where: np.ndarray, path: str) -> list[tuple[dict, dict]]:
         """The (event, analysis row) pairs of one array whose numbered events are `events[where]`, checked to agree."""

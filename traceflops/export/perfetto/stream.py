@@ -38,6 +38,7 @@ import dataclasses
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -47,7 +48,7 @@ import polars as pl
 from traceflops.core.errors import FormatError
 from traceflops.core.redact import MAY_CHANGE_LITERALS, Redactor, redact_bytes
 from traceflops.core.results import Analysis
-from traceflops.export.perfetto.added import kernel_members, op_members, opening
+from traceflops.export.perfetto.added import kernel_members, op_members, opening, splice
 from traceflops.export.perfetto.entries import (
     Numbered,
     Parts,
@@ -377,6 +378,10 @@ def _as_written(
     first = None if found is None else _decode_first(p, keys)
     if found is None or first is None:
         return None
+    if not first and p.text.isascii():
+        data = _spliced(p, found, got, kernels, ops, path)
+        if data is not None:
+            return data
     raws, fields = p.raws, p.fields
     decoded: dict[int, dict] = {}
     cut: dict[int, tuple[bytes, bytes]] = {}
@@ -395,7 +400,7 @@ def _as_written(
         return None
     for d in decoded.values():
         rules.event(d)
-    got.pids |= used_pids(list(decoded.values()))
+    got.pids |= used_pids(list(decoded.values())) | _pids(fields)
     got.events_in += len(raws)
     pieces: list = list(raws)
     for numbered, at in ((kernels, found[0]), (ops, found[1])):
@@ -425,6 +430,56 @@ def _as_written(
         pieces[i], n = redact_bytes(orjson.dumps(d, option=orjson.OPT_SERIALIZE_NUMPY))
         got.redacted += n
     return b",".join(pieces)
+
+
+def _spliced(
+    p: Parts, found: tuple[list[int], list[int]], got: _Streamed, kernels: Numbered | None, ops: Numbered, path: str
+) -> bytes | None:
+    """`_as_written` of an array no rule can change (ASCII, nothing to decode first) in column operations: each
+    numbered entry's members inserted by `added.splice`. None, with nothing counted or numbered, where an entry's
+    args cannot take them (the entry by entry route decodes that one)."""
+    at = found[0] + found[1]
+    fields = p.fields
+    members = pl.Series([None] * len(at), dtype=pl.Utf8)
+    shaped, start, seen = 0, 0, [(n, n.seen) for n in (kernels, ops) if n is not None]
+    for numbered, where in ((kernels, found[0]), (ops, found[1])):
+        if numbered is None:
+            continue
+        slots, part, lo = numbered.slots(len(where))
+        if part.height:
+            idx = [where[j] for j in slots.tolist()]
+            names = [fields[i].name for i in idx]
+            ts = [float(fields[i].ts) for i in idx] if numbered.check_ts else None
+            if names != part["name"].to_list() or (ts is not None and ts != part["ts"].cast(pl.Float64).to_list()):
+                agree(names, ts, part, numbered, path)  # names the first that differs
+            column, n = numbered.members.column(lo, part.height)
+            members = members.scatter(slots + start, column)
+            shaped += n
+        start += len(where)
+    entries = pl.Series(list(map(bytes, p.raws)), dtype=pl.Binary).cast(pl.Utf8)
+    args = pl.Series([bytes(fields[i].args) or None for i in at], dtype=pl.Binary).cast(pl.Utf8)
+    fits, text = splice(pl.col("e"), pl.col("a"), pl.col("m"))
+    out = pl.DataFrame({"e": entries.gather(at), "a": args, "m": members}).select(fits.alias("fits"), text)
+    if not out["fits"].all():
+        for numbered, before in seen:
+            numbered.seen = before
+        return None
+    got.events_in += len(p.raws)
+    got.pids |= _pids(fields)
+    got.redacted += shaped
+    return entries.scatter(at, out["e"]).str.join(",").item().encode()
+
+
+def _pids(fields: list) -> set:
+    """The pids the entries name (numbers and strings), so the added process takes none of them."""
+    try:
+        found = set(map(_PID_OF, fields))
+    except TypeError:  # an unhashable pid
+        found = {f.pid for f in fields if f.pid.__class__ in (int, str, float)}
+    return {v for v in found if v.__class__ in (int, str, float)}
+
+
+_PID_OF = attrgetter("pid")
 
 
 def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list[str]:
