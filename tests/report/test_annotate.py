@@ -351,3 +351,20 @@ def test_real_traces_streamed_in_small_arrays_write_the_same_trace(shared, tmp_p
     written = orjson.loads((tmp_path / "small.json").read_bytes())["traceEvents"]
     marked = [e for e in written if "traceflops.class" in (e.get("args") or {}) and e.get("cat") != "traceflops"]
     assert len(marked) == a.kernels.height  # every device activity the parser read, found again in the trace
+
+
+@pytest.mark.parametrize("kind", ["an op", "an event nothing numbers"])
+def test_the_added_process_takes_no_pid_of_the_trace(tmp_path, kind):
+    """The added tracks' process id is one no input event uses, entries written through as their bytes included."""
+    doc = gpu_doc()
+    taken = 0x7FFF0000  # the first id the added process would take
+    if kind == "an op":
+        doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": taken, "tid": 1, "ts": 800,
+                                   "dur": 5, "args": {}})
+    else:
+        doc["traceEvents"].append({"ph": "X", "cat": "python_function", "name": "f", "pid": str(taken), "tid": 1,
+                                   "ts": 800, "dur": 5})
+    src = write_doc(doc, tmp_path / "in.json.gz")
+    summary = annotate(src, analyze(src), str(tmp_path / "out.json.gz"))
+    used = {e.get("pid") for e in doc["traceEvents"]}
+    assert summary["pid"] not in used and str(summary["pid"]) not in used
