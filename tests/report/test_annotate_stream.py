@@ -346,3 +346,25 @@ def test_a_metadata_entry_that_does_not_decode_is_left_out_not_written_through(t
     assert [e["args"]["traceflops.flops"] for e in marked_kernels(got)] == [2 * M * K * N] * 2
     assert s["events_in"] == len(doc["traceEvents"]) + 1
     assert any("1 metadata ('M') entries that do not decode left out" in w for w in s["warnings"])
+
+
+@pytest.mark.parametrize("twice", [False, True], ids=["keys once", "a key before and after the events"])
+def test_the_events_go_straight_to_the_output_and_a_head_that_changes_is_written_again(tmp_path, monkeypatch, twice):
+    """The keys before traceEvents are written as they are read, the events after them, with no spool; a key given
+    again after the events (a JSON reader keeps the last value) changes the head, and the output is written again
+    through the spool: the same document either way, as a JSON reader reads the input."""
+    doc = gpu_doc()
+    body = orjson.dumps({"run": "first", **doc})[:-1]
+    if twice:
+        body += b',"run":"second"'
+    src = tmp_path / "in.json"
+    src.write_bytes(body + b"}")
+    spools = []
+    real = annotate_module.tempfile.TemporaryFile
+    monkeypatch.setattr(annotate_module.tempfile, "TemporaryFile", lambda *a, **k: spools.append(1) or real(*a, **k))
+    annotate(str(src), analyze(str(src)), str(tmp_path / "out.json.gz"))
+    got = read(tmp_path / "out.json.gz")
+    assert got["run"] == ("second" if twice else "first")
+    assert list(got)[0] == "run"  # where a JSON reader puts the key: its first place
+    assert len(got["traceEvents"]) > len(doc["traceEvents"])
+    assert len(spools) == (1 if twice else 0)

@@ -47,6 +47,7 @@ HEAD_PIECE = 64 << 10  # how much of a chunk is first searched for the array's s
 @dataclass
 class StreamResult:
     head: bytes = b""  # the top-level object without its traceEvents array
+    opening: bytes | None = None  # the root object up to its first traceEvents array's '[' (set as it opens)
     truncated: bool = False  # the document ended before it was closed
     stray: int = 0  # array entries after the last object that are not objects
     events_complete: bool = False  # the traceEvents array closed: a cut, if any, came after it
@@ -479,6 +480,8 @@ def stream_events(
                     )
                 if data is None:
                     return
+                if res.opening is None:
+                    res.opening = bytes(sc.head)
                 data, pending = data.lstrip(SEP), b""  # the rest of the chunk takes the fast path like any other
                 continue
             if skipping:

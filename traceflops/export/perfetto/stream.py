@@ -13,18 +13,21 @@ record's `warnings`), unchanged except that device activities (and ops) gain arg
   `traceflops.flops` and `traceflops.ran`.
 
 The input is read as the parser reads it (`parsers.jsonstream.stream_events`):
-a few MiB of whole entries at a time are numbered, annotated and written to a
-nameless spool file beside the output. An entry is written as its own bytes,
-its added args spliced in before its args object closes (`added`), unless a
-rule could change it (`_LITERALS`: an escape, a value or key the secrets rules
-may change, a number orjson refuses): only those are decoded, redacted and
-re-encoded, as every entry was before, so the output reads as the same JSON.
+a few MiB of whole entries at a time are numbered, annotated and written out.
+An entry is written as its own bytes, its added args spliced in before its args
+object closes (`added`; a whole array in column operations where nothing in it
+needs decoding), unless a rule could change it (`_LITERALS`: an escape, a value
+or key the secrets rules may change, a number orjson refuses): only those are
+decoded, redacted and re-encoded, so the output reads as the same JSON.
 Memory holds one such array and the analysis, never the document. The output
-is then assembled in the input's key order: the top-level keys before
-traceEvents, the events (the spool, then the added ones), the keys after, the
-`traceflops` record. Layouts the parser reads are written as one plain
-document: a byte-order mark is dropped, two root-level traceEvents arrays
-become one (in file order), an entry longer than `jsonstream.MAX_ENTRY_BYTES`
+follows the input's key order: the top-level keys before traceEvents (written
+as read before the events), the events, the added ones, the keys after, the
+`traceflops` record. Where the whole head, read at the end, differs from its
+part before the events (a key given again after them), and for standard
+output, the events go through a nameless spool file beside the output first.
+Layouts the parser reads are written as one plain document: a byte-order mark
+is dropped, two root-level traceEvents arrays become one (in file order), an
+entry longer than `jsonstream.MAX_ENTRY_BYTES`
 is left out, and an entry that does not decode (nested too deeply, not JSON)
 is written through as its bytes, unannotated (a metadata entry is left out
 instead, see `redact`); each is counted in the record's `warnings`. A file cut
@@ -37,6 +40,8 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -61,7 +66,7 @@ from traceflops.export.perfetto.entries import (
     serialized,
     unredactable,
 )
-from traceflops.export.perfetto.output import write_output
+from traceflops.export.perfetto.output import STDOUT, write_output
 from traceflops.export.perfetto.redact import (
     PlainKeys,
     head_parts,
@@ -85,6 +90,7 @@ from traceflops.parsers.jsonstream import (
     stream_events,
 )
 
+SPOOL_PREFIX = ".traceflops-events-"
 CHUNK = (
     2 << 20
 )  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
@@ -181,10 +187,17 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
         kernels.members = kernel_members(kernels.frame)
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
-    def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
-        # Nameless where the system allows (O_TMPFILE): nothing is left beside the output if the process is killed.
-        with tempfile.TemporaryFile(dir=tmp.parent, prefix=".traceflops-events-") as spool:
-            got = _stream_input(trace_path, spool, kernels, ops)
+    def fill(out: BinaryIO, tmp: Path, direct: bool) -> dict[str, Any]:
+        with ExitStack() as held:
+            # Nameless where the system allows (O_TMPFILE): nothing is left beside the output if the process is killed.
+            spool = None if direct else held.enter_context(tempfile.TemporaryFile(dir=tmp.parent, prefix=SPOOL_PREFIX))
+            written: list[bytes] = []  # the keys before traceEvents, once written ahead of the events
+
+            def start(res: StreamResult) -> None:
+                written.append(head_parts((res.opening or b"{") + b"[]}")[0])
+                out.write(_opening(written[0]))
+
+            got = _stream_input(trace_path, spool or out, kernels, ops, None if spool else start)
             pid = new_pid(got.pids)
             new = added_events(analysis, pid)
             redacted = got.redacted + redact_meta_events(new)
@@ -194,9 +207,14 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
                     f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
                     "a number no double holds, not JSON) left out"
                 )
-            out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
-            spool.seek(0)
-            shutil.copyfileobj(spool, out, 1 << 20)
+            if spool is not None:
+                out.write(_opening(before))
+                spool.seek(0)
+                shutil.copyfileobj(spool, out, 1 << 20)
+            elif not written:
+                out.write(_opening(before))
+            elif written[0] != before:
+                raise _Rewrite  # the head read whole differs from its part before the events (a key given twice)
             n_new = len(new)
             n_added = _write_added(out, new, got.written)
             summary = {
@@ -212,8 +230,21 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
             out.write(b"]" + (b"," + after if after else b"") + b',"traceflops":' + record + b"}")
             return summary
 
-    summary = write_output(out_path, fill)
+    # Into the output directly, the head's part before the events written as it is read; to standard output (which
+    # cannot be taken back), or where the whole head turns out to differ, through a spool file.
+    try:
+        summary = write_output(out_path, lambda out, tmp: fill(out, tmp, direct=str(out_path) != STDOUT))
+    except _Rewrite:
+        summary = write_output(out_path, lambda out, tmp: fill(out, tmp, direct=False))
     return {**summary, "path": str(out_path)}
+
+
+class _Rewrite(Exception):
+    """The events were written after a head that the whole head read at the end does not match: written again."""
+
+
+def _opening(before: bytes) -> bytes:
+    return b"{" + before + (b"," if before else b"") + b'"traceEvents":['
 
 
 def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
@@ -263,9 +294,11 @@ class _Streamed:
     warnings: list[str] = field(default_factory=list)
 
 
-def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Numbered) -> _Streamed:
+def _stream_input(
+    path: str, spool: BinaryIO, kernels: Numbered | None, ops: Numbered, start: Callable[[StreamResult], None] | None
+) -> _Streamed:
     """The input's events, array by array: numbered, checked against the analysis, annotated, redacted, written to
-    `spool`.
+    `spool`; `start(result)`, if given, before the first is written.
 
     Only one array's entries (about CHUNK bytes of the file) are held at a time.
     """
@@ -283,6 +316,8 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
                 data = _as_written(parts, got, rules, keys, kernels, ops, path)
                 if data is not None:
                     if data:
+                        if start is not None and not got.written:
+                            start(result)
                         spool.write(b"," + data if got.written else data)
                         got.written = True
                     continue
@@ -307,6 +342,8 @@ def _stream_input(path: str, spool: BinaryIO, kernels: Numbered | None, ops: Num
             data, n = redact_bytes(serialized(items))
             got.redacted += n
             if data:
+                if start is not None and not got.written:
+                    start(result)
                 spool.write(b"," + data if got.written else data)
                 got.written = True
     got.redacted += rules.count
