@@ -139,9 +139,9 @@ class PlainKeys:
         self._build()
 
     def _build(self) -> None:
-        fields = [
-            (f"k{j}", msgspec.Raw, msgspec.field(default_factory=msgspec.Raw, name=k)) for j, k in enumerate(self.known)
-        ]
+        # A default of None, not a Raw made per missing field: the values are never read, and a factory called for
+        # each known key an object lacks made this decode six times slower than the dicts' (29 keys on a V100 trace).
+        fields = [(f"k{j}", msgspec.Raw, msgspec.field(default=None, name=k)) for j, k in enumerate(self.known)]
         args = msgspec.defstruct("_Args", fields, forbid_unknown_fields=True, gc=False)
         self._decoder = msgspec.json.Decoder(list[args])  # type: ignore[valid-type]  # a struct made at run time
 
