@@ -51,17 +51,25 @@ def before_tree(before: Path, into: Path) -> Path:
 
 
 def annotate(pythonpath: Path, trace: Path, out: Path) -> tuple[float, str]:
-    """Run `traceflops annotate` with `pythonpath` first on the path; (seconds, error line or '')."""
+    """Run `traceflops annotate` of the package in `pythonpath`; (seconds, error line or '').
+
+    Run from `pythonpath` itself: `python -c` puts the working folder first on the path, so run from a checkout it
+    would import that checkout's package whatever PYTHONPATH says (both sides would then be the same code). The child
+    refuses to run a package from anywhere else.
+    """
     import time
 
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     code = (
-        "import sys\nfrom traceflops.cli.main import main\nsys.exit(main(sys.argv[1:], standalone_mode=False) or 0)\n"
+        "import sys, traceflops\n"
+        f"assert traceflops.__file__.startswith({str(pythonpath.resolve()) + os.sep!r}), traceflops.__file__\n"
+        "from traceflops.cli.main import main\nsys.exit(main(sys.argv[1:], standalone_mode=False) or 0)\n"
     )
     t = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", code, "annotate", str(trace), "-o", str(out), "--no-cache"],
+        [sys.executable, "-c", code, "annotate", str(trace.resolve()), "-o", str(out.resolve()), "--no-cache"],
         env=env,
+        cwd=pythonpath,
         capture_output=True,
         text=True,
     )

@@ -11,6 +11,7 @@ import json
 import math
 import re
 
+import numpy as np
 import orjson
 import polars as pl
 import pytest
@@ -211,3 +212,20 @@ def test_the_added_members_are_the_decoded_events_own(tmp_path):
         want = {}
         _add_op_args({"args": want}, r)
         assert orjson.loads(b"{" + m + b"}") == orjson.loads(orjson.dumps(want))
+
+
+def test_the_added_rates_are_the_decoded_routes_to_the_last_bit():
+    """`traceflops.achieved_tflops` spliced as text is `tracks.tflops` of the same FLOPs and duration exactly: a
+    division computed another way (by a constant's reciprocal) differs in the last bit for some values."""
+    from traceflops.export.perfetto.tracks import tflops
+
+    rng = np.random.default_rng(7)
+    flops = np.concatenate([rng.integers(1, 10**12, 500).astype(float), rng.random(500) * 1e9])
+    dur = np.concatenate([rng.integers(1, 10**5, 500).astype(float), rng.random(500) * 1e3 + 0.001])
+    n = len(flops)
+    k = pl.DataFrame({"phase": ["forward"] * n, "cls": ["matmul"] * n, "flops": flops, "dur": dur, "step": [1] * n,
+                      "module": [None] * n, "bound": [None] * n, "intensity": [None] * n, "recoverable_us": [None] * n},
+                     schema_overrides={"module": pl.Utf8, "bound": pl.Utf8, "intensity": pl.Float64,
+                                       "recoverable_us": pl.Float64})
+    got = [orjson.loads(b"{" + m + b"}")["traceflops.achieved_tflops"] for m in kernel_members(k).run(0, n)]
+    assert got == [tflops(f, d) for f, d in zip(flops.tolist(), dur.tolist())]

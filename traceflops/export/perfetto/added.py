@@ -24,7 +24,7 @@ def _key(name: str) -> str:
     return orjson.dumps(name).decode() + ":"
 
 
-def _strings(s: pl.Series) -> pl.Series:
+def json_strings(s: pl.Series) -> pl.Series:
     """Each value as a JSON string (null as null); each distinct value encoded once."""
     s = s.cast(pl.Utf8)
     distinct = s.drop_nulls().unique().to_list()
@@ -41,28 +41,28 @@ def _floats(values: list) -> list[str]:
     return orjson.dumps(values).decode()[1:-1].split(",")
 
 
-def _as_float(s: pl.Series) -> pl.Series:
+def json_floats(s: pl.Series) -> pl.Series:
     """A float column as orjson writes each value (`float(v)`; null, NaN and infinities as null)."""
     return pl.Series(s.name, _floats(s.cast(pl.Float64).to_list()), dtype=pl.Utf8)
 
 
-def _as_num(s: pl.Series) -> pl.Series:
+def json_nums(s: pl.Series) -> pl.Series:
     """`tracks.num` of each value as orjson writes it: an integral float under 2**53 as an integer, NaN as null."""
     f = s.cast(pl.Float64)
     integral = (f.is_finite() & (f.floor() == f) & (f.abs() < 2.0**53)).fill_null(False)
     ints = f.cast(pl.Int64, strict=False).cast(pl.Utf8)
-    return pl.select(pl.when(integral).then(ints).otherwise(_as_float(f))).to_series().rename(s.name)
+    return pl.select(pl.when(integral).then(ints).otherwise(json_floats(f))).to_series().rename(s.name)
 
 
-def _as_value(s: pl.Series) -> pl.Series:
+def json_values(s: pl.Series) -> pl.Series:
     """A column's values as orjson writes what polars hands out for them (integers, floats or text)."""
     if s.dtype.is_integer():
         return s.cast(pl.Utf8).fill_null(_NULL)
     if s.dtype.is_float():
-        return _as_float(s)
+        return json_floats(s)
     if s.dtype == pl.Boolean:
         return pl.select(pl.when(s).then(pl.lit("true")).otherwise(pl.lit("false"))).to_series().fill_null(_NULL)
-    return _strings(s)
+    return json_strings(s)
 
 
 class Members:
@@ -113,22 +113,26 @@ def kernel_members(k: pl.DataFrame) -> Members:
     replaced in them, by row."""
     flops = k["flops"].cast(pl.Float64)
     dur = k["dur"].cast(pl.Float64)
+    # `tracks.tflops`' division in numpy: polars may divide by a constant as a multiplication by its reciprocal, which
+    # can differ in the last bit from what the decoded route writes.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient = flops.to_numpy() / (dur.to_numpy() * 1e-6) / 1e12
     rate = pl.select(
         pl.when(flops.is_null() | dur.is_null() | (dur <= 0))
         .then(pl.lit(None, pl.Float64))
-        .otherwise(flops / (dur * 1e-6) / 1e12)
+        .otherwise(pl.Series(quotient, dtype=pl.Float64))
     ).to_series()
     cols = pl.DataFrame(
         [
-            _strings(k["phase"]).alias("phase"),
-            _strings(k["cls"]).alias("cls"),
-            _as_num(k["flops"]).alias("flops"),
-            _as_float(rate).alias("rate"),
-            _as_value(k["step"]).alias("step"),
-            _strings(k["module"]).alias("module"),
-            _strings(k["bound"]).alias("bound"),
-            _as_float(k["intensity"]).alias("intensity"),
-            _as_float(k["recoverable_us"]).alias("recoverable_us"),
+            json_strings(k["phase"]).alias("phase"),
+            json_strings(k["cls"]).alias("cls"),
+            json_nums(k["flops"]).alias("flops"),
+            json_floats(rate).alias("rate"),
+            json_values(k["step"]).alias("step"),
+            json_strings(k["module"]).alias("module"),
+            json_strings(k["bound"]).alias("bound"),
+            json_floats(k["intensity"]).alias("intensity"),
+            json_floats(k["recoverable_us"]).alias("recoverable_us"),
         ]
     )
     given = {c: k[c].is_not_null() for c in ("module", "bound", "intensity", "recoverable_us")}
@@ -158,10 +162,10 @@ def op_members(o: pl.DataFrame) -> Members:
     row."""
     cols = pl.DataFrame(
         [
-            _strings(o["phase"]).alias("phase"),
+            json_strings(o["phase"]).alias("phase"),
             o["matmul"].cast(pl.Boolean).fill_null(False).alias("matmul"),
             o["ran"].cast(pl.Boolean).fill_null(False).alias("ran"),
-            _as_num(o["flops"]).alias("flops"),
+            json_nums(o["flops"]).alias("flops"),
         ]
     )
     parts = [

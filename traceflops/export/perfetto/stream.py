@@ -74,6 +74,7 @@ from traceflops.export.perfetto.redact import (
     traceflops_record,
 )
 from traceflops.export.perfetto.tracks import (
+    Added,
     added_events,
     new_pid,
     num,
@@ -200,7 +201,7 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
             got = _stream_input(trace_path, spool or out, kernels, ops, None if spool else start)
             pid = new_pid(got.pids)
             new = added_events(analysis, pid)
-            redacted = got.redacted + redact_meta_events(new)
+            redacted = got.redacted + redact_meta_events(new.before) + new.redacted + redact_meta_events(new.after)
             before, after, n_head, dropped = head_parts(got.head)
             if dropped:
                 got.warnings.append(
@@ -264,20 +265,25 @@ def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
     return k
 
 
-def _write_added(out: BinaryIO, new: list, after_events: bool, batch: int = 8192) -> int:
-    """The added events written batch by batch, each batch's dicts dropped once written (never all serialized at once).
+def _write_added(out: BinaryIO, new: Added, after_events: bool, batch: int = 8192) -> int:
+    """The added events written batch by batch (never all serialized at once), each through the shape rules.
 
     Returns how many values the shape rules redacted.
     """
-    n = 0
-    for i in range(0, len(new), batch):
-        k = min(batch, len(new) - i)
-        data, m = redact_bytes(
-            orjson.dumps(new[i : i + k], option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-        )  # all decoded values
-        new[i : i + k] = [None] * k
-        n += m
-        out.write(b"," + data if i or after_events else data)
+    n, first = 0, not after_events
+
+    def write(data: bytes) -> None:
+        nonlocal n, first
+        if data:
+            data, m = redact_bytes(data)  # all decoded values
+            n += m
+            out.write(data if first else b"," + data)
+            first = False
+
+    write(orjson.dumps(new.before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+    for i in range(0, new.rows.len(), batch):
+        write(",".join(new.rows.slice(i, batch).to_list()).encode())
+    write(orjson.dumps(new.after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
     return n
 
 

@@ -20,14 +20,19 @@ Also the value helpers the added args share (`num`, `tflops`, `meta`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from operator import methodcaller
 from typing import Any
 
 import numpy as np
+import orjson
 import polars as pl
 
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
+from traceflops.export.perfetto.added import json_nums, json_strings, json_values
+from traceflops.export.perfetto.redact import redact_meta_events
 
 CAT = "traceflops"
 PROCESS = "traceflops"
@@ -74,11 +79,11 @@ def meta(pid: int, tid: int, kind: str, value: Any, ts: float) -> dict:
     return {"ph": "M", "name": kind, "ts": ts, "pid": pid, "tid": tid, "args": {key: value}}
 
 
-def _achieved_counter(items: list[tuple[float, float, float]]) -> list[tuple[float, float]]:
-    """(ts, dur, TFLOP/s) of concurrent work -> (ts, summed rate) at every change, ending at 0."""
-    if not items:
+def _achieved_counter(items: np.ndarray) -> list[tuple[float, float]]:
+    """Rows (ts, dur, TFLOP/s) of concurrent work -> (ts, summed rate) at every change, ending at 0."""
+    if len(items) == 0:
         return []
-    arr = np.array(items, dtype=float)
+    arr = np.asarray(items, dtype=float)
     t = np.concatenate([arr[:, 0], arr[:, 0] + arr[:, 1]])
     d = np.concatenate([arr[:, 2], -arr[:, 2]])
     order = np.lexsort((d, t))  # at one instant, ends (negative) before starts
@@ -89,7 +94,7 @@ def _achieved_counter(items: list[tuple[float, float, float]]) -> list[tuple[flo
     return list(zip(t.tolist(), np.maximum(level, 0.0).tolist()))
 
 
-def added_events(a: Analysis, pid: int) -> list[dict]:
+def added_events(a: Analysis, pid: int) -> Added:
     """The new process: phase tracks, the steps track and counters."""
     # polars stubs type a column's min as any literal: a ts column's is a number
     t0: float = min(  # type: ignore[assignment]
@@ -103,13 +108,17 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
     out: list[dict] = [meta(pid, 0, "process_name", PROCESS, t0), meta(pid, 0, "process_sort_index", -1, t0)]
     tid_of: dict[tuple, int] = {}
 
+    def lane(key: tuple, label: str, order: int) -> tuple[int, list[dict]]:
+        """A track's tid, and the metadata events that name it where it is new."""
+        if key in tid_of:
+            return tid_of[key], []
+        tid = tid_of[key] = len(tid_of) + 1
+        return tid, [meta(pid, tid, "thread_name", label, t0), meta(pid, tid, "thread_sort_index", order, t0)]
+
     def track(key: tuple, label: str, order: int) -> int:
-        if key not in tid_of:
-            tid = len(tid_of) + 1
-            tid_of[key] = tid
-            out.append(meta(pid, tid, "thread_name", label, t0))
-            out.append(meta(pid, tid, "thread_sort_index", order, t0))
-        return tid_of[key]
+        tid, named = lane(key, label, order)
+        out.extend(named)
+        return tid
 
     steps_tid = track(("steps",), "traceflops: steps", 0)
     for s in a.steps.iter_rows(named=True):
@@ -150,65 +159,49 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
                 }
             )
 
-    rate: dict[str, list[tuple[float, float, float]]] = {}
+    rate: dict[str, np.ndarray] = {}
     if a.kernels.height:
         k = a.kernels.select("kernel_id", "name", "phase", "cls", "device", "stream", "ts", "dur", "flops").sort(
             "kernel_id"
         )
-        lanes = k.select("device", "stream").unique().sort("device", "stream", nulls_last=True).rows()
-        many = len(lanes) > 1
-        for r in k.iter_rows(named=True):
-            phase = r["phase"] or "other"
-            label = f"traceflops: {phase}" + (f" · device {r['device']} stream {r['stream']}" if many else "")
-            tid = track((phase, r["device"], r["stream"]), label, 1 + PHASES.index(phase) if phase in PHASES else 9)
-            out.append(
-                {
-                    "ph": "X",
-                    "cat": CAT,
-                    "name": r["name"],
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": r["ts"],
-                    "dur": r["dur"],
-                    "args": {
-                        "kernel_id": r["kernel_id"],
-                        "traceflops.class": r["cls"],
-                        "traceflops.flops": num(r["flops"]),
-                        "device": r["device"],
-                        "stream": r["stream"],
-                    },
-                }
-            )
-            tf = tflops(r["flops"], r["dur"])
-            if tf is not None:
-                rate.setdefault(f"device {r['device']}", []).append((r["ts"], r["dur"], tf))
+        many = k.select("device", "stream").n_unique() > 1
+        rows = _activity_rows(
+            k,
+            ("device", "stream"),
+            pid,
+            lane,
+            lambda phase, device, stream: (
+                f"traceflops: {phase}" + (f" · device {device} stream {stream}" if many else "")
+            ),
+            [
+                ("kernel_id", json_values(k["kernel_id"])),
+                ("traceflops.class", json_strings(k["cls"])),
+                ("traceflops.flops", json_nums(k["flops"])),
+                ("device", json_values(k["device"])),
+                ("stream", json_values(k["stream"])),
+            ],
+        )
+        for (device,), part in _rated(k).partition_by("device", as_dict=True, maintain_order=True).items():
+            rate[f"device {device}"] = part.select("ts", "dur", "tf").to_numpy()
     else:  # a CPU trace: the executed matmul ops are the compute
         o = (
             a.ops.filter(pl.col("matmul") & pl.col("ran"))
             .select("op_id", "name", "phase", "tid", "ts", "dur", "flops")
             .sort("op_id")
         )
-        lanes = o["tid"].unique().sort(nulls_last=True).to_list()
-        many = len(lanes) > 1
-        for r in o.iter_rows(named=True):
-            phase = r["phase"] or "other"
-            label = f"traceflops: {phase}" + (f" · thread {r['tid']}" if many else "")
-            tid = track((phase, r["tid"]), label, 1 + PHASES.index(phase) if phase in PHASES else 9)
-            out.append(
-                {
-                    "ph": "X",
-                    "cat": CAT,
-                    "name": r["name"],
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": r["ts"],
-                    "dur": r["dur"],
-                    "args": {"op_id": r["op_id"], "traceflops.flops": num(r["flops"])},
-                }
-            )
-            tf = tflops(r["flops"], r["dur"])
-            if tf is not None:
-                rate.setdefault("CPU", []).append((r["ts"], r["dur"], tf))
+        many = o["tid"].n_unique() > 1
+        rows = _activity_rows(
+            o,
+            ("tid",),
+            pid,
+            lane,
+            lambda phase, tid: f"traceflops: {phase}" + (f" · thread {tid}" if many else ""),
+            [("op_id", json_values(o["op_id"])), ("traceflops.flops", json_nums(o["flops"]))],
+        )
+        cpu = _rated(o)
+        if cpu.height:
+            rate["CPU"] = cpu.select("ts", "dur", "tf").to_numpy()
+    before, out = out, []
 
     for where, items in sorted(rate.items()):
         name = "traceflops: achieved TFLOP/s" + (f" ({where})" if len(rate) > 1 else "")
@@ -233,4 +226,87 @@ def added_events(a: Analysis, pid: int) -> list[dict]:
                 )
         end = steps.select((pl.col("start") + pl.col("window")).max()).item()
         out.append({"ph": "C", "cat": CAT, "name": f"traceflops: {label}", "pid": pid, "ts": end, "args": {label: 0.0}})
-    return out
+    return Added(before, *rows, out)
+
+
+@dataclass
+class Added:
+    """The added events in order: `before` (the process, steps and critical path), `rows` (each activity's event as
+    JSON text, the metadata events naming a track written just before the first activity on it), `after` (the
+    counters). The activities, one per kernel, stay text: a dict per kernel was most of annotate's time after the
+    stream."""
+
+    before: list[dict]
+    rows: pl.Series
+    named: int  # metadata events inside `rows`
+    redacted: int  # values the metadata rules replaced in them
+    after: list[dict]
+
+    def __len__(self) -> int:
+        return len(self.before) + self.rows.len() + self.named + len(self.after)
+
+    def dicts(self) -> list[dict]:
+        """Every event decoded (a small trace's whole document is built in memory)."""
+        got = orjson.loads("[" + ",".join(self.rows.to_list()) + "]") if self.rows.len() else []
+        return self.before + got + self.after
+
+
+def _rated(frame: pl.DataFrame) -> pl.DataFrame:
+    """The activities whose FLOPs and duration give a rate, with it as `tf`: `tflops`' float operations, in numpy
+    (polars may divide by a constant as a multiplication by its reciprocal, a last bit apart)."""
+    dur = pl.col("dur").cast(pl.Float64)
+    got = frame.filter(pl.col("flops").is_not_null() & (dur > 0)).select(
+        pl.col("device") if "device" in frame.columns else pl.lit(None).alias("device"),
+        ts=pl.col("ts").cast(pl.Float64),
+        dur=dur,
+        flops=pl.col("flops").cast(pl.Float64),
+    )
+    tf = got["flops"].to_numpy() / (got["dur"].to_numpy() * 1e-6) / 1e12
+    return got.with_columns(tf=pl.Series(tf, dtype=pl.Float64))
+
+
+def _activity_rows(
+    frame: pl.DataFrame,
+    lanes: tuple[str, ...],
+    pid: int,
+    lane: Callable[[tuple, str, int], tuple[int, list[dict]]],
+    label: Callable[..., str],
+    args: list[tuple[str, pl.Series]],
+) -> tuple[pl.Series, int, int]:
+    """Each activity's event on its phase's track (one per phase and lane) as JSON text, in the frame's order; the
+    tracks are numbered as first met, their metadata events (redacted as `redact_meta_events` does) written before
+    their first activity. Also how many metadata events, and how many values they had redacted."""
+    frame = frame.with_columns(pl.col("phase").fill_null("other")).with_row_index("_row")
+    keys = ["phase", *lanes]
+    firsts = frame.group_by(keys, maintain_order=True).agg(pl.col("_row").first())
+    meta_text, tids, named, redacted = [], [], 0, 0
+    for row in firsts.select(keys).iter_rows():  # one per track
+        phase = row[0]
+        tid, events = lane(tuple(row), label(*row), 1 + PHASES.index(phase) if phase in PHASES else 9)
+        redacted += redact_meta_events(events)
+        named += len(events)
+        tids.append(tid)
+        meta_text.append("".join(orjson.dumps(e).decode() + "," for e in events))
+    firsts = firsts.with_columns(_tid=pl.Series(tids, dtype=pl.Int64), _meta=pl.Series(meta_text, dtype=pl.Utf8))
+    at = frame.join(firsts.drop("_row"), on=keys, how="left", nulls_equal=True, maintain_order="left")
+    first = at["_row"].is_in(firsts["_row"])
+    text = pl.concat_str(
+        [
+            pl.lit('{"ph":"X","cat":' + orjson.dumps(CAT).decode() + ',"name":'),
+            json_strings(at["name"]),
+            pl.lit(f',"pid":{pid},"tid":'),
+            at["_tid"].cast(pl.Utf8),
+            pl.lit(',"ts":'),
+            json_values(at["ts"]),
+            pl.lit(',"dur":'),
+            json_values(at["dur"]),
+            pl.lit(',"args":{'),
+            *[
+                x
+                for j, (key, values) in enumerate(args)
+                for x in (pl.lit(("," if j else "") + orjson.dumps(key).decode() + ":"), values)
+            ],
+            pl.lit("}}"),
+        ]
+    )
+    return pl.select(pl.when(first).then(at["_meta"] + text).otherwise(text)).to_series(), named, redacted

@@ -109,7 +109,7 @@ def annotate_xla(trace_path: str, analysis: Analysis, out_path: str) -> dict[str
     events = xla_events(analysis)
     n_in = len(events)
     pid = new_pid(used_pids(events))
-    new = added_events(analysis, pid)
+    new = added_events(analysis, pid).dicts()
     doc, redacted = redact_metadata({"traceEvents": events + new, "displayTimeUnit": "ms"})
     summary = {
         "events_in": n_in,
