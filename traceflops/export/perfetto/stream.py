@@ -281,8 +281,8 @@ def _write_added(out: BinaryIO, new: Added, after_events: bool, batch: int = 819
             first = False
 
     write(orjson.dumps(new.before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
-    for i in range(0, new.rows.len(), batch):
-        write(",".join(new.rows.slice(i, batch).to_list()).encode())
+    for text in new.texts(batch):
+        write(text.encode())
     write(orjson.dumps(new.after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
     return n
 

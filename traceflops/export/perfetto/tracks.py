@@ -20,7 +20,7 @@ Also the value helpers the added args share (`num`, `tflops`, `meta`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import methodcaller
 from typing import Any
@@ -168,18 +168,17 @@ def added_events(a: Analysis, pid: int) -> Added:
         rows = _activity_rows(
             k,
             ("device", "stream"),
-            pid,
             lane,
             lambda phase, device, stream: (
                 f"traceflops: {phase}" + (f" · device {device} stream {stream}" if many else "")
             ),
-            [
-                ("kernel_id", json_values(k["kernel_id"])),
-                ("traceflops.class", json_strings(k["cls"])),
-                ("traceflops.flops", json_nums(k["flops"])),
-                ("device", json_values(k["device"])),
-                ("stream", json_values(k["stream"])),
-            ],
+        )
+        spec: _Args = (
+            ("kernel_id", "kernel_id", json_values),
+            ("traceflops.class", "cls", json_strings),
+            ("traceflops.flops", "flops", json_nums),
+            ("device", "device", json_values),
+            ("stream", "stream", json_values),
         )
         for (device,), part in _rated(k).partition_by("device", as_dict=True, maintain_order=True).items():
             rate[f"device {device}"] = part.select("ts", "dur", "tf").to_numpy()
@@ -193,11 +192,10 @@ def added_events(a: Analysis, pid: int) -> Added:
         rows = _activity_rows(
             o,
             ("tid",),
-            pid,
             lane,
             lambda phase, tid: f"traceflops: {phase}" + (f" · thread {tid}" if many else ""),
-            [("op_id", json_values(o["op_id"])), ("traceflops.flops", json_nums(o["flops"]))],
         )
+        spec = (("op_id", "op_id", json_values), ("traceflops.flops", "flops", json_nums))
         cpu = _rated(o)
         if cpu.height:
             rate["CPU"] = cpu.select("ts", "dur", "tf").to_numpy()
@@ -226,28 +224,38 @@ def added_events(a: Analysis, pid: int) -> Added:
                 )
         end = steps.select((pl.col("start") + pl.col("window")).max()).item()
         out.append({"ph": "C", "cat": CAT, "name": f"traceflops: {label}", "pid": pid, "ts": end, "args": {label: 0.0}})
-    return Added(before, *rows, out)
+    return Added(before, rows[0], spec, pid, rows[1], rows[2], out)
+
+
+_Args = tuple[tuple[str, str, Callable[[pl.Series], pl.Series]], ...]  # an args key, its column, its JSON encoder
 
 
 @dataclass
 class Added:
-    """The added events in order: `before` (the process, steps and critical path), `rows` (each activity's event as
-    JSON text, the metadata events naming a track written just before the first activity on it), `after` (the
-    counters). The activities, one per kernel, stay text: a dict per kernel was most of annotate's time after the
-    stream."""
+    """The added events in order: `before` (the process, steps and critical path), one per activity (kernel, or
+    matmul op on a CPU trace) on its phase's track, with the metadata events naming a track just before the first
+    activity on it, `after` (the counters). The activities are a frame made JSON text a slice at a time (`texts`):
+    a dict per kernel was most of annotate's time after the stream, and the whole text at once a third of its peak."""
 
     before: list[dict]
-    rows: pl.Series
-    named: int  # metadata events inside `rows`
+    activities: pl.DataFrame  # name, ts, dur, the args' columns, `_tid`, `_meta` (a track's first row: its naming)
+    args: _Args
+    pid: int
+    named: int  # metadata events among the activities
     redacted: int  # values the metadata rules replaced in them
     after: list[dict]
 
     def __len__(self) -> int:
-        return len(self.before) + self.rows.len() + self.named + len(self.after)
+        return len(self.before) + self.activities.height + self.named + len(self.after)
+
+    def texts(self, batch: int = 8192) -> Iterator[str]:
+        """The activities' events, `batch` at a time, each batch's events as JSON joined by commas."""
+        for i in range(0, self.activities.height, batch):
+            yield ",".join(_event_texts(self.activities.slice(i, batch), self.pid, self.args).to_list())
 
     def dicts(self) -> list[dict]:
         """Every event decoded (a small trace's whole document is built in memory)."""
-        got = orjson.loads("[" + ",".join(self.rows.to_list()) + "]") if self.rows.len() else []
+        got = orjson.loads("[" + ",".join(self.texts()) + "]") if self.activities.height else []
         return self.before + got + self.after
 
 
@@ -268,14 +276,12 @@ def _rated(frame: pl.DataFrame) -> pl.DataFrame:
 def _activity_rows(
     frame: pl.DataFrame,
     lanes: tuple[str, ...],
-    pid: int,
     lane: Callable[[tuple, str, int], tuple[int, list[dict]]],
     label: Callable[..., str],
-    args: list[tuple[str, pl.Series]],
-) -> tuple[pl.Series, int, int]:
-    """Each activity's event on its phase's track (one per phase and lane) as JSON text, in the frame's order; the
-    tracks are numbered as first met, their metadata events (redacted as `redact_meta_events` does) written before
-    their first activity. Also how many metadata events, and how many values they had redacted."""
+) -> tuple[pl.DataFrame, int, int]:
+    """Each activity with its phase's track (one per phase and lane: `_tid`), in the frame's order; the tracks are
+    numbered as first met, their metadata events (redacted as `redact_meta_events` does) kept as text (`_meta`) on
+    their first activity's row. Also how many metadata events, and how many values they had redacted."""
     frame = frame.with_columns(pl.col("phase").fill_null("other")).with_row_index("_row")
     keys = ["phase", *lanes]
     firsts = frame.group_by(keys, maintain_order=True).agg(pl.col("_row").first())
@@ -288,25 +294,37 @@ def _activity_rows(
         tids.append(tid)
         meta_text.append("".join(orjson.dumps(e).decode() + "," for e in events))
     firsts = firsts.with_columns(_tid=pl.Series(tids, dtype=pl.Int64), _meta=pl.Series(meta_text, dtype=pl.Utf8))
-    at = frame.join(firsts.drop("_row"), on=keys, how="left", nulls_equal=True, maintain_order="left")
-    first = at["_row"].is_in(firsts["_row"])
-    text = pl.concat_str(
-        [
-            pl.lit('{"ph":"X","cat":' + orjson.dumps(CAT).decode() + ',"name":'),
-            json_strings(at["name"]),
-            pl.lit(f',"pid":{pid},"tid":'),
-            at["_tid"].cast(pl.Utf8),
-            pl.lit(',"ts":'),
-            json_values(at["ts"]),
-            pl.lit(',"dur":'),
-            json_values(at["dur"]),
-            pl.lit(',"args":{'),
-            *[
-                x
-                for j, (key, values) in enumerate(args)
-                for x in (pl.lit(("," if j else "") + orjson.dumps(key).decode() + ":"), values)
-            ],
-            pl.lit("}}"),
-        ]
+    at = frame.join(firsts.rename({"_row": "_first"}), on=keys, how="left", nulls_equal=True, maintain_order="left")
+    return (
+        at.with_columns(
+            _meta=pl.when(pl.col("_row") == pl.col("_first")).then(pl.col("_meta")).otherwise(pl.lit(""))
+        ).drop("_row", "_first"),
+        named,
+        redacted,
     )
-    return pl.select(pl.when(first).then(at["_meta"] + text).otherwise(text)).to_series(), named, redacted
+
+
+def _event_texts(part: pl.DataFrame, pid: int, args: _Args) -> pl.Series:
+    """Each activity's event as orjson writes it, its track's metadata events before it on the track's first."""
+    return pl.select(
+        pl.concat_str(
+            [
+                part["_meta"],
+                pl.lit('{"ph":"X","cat":' + orjson.dumps(CAT).decode() + ',"name":'),
+                json_strings(part["name"]),
+                pl.lit(f',"pid":{pid},"tid":'),
+                part["_tid"].cast(pl.Utf8),
+                pl.lit(',"ts":'),
+                json_values(part["ts"]),
+                pl.lit(',"dur":'),
+                json_values(part["dur"]),
+                pl.lit(',"args":{'),
+                *[
+                    x
+                    for j, (key, column, encode) in enumerate(args)
+                    for x in (pl.lit(("," if j else "") + orjson.dumps(key).decode() + ":"), encode(part[column]))
+                ],
+                pl.lit("}}"),
+            ]
+        )
+    ).to_series()
