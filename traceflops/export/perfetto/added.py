@@ -65,6 +65,21 @@ def json_values(s: pl.Series) -> pl.Series:
     return json_strings(s)
 
 
+def rates(flops: pl.Series, dur: pl.Series) -> pl.Series:
+    """`tracks.tflops` over columns: TFLOP/s, null where the FLOPs are unknown or the duration is not positive.
+
+    Divided in numpy, in `tflops`' order: polars may divide by a constant as a
+    multiplication by its reciprocal, a last bit apart from what the decoded
+    route writes (127 of 1,000 sampled rates).
+    """
+    f, d = flops.cast(pl.Float64), dur.cast(pl.Float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient = pl.Series(f.to_numpy() / (d.to_numpy() * 1e-6) / 1e12, dtype=pl.Float64)
+    return pl.select(
+        pl.when(f.is_null() | d.is_null() | (d <= 0)).then(pl.lit(None, pl.Float64)).otherwise(quotient)
+    ).to_series()
+
+
 class Members:
     """Each row's members as one text column (a slice is read per array: a Python object per row for a whole trace
     would hold hundreds of MB), with the rows the shape rules changed kept apart, and how many values they replaced."""
@@ -111,17 +126,7 @@ def kernel_members(k: pl.DataFrame) -> Members:
     """Per row of `k` (the device activities' values, `stream._kernel_args`): the members `_add_kernel_args` adds, as
     the text inside an object (no braces), and the values the shape rules
     replaced in them, by row."""
-    flops = k["flops"].cast(pl.Float64)
-    dur = k["dur"].cast(pl.Float64)
-    # `tracks.tflops`' division in numpy: polars may divide by a constant as a multiplication by its reciprocal, which
-    # can differ in the last bit from what the decoded route writes.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        quotient = flops.to_numpy() / (dur.to_numpy() * 1e-6) / 1e12
-    rate = pl.select(
-        pl.when(flops.is_null() | dur.is_null() | (dur <= 0))
-        .then(pl.lit(None, pl.Float64))
-        .otherwise(pl.Series(quotient, dtype=pl.Float64))
-    ).to_series()
+    rate = rates(k["flops"], k["dur"])
     cols = pl.DataFrame(
         [
             json_strings(k["phase"]).alias("phase"),

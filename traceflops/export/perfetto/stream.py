@@ -76,6 +76,7 @@ from traceflops.export.perfetto.redact import (
 from traceflops.export.perfetto.tracks import (
     Added,
     added_events,
+    known_pids,
     new_pid,
     num,
     tflops,
@@ -313,6 +314,14 @@ def _stream_input(
     res: StreamResult | None = None
     rules = Redactor()  # one for the whole file: each distinct name, key and value decided once
     keys = PlainKeys()  # the plain args keys met so far
+
+    def emit(data: bytes, result: StreamResult) -> None:
+        if data:
+            if start is not None and not got.written:
+                start(result)
+            spool.write(b"," + data if got.written else data)
+            got.written = True
+
     for texts, result in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=claim_parts):
         res = result  # the last one is the whole stream's, read after the loop
         for text in texts:
@@ -321,11 +330,7 @@ def _stream_input(
             if parts is not REFUSED:
                 data = _as_written(parts, got, rules, keys, kernels, ops, path)
                 if data is not None:
-                    if data:
-                        if start is not None and not got.written:
-                            start(result)
-                        spool.write(b"," + data if got.written else data)
-                        got.written = True
+                    emit(data, result)
                     continue
                 text = parts.text  # read the decoded way, as a whole
             items = array_entries(text)
@@ -347,11 +352,7 @@ def _stream_input(
                 unread += sum(map(as_read, items))
             data, n = redact_bytes(serialized(items))
             got.redacted += n
-            if data:
-                if start is not None and not got.written:
-                    start(result)
-                spool.write(b"," + data if got.written else data)
-                got.written = True
+            emit(data, result)
     got.redacted += rules.count
     if res is None or res.truncated:
         raise FormatError(
@@ -453,9 +454,7 @@ def _as_written(
         if not idx:
             continue
         names = [decoded[i]["name"] if i in decoded else fields[i].name for i in idx]
-        ts = [float(fields[i].ts) for i in idx] if numbered.check_ts else None
-        if names != part["name"].to_list() or (ts is not None and ts != part["ts"].cast(pl.Float64).to_list()):
-            agree(names, ts, part, numbered, path)  # names the first that differs
+        agree(names, [fields[i].ts for i in idx] if numbered.check_ts else None, part, numbered, path)
         run = numbered.members.run(lo, len(idx))
         for j, i in enumerate(idx, lo):
             m = run[j - lo]
@@ -483,7 +482,7 @@ def _spliced(
     args cannot take them (the entry by entry route decodes that one)."""
     at = found[0] + found[1]
     fields = p.fields
-    members = pl.Series([None] * len(at), dtype=pl.Utf8)
+    members = pl.repeat(None, len(at), dtype=pl.Utf8, eager=True)
     shaped, start, seen = 0, 0, [(n, n.seen) for n in (kernels, ops) if n is not None]
     for numbered, where in ((kernels, found[0]), (ops, found[1])):
         if numbered is None:
@@ -491,10 +490,8 @@ def _spliced(
         slots, part, lo = numbered.slots(len(where))
         if part.height:
             idx = [where[j] for j in slots.tolist()]
-            names = [fields[i].name for i in idx]
-            ts = [float(fields[i].ts) for i in idx] if numbered.check_ts else None
-            if names != part["name"].to_list() or (ts is not None and ts != part["ts"].cast(pl.Float64).to_list()):
-                agree(names, ts, part, numbered, path)  # names the first that differs
+            ts = [fields[i].ts for i in idx] if numbered.check_ts else None
+            agree([fields[i].name for i in idx], ts, part, numbered, path)
             column, n = numbered.members.column(lo, part.height)
             members = members.scatter(slots + start, column)
             shaped += n
@@ -514,12 +511,8 @@ def _spliced(
 
 
 def _pids(fields: list) -> set:
-    """The pids the entries name (numbers and strings), so the added process takes none of them."""
-    try:
-        found = set(map(_PID_OF, fields))
-    except TypeError:  # an unhashable pid
-        found = {f.pid for f in fields if f.pid.__class__ in (int, str, float)}
-    return {v for v in found if v.__class__ in (int, str, float)}
+    """The pids the entries name, so the added process takes none of them."""
+    return known_pids(list(map(_PID_OF, fields)))
 
 
 _PID_OF = attrgetter("pid")

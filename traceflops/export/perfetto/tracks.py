@@ -31,7 +31,7 @@ import polars as pl
 
 from traceflops.core.results import Analysis
 from traceflops.core.vocab import PHASES
-from traceflops.export.perfetto.added import json_nums, json_strings, json_values
+from traceflops.export.perfetto.added import json_nums, json_strings, json_values, rates
 from traceflops.export.perfetto.redact import redact_meta_events
 
 CAT = "traceflops"
@@ -57,12 +57,16 @@ _PID = methodcaller("get", "pid")
 
 
 def used_pids(events: list) -> set:
-    """The pids the events use (numbers and strings: a pid written as a list names no process); one C-level map."""
-    dicts = [e for e in events if e.__class__ is dict]
+    """The pids the events use; one C-level map."""
+    return known_pids(list(map(_PID, [e for e in events if e.__class__ is dict])))
+
+
+def known_pids(pids: list) -> set:
+    """The pids among `pids` that name a process (numbers and strings: a pid written as a list names none)."""
     try:
-        found = set(map(_PID, dicts))
+        found = set(pids)
     except TypeError:  # an unhashable pid
-        found = {p for p in map(_PID, dicts) if p.__class__ in (int, str, float)}
+        found = {p for p in pids if p.__class__ in (int, str, float)}
     return {p for p in found if p.__class__ in (int, str, float)}
 
 
@@ -199,12 +203,12 @@ def added_events(a: Analysis, pid: int) -> Added:
         cpu = _rated(o)
         if cpu.height:
             rate["CPU"] = cpu.select("ts", "dur", "tf").to_numpy()
-    before, out = out, []
+    counters: list[dict] = []  # after the activities
 
     for where, items in sorted(rate.items()):
         name = "traceflops: achieved TFLOP/s" + (f" ({where})" if len(rate) > 1 else "")
         for ts, v in _achieved_counter(items):
-            out.append({"ph": "C", "cat": CAT, "name": name, "pid": pid, "ts": ts, "args": {"TFLOP/s": v}})
+            counters.append({"ph": "C", "cat": CAT, "name": name, "pid": pid, "ts": ts, "args": {"TFLOP/s": v}})
     steps = a.steps.filter(pl.col("start").is_not_null() & pl.col("window").is_not_null()).sort("start")
     for col, label in (("mfu", "MFU %"), ("hfu", "HFU %")):
         vals = [(s["start"], s[col]) for s in steps.iter_rows(named=True)]
@@ -212,7 +216,7 @@ def added_events(a: Analysis, pid: int) -> Added:
             continue
         for ts, v in vals:  # a step whose value is unknown has no sample (a counter value must be a number)
             if v is not None:
-                out.append(
+                counters.append(
                     {
                         "ph": "C",
                         "cat": CAT,
@@ -223,8 +227,10 @@ def added_events(a: Analysis, pid: int) -> Added:
                     }
                 )
         end = steps.select((pl.col("start") + pl.col("window")).max()).item()
-        out.append({"ph": "C", "cat": CAT, "name": f"traceflops: {label}", "pid": pid, "ts": end, "args": {label: 0.0}})
-    return Added(before, rows[0], spec, pid, rows[1], rows[2], out)
+        counters.append(
+            {"ph": "C", "cat": CAT, "name": f"traceflops: {label}", "pid": pid, "ts": end, "args": {label: 0.0}}
+        )
+    return Added(out, rows[0], spec, pid, rows[1], rows[2], counters)
 
 
 _Args = tuple[tuple[str, str, Callable[[pl.Series], pl.Series]], ...]  # an args key, its column, its JSON encoder
@@ -260,17 +266,10 @@ class Added:
 
 
 def _rated(frame: pl.DataFrame) -> pl.DataFrame:
-    """The activities whose FLOPs and duration give a rate, with it as `tf`: `tflops`' float operations, in numpy
-    (polars may divide by a constant as a multiplication by its reciprocal, a last bit apart)."""
-    dur = pl.col("dur").cast(pl.Float64)
-    got = frame.filter(pl.col("flops").is_not_null() & (dur > 0)).select(
-        pl.col("device") if "device" in frame.columns else pl.lit(None).alias("device"),
-        ts=pl.col("ts").cast(pl.Float64),
-        dur=dur,
-        flops=pl.col("flops").cast(pl.Float64),
-    )
-    tf = got["flops"].to_numpy() / (got["dur"].to_numpy() * 1e-6) / 1e12
-    return got.with_columns(tf=pl.Series(tf, dtype=pl.Float64))
+    """The activities whose FLOPs and duration give a rate (`added.rates`), with it as `tf`."""
+    return frame.with_columns(
+        tf=rates(frame["flops"], frame["dur"]), ts=pl.col("ts").cast(pl.Float64), dur=pl.col("dur").cast(pl.Float64)
+    ).filter(pl.col("tf").is_not_null())
 
 
 def _activity_rows(
