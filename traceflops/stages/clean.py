@@ -43,7 +43,7 @@ from collections import Counter
 import polars as pl
 
 from traceflops.core.errors import EmptyTraceError
-from traceflops.core.trace import Trace, Warnings
+from traceflops.core.trace import Trace, Warnings, sort_codes
 
 MAX_TIME_US = 1e19
 # No profile spans a day: an event this far from the trace's median time has a corrupt timestamp,
@@ -156,11 +156,13 @@ def clean_kernel_times(kernels: pl.DataFrame, eps: float = OVERLAP_EPS_US) -> tu
     k = kernels.with_columns(dur=pl.when(dur < 0).then(pl.lit(0.0)).otherwise(dur)).with_row_index("_row")
     timed = pl.col("ts").is_not_null() & pl.col("dur").is_not_null()
     s = (
-        k.filter(timed)
-        .select("_row", "device", "stream", "ts", "dur", "name", "correlation")
+        k.select(  # the texts as codes ordered as they are: no text is moved or compared
+            "_row", "device", "ts", "dur", "correlation", stream=sort_codes(k["stream"]), name=sort_codes(k["name"])
+        )
+        .filter(timed)
         .sort(
-            ["device", "stream", "ts", "dur", "correlation", "name"],
-            descending=[False, False, False, True, False, False],
+            ["device", "stream", "ts", "dur", "correlation", "name", "_row"],  # the row last: ties in file order
+            descending=[False, False, False, True, False, False, False],
             nulls_last=True,
         )
         .with_columns(_end=pl.col("ts") + pl.col("dur"))

@@ -380,7 +380,7 @@ _LONG = b"0" * 309  # a number no double holds, its digits read as '0' (a separa
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
 
-def _literal(texts: list[bytes]) -> pl.Series:
+def _literal(texts: list[bytes | bytearray]) -> pl.Series:
     """Per text, whether it holds anything but ASCII, 309 digits in a row or one of `_LITERALS` (any ASCII case,
     digits read as '0')."""
     shown = [t.translate(_DIGITS) for t in texts]
@@ -394,13 +394,14 @@ def _literal(texts: list[bytes]) -> pl.Series:
 def _decode_first(p: Parts, keys: PlainKeys) -> list[int] | None:
     """The entries of `p` to decode before writing (see `_LITERALS`); None where its text is not UTF-8 throughout
     (the array is read the decoded way)."""
-    try:
-        p.text.decode()
-    except UnicodeDecodeError:
-        return None
+    if not p.text.isascii():  # ASCII is UTF-8: only other text is decoded to check
+        try:
+            p.text.decode()
+        except UnicodeDecodeError:
+            return None
     args = list(filter(None, (f.args for f in p.fields)))
     joined = b",".join(args)
-    if not _literal([bytes(p.text)]).item() and joined.count(b"{") == len(args) and keys.plain(b"[" + joined + b"]"):
+    if not _literal([p.text]).item() and joined.count(b"{") == len(args) and keys.plain(b"[" + joined + b"]"):
         return []
     hit = _literal([bytes(r) for r in p.raws])
     for i, f in enumerate(p.fields):

@@ -18,7 +18,7 @@ from traceflops.core import hardware as hw
 from traceflops.core.sections import AdviceItem
 from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
-from traceflops.stages.link import nearest
+from traceflops.stages.link import by_row, nearest
 from traceflops.views.advice.context import SHORT_KERNEL_US, TOP, Ctx, conv_dominates
 from traceflops.views.advice.items import item
 from traceflops.views.advice.wording import CONV_FUSE
@@ -305,17 +305,12 @@ def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
     target, target_name = (tf32, "TF32") if tf32 and fp32 and tf32 > fp32 else (half, half_name)
     if not fp32 or not target or target <= fp32:
         return None
-    op_dtype = ctx.a.ops.select(
-        pl.col("row").alias("matmul_row"),
-        pl.col("dtype").alias("_dtype"),
-        pl.col("name").alias("_op"),
-        (pl.col("types") if "types" in ctx.a.ops.columns else pl.lit(None, pl.Utf8)).alias("_types"),
+    mm = ctx.kernels.select("name", "dur", "flops", "matmul_row").filter(  # the columns read below only
+        ctx.kernels["cls"] == "matmul"
     )
-    mm = (  # the columns read below only, not a copy of the kernels' every column
-        ctx.kernels.select("name", "dur", "flops", "matmul_row")
-        .filter(ctx.kernels["cls"] == "matmul")
-        .join(op_dtype, on="matmul_row", how="left")
-    )
+    ops = ctx.a.ops if "types" in ctx.a.ops.columns else ctx.a.ops.with_columns(types=pl.lit(None, pl.Utf8))
+    at = by_row(ops, mm["matmul_row"], "dtype", "name", "types")  # the op at each kernel's row: a gather, no join
+    mm = pl.concat([mm, at.rename({"dtype": "_dtype", "name": "_op", "types": "_types"})], how="horizontal")
     types = mm.filter(pl.col("_dtype").is_null() & pl.col("_types").is_not_null())["_types"].unique().to_list()
     if types:  # a backward convolution's first input is a size list: its dtype is its first tensor's
         first = pl.DataFrame(

@@ -1,0 +1,30 @@
+"""`sort_codes`: integer codes that sort a table as its text column does (the tables' long names are sorted by them)."""
+
+import random
+
+import polars as pl
+
+from traceflops.core.trace import sort_codes
+
+
+def _texts(seed: int, n: int) -> list[str | None]:
+    r = random.Random(seed)
+    pool = ["", "a", "A", "ab", "b", "é", "ampere_sgemm_128x64_nn", "ampere_sgemm_128x64_tn", "z" * 300, "1", "10", "9"]
+    return [None if r.random() < 0.1 else r.choice(pool) for _ in range(n)]
+
+
+def test_codes_sort_as_the_text_does_nulls_included():
+    for seed in range(20):
+        texts = _texts(seed, 200)
+        frame = pl.DataFrame({"t": texts, "i": range(len(texts))}, schema={"t": pl.Utf8, "i": pl.Int64})
+        for nulls_last in (True, False):
+            by_text = frame.sort(["t", "i"], nulls_last=nulls_last)["i"].to_list()
+            by_code = frame.with_columns(c=sort_codes(frame["t"])).sort(["c", "i"], nulls_last=nulls_last)["i"]
+            assert by_code.to_list() == by_text, seed
+
+
+def test_equal_texts_share_a_code_and_null_stays_null():
+    codes = sort_codes(pl.Series(["b", None, "a", "b", "a"], dtype=pl.Utf8)).to_list()
+    assert codes == [1, None, 0, 1, 0]
+    assert sort_codes(pl.Series([], dtype=pl.Utf8)).to_list() == []
+    assert sort_codes(pl.Series([None, None], dtype=pl.Utf8)).to_list() == [None, None]
