@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
+from traceflops.core.trace import sort_codes
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
 from traceflops.stages.idle import sync_calls
 
@@ -82,25 +83,32 @@ class _Graph:
 
 def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     read = ("ts", "dur", "device", "stream", "launch_ts", "launch_dur", "launch_name", "launch_tid", "cls", "name")
-    k = (  # the columns read below only: sorting every column of the kernels copied hundreds of MB
-        kernels.select([c for c in read if c in kernels.columns])
-        .filter(pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
-        .sort("device", "stream", "ts")
+    k = kernels.select([c for c in read if c in kernels.columns])  # the columns read below only
+    # The timed kernels by device, stream and start (ties in file order), as positions `pos`: each column is read
+    # through them, the texts as shared objects, so no kernel's name is moved (sorting them took most of this stage).
+    pos = (
+        k.select(
+            "device", "ts", stream=sort_codes(k["stream"]), ok=pl.col("ts").is_not_null() & pl.col("dur").is_not_null()
+        )
+        .with_row_index("_at")
+        .filter("ok")
+        .sort("device", "stream", "ts", maintain_order=True)["_at"]
+        .to_numpy()
     )
-    ts = k["ts"].to_numpy().astype(np.float64)
-    end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64), 0.0)
-    dev = k["device"].fill_null(-1).to_numpy()
-    stream = _codes(k["stream"].cast(pl.Utf8).fill_null(""))[1]
+    ts = k["ts"].to_numpy().astype(np.float64)[pos]
+    end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64)[pos], 0.0)
+    dev = k["device"].fill_null(-1).to_numpy()[pos]
+    stream = _codes(k["stream"].cast(pl.Utf8).fill_null(""))[1][pos]
     same = np.zeros(len(ts), dtype=bool)
     if len(ts) > 1:
         same[1:] = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
     s_ready = np.where(same, np.r_[-np.inf, end[:-1]], -np.inf)
 
-    has_launch = k["launch_ts"].is_not_null().to_numpy() if "launch_ts" in k.columns else np.zeros(len(ts), bool)
+    has_launch = k["launch_ts"].is_not_null().to_numpy()[pos] if "launch_ts" in k.columns else np.zeros(len(ts), bool)
     if "launch_name" in k.columns:  # a link the parser made from a device op to itself is no host launch
-        has_launch &= (k["launch_name"] != DEVICE_SIDE_LAUNCH).fill_null(True).to_numpy()
-    lts = k["launch_ts"].fill_null(np.nan).to_numpy() if "launch_ts" in k.columns else np.full(len(ts), np.nan)
-    ldur = k["launch_dur"].fill_null(0.0).to_numpy() if "launch_dur" in k.columns else np.zeros(len(ts))
+        has_launch &= (k["launch_name"] != DEVICE_SIDE_LAUNCH).fill_null(True).to_numpy()[pos]
+    lts = k["launch_ts"].fill_null(np.nan).to_numpy()[pos] if "launch_ts" in k.columns else np.full(len(ts), np.nan)
+    ldur = k["launch_dur"].fill_null(0.0).to_numpy()[pos] if "launch_dur" in k.columns else np.zeros(len(ts))
     l_ready = np.where(has_launch, np.minimum(lts + ldur, ts), -np.inf)
 
     # The latest end of any kernel of the same device at or before each start (+ rounding): another stream's wait.
@@ -137,19 +145,19 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
         syncs[tid] = (g["ts"].to_numpy(), g["_end"].to_numpy(), g["name"].to_list())
 
     by_end = np.argsort(end, kind="stable")
-    cls = k["cls"].fill_null("other_compute") if "cls" in k.columns else pl.Series(["other_compute"] * len(ts))
+    cls = k["cls"].fill_null("other_compute") if "cls" in k.columns else pl.Series(["other_compute"] * k.height)
     return _Graph(
         ts=ts,
         end=end,
-        kind=_shared(cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8)),
-        name=_shared(k["name"].fill_null("")),
+        kind=_shared(cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8))[pos],
+        name=_shared(k["name"].fill_null(""))[pos],
         pred=pred,
         cross=cross,
         ready=ready,
         run_head=run_head,
         launch_ts=lts,
-        launch_tid=_shared(k["launch_tid"]) if "launch_tid" in k.columns else np.full(len(ts), None, dtype=object),
-        launch_name=_shared(k["launch_name"].fill_null("launch"))
+        launch_tid=_shared(k["launch_tid"])[pos] if "launch_tid" in k.columns else np.full(len(ts), None, dtype=object),
+        launch_name=_shared(k["launch_name"].fill_null("launch"))[pos]
         if "launch_name" in k.columns
         else np.full(len(ts), "launch", dtype=object),
         by_end=by_end,

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import orjson
 import polars as pl
 
@@ -262,12 +263,25 @@ def _col(frame: pl.DataFrame, name: str, dtype) -> pl.Expr:
     return pl.col(name).cast(dtype) if name in frame.columns else pl.lit(None, dtype).alias(name)
 
 
-def _share(key: str, cls: str) -> pl.Expr:
-    """Duration share of a kernel among the kernels of class `cls` that share `key`."""
-    mine = pl.when(pl.col("cls") == cls).then(pl.col("dur"))
-    den = mine.sum().over(key)
-    cnt = mine.count().over(key)
-    return pl.when(pl.col("cls") != cls).then(None).when(den > 0).then(pl.col("dur") / den).otherwise(1.0 / cnt)
+def _share(k: pl.DataFrame, key: str, cls: str) -> pl.Series:
+    """Duration share of each kernel of class `cls` among the kernels of that class that share its `key` (equal shares
+    where their durations sum to zero), null for the other classes; the kernels without a key share one group.
+
+    Summed by bincount over the keys (op rows): a window over each key was most of this stage's time.
+    """
+    mine = (k["cls"] == cls).fill_null(False).to_numpy()
+    dur = k["dur"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    keys = k[key].cast(pl.Int64)
+    lo = keys.min() if keys.null_count() < keys.len() else 0
+    group = (keys - lo).fill_null(-1).to_numpy()
+    group = np.where(group < 0, group.max(initial=0) + 1, group)  # no key: a group of its own
+    timed = mine & ~np.isnan(dur)
+    size = int(group.max(initial=0)) + 1
+    den = np.bincount(group[timed], weights=dur[timed], minlength=size)[group]
+    cnt = np.bincount(group[timed], minlength=size)[group]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(den > 0, dur / den, 1.0 / cnt)
+    return pl.Series(np.where(mine, share, np.nan), dtype=pl.Float64).fill_nan(None)
 
 
 def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None, precision: str) -> pl.DataFrame:
@@ -298,9 +312,8 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     at_mm = by_row(opc, k["matmul_row"], *values)
     at_op = by_row(opc, k["op_row"], *values)
     at_est = spread(est, ops.height).select(pl.all().gather(row_index(k["op_row"])))
-    k = pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal").with_columns(
-        _mm_share=_share("matmul_row", "matmul"), _oc_share=_share("op_row", "other_compute")
-    )
+    k = pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal")
+    k = k.with_columns(_mm_share=_share(k, "matmul_row", "matmul"), _oc_share=_share(k, "op_row", "other_compute"))
     mm = pl.col("cls") == "matmul"
     oc = pl.col("cls") == "other_compute"
     mm_flops = pl.coalesce("m_o_eff", "m_o_flops")
