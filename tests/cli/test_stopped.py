@@ -39,11 +39,11 @@ def _wait_for(found, proc: subprocess.Popen, what: str, timeout: float = 60.0):
 
 
 def _workers(parent: psutil.Process) -> list[psutil.Process]:
-    """The job's pool workers (not multiprocessing's resource tracker)."""
+    """The job's rank worker processes."""
     found = []
     for c in parent.children(recursive=True):
         try:
-            if "spawn_main" in " ".join(c.cmdline()):
+            if "traceflops.run.rank_worker" in " ".join(c.cmdline()):
                 found.append(c)
         except psutil.Error:  # gone already
             pass

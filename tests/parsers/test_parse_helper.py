@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from traceflops.core.frames import read_frame
 from traceflops.parsers import helper, helper_start
 from traceflops.parsers.kineto import parse_kineto
 
@@ -114,13 +115,13 @@ def test_the_helper_protocol_round_trip():
     frame = len(text).to_bytes(8, "little") + text + (0).to_bytes(8, "little")
     out = subprocess.run([sys.executable, "-m", "traceflops.parsers.decode_worker"], input=frame, capture_output=True, check=True).stdout
     stream = io.BytesIO(out)
-    assert helper._read_frame(stream) == b"ready"
-    blob = helper._read_frame(stream)
+    assert read_frame(stream) == b"ready"
+    blob = read_frame(stream)
     tables, _ = helper.unpack(blob)
     kernels = tables["kernels"]
     assert kernels["name"].to_list() == ["k"] and kernels["correlation"].to_list() == [5]
     assert kernels["bytes"].to_list() == [None] and kernels.schema["bytes"] == pl.Int64
-    assert helper._read_frame(stream) is None
+    assert read_frame(stream) is None
     import msgspec  # a column null throughout crosses as its name and type, not as Arrow values
 
     assert msgspec.msgpack.decode(blob)["tables"]["kernels"]["nulls"]["bytes"] == "Int64"

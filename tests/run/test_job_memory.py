@@ -7,7 +7,6 @@ the process tree; its job folder is one rank per file for HTA as for traceflops.
 
 from __future__ import annotations
 
-import concurrent.futures
 import importlib.util
 import os
 import subprocess
@@ -34,28 +33,19 @@ def last_values(conf: str) -> dict[str, str]:
     return dict(item.split(":", 1) for item in conf.split(",") if ":" in item)
 
 
-class RecordingPool:
-    """A stand-in ProcessPoolExecutor: what the allocator setting is while workers would be spawned."""
+class RecordingWorker:
+    """A stand-in rank worker: what the allocator setting is as a worker process would start."""
 
     seen: ClassVar[list[str | None]] = []
 
-    def __init__(self, *args, **kwargs):
-        RecordingPool.seen.append(os.environ.get(CONF))
+    def __init__(self):
+        RecordingWorker.seen.append(os.environ.get(CONF))
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def submit(self, fn, work):
-        RecordingPool.seen.append(os.environ.get(CONF))
-        return _Done()
-
-
-class _Done:
-    def result(self):
+    def summarize(self, work):
         return object()
+
+    def stop(self, at_once):
+        pass
 
 
 def workers_conf(monkeypatch, parent: str | None) -> list[str | None]:
@@ -63,12 +53,12 @@ def workers_conf(monkeypatch, parent: str | None) -> list[str | None]:
         monkeypatch.delenv(CONF, raising=False)
     else:
         monkeypatch.setenv(CONF, parent)
-    RecordingPool.seen = []
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", RecordingPool)
+    RecordingWorker.seen = []
+    monkeypatch.setattr(ranks, "_Worker", RecordingWorker)
     monkeypatch.setattr(ranks, "_attempt", lambda work: object())  # the ranks this process takes itself
     got = summarize_all(["a.json", "b.json"], ModelOptions(), jobs=2)
     assert len(got) == 2
-    return RecordingPool.seen
+    return RecordingWorker.seen
 
 
 def test_rank_workers_hand_freed_pages_back_at_once(monkeypatch):

@@ -1,20 +1,26 @@
 """A local job's ranks are shared between the command's own process and its workers, each taking the next rank as it
 finishes one: every rank once, summaries in input order, and a rank's error stops the job wherever the rank ran.
 
-The workers here are threads of a ThreadPoolExecutor (the code under test only submits and waits); the process pool
-itself runs in tests/cli/test_stopped.py, tests/run/test_scale.py and tests/views/test_job.py.
+The workers here run each rank in the thread that hands it over (the code under test only asks and waits); the worker
+processes themselves run in tests/cli/test_stopped.py, tests/run/test_scale.py and tests/views/test_job.py.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from traceflops.core.errors import InputError
 from traceflops.run import ranks
+
+
+class _InThread:
+    """A stand-in rank worker: the rank analysed in the thread that asks for it."""
+
+    def summarize(self, work):
+        return ranks.attempt_packed(work)
 
 
 def _here() -> bool:
@@ -31,8 +37,7 @@ def test_every_rank_once_in_order_and_both_sides_take_ranks(monkeypatch):
 
     monkeypatch.setattr(ranks, "_attempt", attempt)
     progress = []
-    with ThreadPoolExecutor(2) as pool:
-        got = ranks._shared(list(range(40)), pool, 2, lambda n, total: progress.append((n, total)))
+    got = ranks._shared(list(range(40)), [_InThread(), _InThread()], lambda n, total: progress.append((n, total)))
     assert got == [f"summary of rank {w}" for w in range(40)]
     assert sorted(w for w, _ in seen) == list(range(40))
     assert {here for _, here in seen} == {True, False}
@@ -51,9 +56,8 @@ def test_a_ranks_error_stops_the_job_wherever_it_ran(monkeypatch, failing_side):
         return w
 
     monkeypatch.setattr(ranks, "_attempt", attempt)
-    with ThreadPoolExecutor(1) as pool:
-        with pytest.raises(InputError, match="is broken"):
-            ranks._shared(list(range(200)), pool, 1, lambda n, total: None)
-        n = len(attempted)
-        time.sleep(0.1)  # room for twenty more ranks, were any still handed out
-        assert len(attempted) <= n + 1  # only the one a worker was running, if any
+    with pytest.raises(InputError, match="is broken"):
+        ranks._shared(list(range(200)), [_InThread()], lambda n, total: None)
+    n = len(attempted)
+    time.sleep(0.1)  # room for twenty more ranks, were any still handed out
+    assert len(attempted) <= n + 1  # only the one a worker was running, if any

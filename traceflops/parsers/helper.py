@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 import polars as pl
 
+from traceflops.core.frames import end_frames, read_frame, write_frame
 from traceflops.core.trace import all_null, null_column
 from traceflops.parsers.helper_start import take
 from traceflops.parsers.jsonstream import REFUSED, Claimed
 
 _IN_HAND = 2
-_LEN = 8
 _READY = b"ready"  # the helper's first frame, once its imports are done
 
 
@@ -122,10 +122,9 @@ def _write_arrays(proc: subprocess.Popen, outbox: queue.Queue) -> None:
     assert stdin is not None  # the helper is started with stdin=PIPE
     try:
         while (text := outbox.get()) is not None:
-            stdin.write(len(text).to_bytes(_LEN, "little"))
-            stdin.write(text)
+            write_frame(stdin, text)
             stdin.flush()
-        stdin.write((0).to_bytes(_LEN, "little"))
+        end_frames(stdin)
         stdin.close()
     except (BrokenPipeError, OSError, ValueError):
         pass  # the reader sees the helper gone; its arrays are decoded by the caller
@@ -140,28 +139,17 @@ def _read_replies(stream, replies: queue.Queue, ready: threading.Event) -> None:
     """`ready` set when the helper says so, then replies in order; None once the helper is gone (end of stream or a
     reply that does not decode)."""
     try:
-        if _read_frame(stream) != _READY:
+        if read_frame(stream) != _READY:
             raise ValueError("no ready frame")
         ready.set()
         while True:
-            blob = _read_frame(stream)
+            blob = read_frame(stream)
             if blob is None:
                 break
             replies.put(unpack(blob))
     except Exception:
         pass
     replies.put(None)
-
-
-def _read_frame(stream) -> bytes | None:
-    head = stream.read(_LEN)
-    if len(head) < _LEN:
-        return None
-    n = int.from_bytes(head, "little")
-    if n == 0:
-        return None
-    body = stream.read(n)
-    return body if len(body) == n else None
 
 
 def _ipc(df: pl.DataFrame) -> bytes:
@@ -213,10 +201,8 @@ def unpack(blob: bytes) -> Decoded:
 
 def serve(inp, out, decode_counted: Callable[[bytes], Decoded]) -> None:
     """The helper's loop: the ready frame, then arrays in, tables out, until an empty frame or the end of input."""
-    out.write(len(_READY).to_bytes(_LEN, "little") + _READY)
+    write_frame(out, _READY)
     out.flush()
-    while (text := _read_frame(inp)) is not None:
-        blob = pack(decode_counted(text))
-        out.write(len(blob).to_bytes(_LEN, "little"))
-        out.write(blob)
+    while (text := read_frame(inp)) is not None:
+        write_frame(out, pack(decode_counted(text)))
         out.flush()

@@ -1,6 +1,5 @@
-"""Many ranks: each summarised in this process, in this process beside a process pool, or as Ray tasks, with the same
-summaries
-either way."""
+"""Many ranks: each summarised in this process, in this process beside worker processes, or as Ray tasks, with the
+same summaries either way."""
 
 from __future__ import annotations
 
@@ -9,12 +8,16 @@ import gc
 import io
 import logging
 import os
+import pickle
 import queue
 import socket
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
+from traceflops.core.frames import read_frame, write_frame
 from traceflops.core.memory import (
     GLIBC_PROMPT,
     POLARS_THREADS,
@@ -116,30 +119,24 @@ def summarize_all(
             done(len(got), len(work))
         got = [unpacked(g) for g in got]
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        from concurrent.futures.process import BrokenProcessPool
-
-        # spawn, not fork: forking a process that runs polars' thread pool can deadlock.
         trim_promptly()  # this process analyses ranks too
-        workers = min(jobs, len(work)) - 1  # this process analyses ranks too: it is one of the jobs
-        with (
-            _worker_environment(),
-            ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool,
-        ):
-            try:
-                got = _shared(work, pool, workers, done)
-            except BaseException as e:
-                _stop_workers(pool)
-                if isinstance(e, BrokenProcessPool):
-                    raise _worker_died() from None
-                raise
+        pool: list[_Worker] = []
+        try:
+            with _worker_environment():  # read by each worker as it starts
+                pool += [_Worker() for _ in range(min(jobs, len(work)) - 1)]  # this process is one of the jobs
+            got = _shared(work, pool, done)
+        except BaseException:
+            for worker in pool:  # at once: the ranks still queued are dropped
+                worker.stop(at_once=True)
+            raise
+        for worker in pool:
+            worker.stop(at_once=False)
         got = [unpacked(g) for g in got]  # once the workers have gone
     return _kept(got, len(paths), skipped)
 
 
-def _shared(work: list, pool, workers: int, done) -> list:
-    """The ranks' summaries, `packed`, in order, analysed here and in `workers` pool processes side by side, each
+def _shared(work: list, pool: list[_Worker], done) -> list:
+    """The ranks' summaries, `packed`, in order, analysed here and in the `pool`'s processes side by side, each
     taking the next rank as it finishes one (a thread per worker hands it over and waits for its summary).
 
     A process fewer imports the analysis and holds a rank's tables: with --jobs 2 on 32 distinct 48 MB ranks, the
@@ -156,10 +153,10 @@ def _shared(work: list, pool, workers: int, done) -> list:
         with lock:
             return None if stop.is_set() else next(order, None)
 
-    def hand_over() -> None:
+    def hand_over(worker: _Worker) -> None:
         try:
             while (i := take()) is not None:
-                replies.put((i, pool.submit(_attempt_packed, work[i]).result()))
+                replies.put((i, worker.summarize(work[i])))
         except BaseException as e:
             replies.put((None, e))
 
@@ -173,11 +170,11 @@ def _shared(work: list, pool, workers: int, done) -> list:
         finished += 1
         done(finished, len(work))
 
-    for _ in range(workers):
-        threading.Thread(target=hand_over, daemon=True).start()
+    for worker in pool:
+        threading.Thread(target=hand_over, args=(worker,), daemon=True).start()
     try:
         while (i := take()) is not None:
-            collect(i, _attempt_packed(work[i]))
+            collect(i, attempt_packed(work[i]))
             while not replies.empty():
                 collect(*replies.get_nowait())
         while finished < len(work):
@@ -191,22 +188,46 @@ def _shared(work: list, pool, workers: int, done) -> list:
 def _worker_died() -> InputError:
     return InputError(
         None,
-        "a worker process of the job ended before its rank was analysed (killed, e.g. for memory, or "
-        'started by a script that calls the job outside `if __name__ == "__main__":`)',
-        "rerun with fewer --jobs, or guard the script's entry point",
+        "a worker process of the job ended before its rank was analysed (killed, e.g. for memory)",
+        "rerun with fewer --jobs",
     )
 
 
-def _stop_workers(pool) -> None:
-    """The workers stopped, so the pool fails the ranks not done at once: otherwise leaving it (an error, Ctrl-C,
-    SIGTERM) first waits for every rank still queued.
+class _Worker:
+    """A rank worker process (`rank_worker`), asked for one rank at a time."""
 
-    The `with` around the pool then waits for the pool's own thread to end; a
-    `shutdown(wait=False)` here left it to end alone, and it raced the
-    interpreter's exit (an OSError traceback after the last line, Python 3.11).
-    """
-    for worker in list((getattr(pool, "_processes", None) or {}).values()):  # this pool's own, never a caller's
-        worker.terminate()
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "traceflops.run.rank_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def summarize(self, args: tuple):
+        """The rank's packed summary or its NotATraceError; the error that stopped it is raised here."""
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None  # started with both piped
+        try:
+            write_frame(stdin, pickle.dumps(args))
+            stdin.flush()
+        except (OSError, ValueError):  # gone (killed), or stopped by this process
+            raise _worker_died() from None
+        reply = read_frame(stdout)
+        if reply is None:
+            raise _worker_died()
+        got = pickle.loads(reply)  # from this package's own worker, never from a trace
+        if isinstance(got, BaseException) and not isinstance(got, NotATraceError):
+            raise got
+        return got
+
+    def stop(self, at_once: bool) -> None:
+        """Its input closed (it ends after its rank), or, at once, killed: an error, Ctrl-C or SIGTERM must not wait
+        for a rank."""
+        if at_once:
+            self.proc.kill()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+        self.proc.wait()
 
 
 def _attempt(args: tuple) -> RankSummary | NotATraceError:
@@ -217,7 +238,7 @@ def _attempt(args: tuple) -> RankSummary | NotATraceError:
         return e
 
 
-def _attempt_packed(args: tuple):
+def attempt_packed(args: tuple):
     """`_attempt`, its summary `packed`: what a worker sends back (a smaller pickle through the pipe) and what this
     process keeps."""
     return packed(_attempt(args))

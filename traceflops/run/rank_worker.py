@@ -1,0 +1,45 @@
+"""A job's rank worker (`python -m traceflops.run.rank_worker`): ranks in, their packed summaries out.
+
+A process of its own, not multiprocessing's spawn: it never re-runs the
+caller's script (a script that starts a job needs no `if __name__ ==
+"__main__":` guard) and needs no resource-tracker process beside it (a
+Python process more in every job's memory). A request is a rank's
+`(path, options, cache folder)`, a reply its packed summary, its
+NotATraceError, or the error that stopped it; each a pickled frame
+(`core.frames`) on a pipe between this package's own two processes.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from typing import BinaryIO
+
+from traceflops.core.frames import read_frame, write_frame
+
+
+def serve(inp: BinaryIO, out: BinaryIO) -> None:
+    """Rank after rank until the input ends."""
+    from traceflops.run.ranks import attempt_packed  # polars loads here, in the environment the job set
+
+    while (request := read_frame(inp)) is not None:
+        try:
+            reply = attempt_packed(pickle.loads(request))
+        except Exception as e:  # the job's own process raises it, as it would its own
+            reply = e
+        try:
+            blob = pickle.dumps(reply)
+        except Exception:  # an error that does not pickle: its type and text
+            blob = pickle.dumps(RuntimeError(f"{type(reply).__name__}: {reply}"))
+        write_frame(out, blob)
+        out.flush()
+
+
+if __name__ == "__main__":
+    # Ctrl-C in a terminal reaches the whole process group: the job's own process stops this one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    reply = os.fdopen(os.dup(1), "wb")  # the replies own the real stdout; anything else printed goes to stderr
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, reply)
