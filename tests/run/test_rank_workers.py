@@ -39,10 +39,10 @@ print(json.dumps({{"totals": repr(job.totals), "seen": sorted(seen), "left": lef
 """
 
 
-def _job(jobs: int, tmp_path: Path) -> dict:
+def _job(jobs: int, tmp_path: Path, cwd: Path = ROOT) -> dict:
     path = tmp_path / f"job_{jobs}.py"
     path.write_text(SCRIPT.format(ddp=str(DDP), jobs=jobs))
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=cwd, timeout=600, check=False)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -53,3 +53,15 @@ def test_a_script_without_a_main_guard_runs_a_job_on_workers_alone(tmp_path):
     assert one["seen"] == []  # one job: no process started
     assert two["seen"] and all("traceflops.run.rank_worker" in c for c in two["seen"]), two["seen"]  # no tracker
     assert two["left"] == []
+
+
+def test_workers_import_this_traceflops_whatever_the_folder_holds(tmp_path):
+    """Run from a folder holding another `traceflops` (a checkout of another version): the workers still run this one
+    (`python -m` would have imported the folder's)."""
+    other = tmp_path / "other"
+    (other / "traceflops").mkdir(parents=True)
+    (other / "traceflops" / "__init__.py").write_text('raise ImportError("the folder\'s traceflops")\n')
+    (tmp_path / "script").mkdir()
+    got = _job(2, tmp_path / "script", cwd=other)
+    assert got["totals"] == _job(1, tmp_path / "script")["totals"]
+    assert got["seen"]

@@ -6,6 +6,8 @@ stream.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import IO
 
 LEN = 8
@@ -30,3 +32,11 @@ def read_frame(stream: IO[bytes]) -> bytes | None:
         return None
     body = stream.read(n)
     return body if len(body) == n else None
+
+
+def own_module_command(module: str) -> list[str]:
+    """The command that runs `module` of this traceflops (`python -m module` would put the caller's folder first on
+    the path: a checkout of another version there would be imported instead)."""
+    root = str(Path(__file__).resolve().parents[2])
+    code = f"import runpy, sys; sys.path.insert(0, {root!r}); runpy.run_module({module!r}, run_name='__main__')"
+    return [sys.executable, "-c", code]

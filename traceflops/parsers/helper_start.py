@@ -14,9 +14,9 @@ import fcntl
 import multiprocessing
 import os
 import subprocess
-import sys
 
 from traceflops.core.errors import InputError
+from traceflops.core.frames import own_module_command
 from traceflops.parsers.io import GZIP_MAGIC, open_trace
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
@@ -54,7 +54,7 @@ def start() -> subprocess.Popen | None:
     env = dict(os.environ, **{ENV: "0", "POLARS_MAX_THREADS": "1"})
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "traceflops.parsers.decode_worker"],
+            own_module_command("traceflops.parsers.decode_worker"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

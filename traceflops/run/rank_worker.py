@@ -1,4 +1,5 @@
-"""A job's rank worker (`python -m traceflops.run.rank_worker`): ranks in, their packed summaries out.
+"""A job's rank worker (this module run on its own, `core.frames.own_module_command`): ranks in, their packed
+summaries out.
 
 A process of its own, not multiprocessing's spawn: it never re-runs the
 caller's script (a script that starts a job needs no `if __name__ ==

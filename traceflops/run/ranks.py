@@ -12,12 +12,11 @@ import pickle
 import queue
 import socket
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass, replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
-from traceflops.core.frames import read_frame, write_frame
+from traceflops.core.frames import own_module_command, read_frame, write_frame
 from traceflops.core.memory import (
     GLIBC_PROMPT,
     POLARS_THREADS,
@@ -198,7 +197,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "traceflops.run.rank_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            own_module_command("traceflops.run.rank_worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
 
     def summarize(self, args: tuple):
