@@ -4,7 +4,7 @@ import random
 
 import polars as pl
 
-from traceflops.core.trace import sort_codes
+from traceflops.core.trace import distinct_codes, sort_codes
 
 
 def _texts(seed: int, n: int) -> list[str | None]:
@@ -28,3 +28,9 @@ def test_equal_texts_share_a_code_and_null_stays_null():
     assert codes == [1, None, 0, 1, 0]
     assert sort_codes(pl.Series([], dtype=pl.Utf8)).to_list() == []
     assert sort_codes(pl.Series([None, None], dtype=pl.Utf8)).to_list() == [None, None]
+
+
+def test_distinct_codes_index_the_sorted_distinct_values():
+    distinct, codes = distinct_codes(pl.Series(["b", None, "a", "b"], dtype=pl.Utf8))
+    assert distinct.to_list() == ["a", "b"]
+    assert [None if c is None else distinct[c] for c in codes.to_list()] == ["b", None, "a", "b"]

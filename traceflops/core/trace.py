@@ -150,15 +150,20 @@ def name_matches(names: pl.Series, pattern: str, unless: str | None = None) -> p
     return names.is_in(distinct.filter(hit).implode()).fill_null(False)
 
 
-def sort_codes(values: pl.Series) -> pl.Series:
-    """Per row, the rank of its value among the distinct values (null stays null): it sorts as the values do.
+def distinct_codes(values: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """The distinct non-null values, sorted, and per row the index of its value among them (null stays null).
 
-    Sorting a table by a text column moved and compared every row's text (kernel names run to hundreds of bytes and
-    repeat thousands of times): by these codes it sorts integers.
+    The codes sort as the values do: sorting a table by a text column moved and compared every row's text (kernel
+    names run to hundreds of bytes and repeat thousands of times), by these codes it sorts integers.
     """
     distinct = values.drop_nulls().unique().sort()
     rank = pl.int_range(distinct.len(), dtype=pl.UInt32, eager=True)
-    return values.replace_strict(distinct, rank, default=None, return_dtype=pl.UInt32)
+    return distinct, values.replace_strict(distinct, rank, default=None, return_dtype=pl.UInt32)
+
+
+def sort_codes(values: pl.Series) -> pl.Series:
+    """`distinct_codes`' codes alone: a column to sort by in place of `values`."""
+    return distinct_codes(values)[1]
 
 
 def empty(schema: dict) -> pl.DataFrame:

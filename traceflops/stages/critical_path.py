@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
-from traceflops.core.trace import sort_codes
+from traceflops.core.trace import distinct_codes, sort_codes
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
 from traceflops.stages.idle import sync_calls
 
@@ -86,10 +86,9 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     k = kernels.select([c for c in read if c in kernels.columns])  # the columns read below only
     # The timed kernels by device, stream and start (ties in file order), as positions `pos`: each column is read
     # through them, the texts as shared objects, so no kernel's name is moved (sorting them took most of this stage).
+    streams = sort_codes(k["stream"].cast(pl.Utf8).fill_null(""))  # no stream and "": one stream, sorted as compared
     pos = (
-        k.select(
-            "device", "ts", stream=sort_codes(k["stream"]), ok=pl.col("ts").is_not_null() & pl.col("dur").is_not_null()
-        )
+        k.select("device", "ts", stream=streams, ok=pl.col("ts").is_not_null() & pl.col("dur").is_not_null())
         .with_row_index("_at")
         .filter("ok")
         .sort("device", "stream", "ts", maintain_order=True)["_at"]
@@ -98,7 +97,7 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     ts = k["ts"].to_numpy().astype(np.float64)[pos]
     end = ts + np.maximum(k["dur"].to_numpy().astype(np.float64)[pos], 0.0)
     dev = k["device"].fill_null(-1).to_numpy()[pos]
-    stream = _codes(k["stream"].cast(pl.Utf8).fill_null(""))[1][pos]
+    stream = streams.to_numpy()[pos]
     same = np.zeros(len(ts), dtype=bool)
     if len(ts) > 1:
         same[1:] = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
@@ -169,11 +168,8 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
 
 def _codes(values: pl.Series) -> tuple[list, np.ndarray]:
     """The distinct non-null values, and per row the index of its value among them (their count for a null)."""
-    distinct = values.drop_nulls().unique(maintain_order=True)
-    at = values.replace_strict(
-        distinct, pl.int_range(distinct.len(), eager=True), default=distinct.len(), return_dtype=pl.Int64
-    )
-    return distinct.to_list(), at.fill_null(distinct.len()).to_numpy()
+    distinct, at = distinct_codes(values)
+    return distinct.to_list(), at.fill_null(distinct.len()).cast(pl.Int64).to_numpy()
 
 
 def _shared(values: pl.Series) -> np.ndarray:
