@@ -26,7 +26,7 @@ import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TRACEFLOPS_FIXTURES", ROOT.parent / "shared" / "fixtures"))
-ANNOTATE_CODE = ("traceflops/export", "traceflops/core/redact.py")
+ANNOTATE_CODE = ("traceflops/export", "traceflops/core/redact.py", "traceflops/cli/reports.py")
 
 
 def traces() -> list[Path]:

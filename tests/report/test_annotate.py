@@ -339,7 +339,7 @@ def test_every_shared_xplane_annotates_to_a_valid_trace(shared, name, tmp_path):
 @pytest.mark.parametrize("name", ["h100_qwen_inference.json.gz", "v100_transformer_rank1.json.gz"])
 def test_real_traces_streamed_in_small_arrays_write_the_same_trace(shared, tmp_path, monkeypatch, name):
     """Ids, args and redaction counts carry across arrays: 64 KiB at a time writes what one array per 2 MiB does."""
-    from traceflops.export.perfetto import stream as module
+    from traceflops.export.perfetto import prepare as module
 
     src = str(shared / "kineto" / name)
     a = analyze(src)

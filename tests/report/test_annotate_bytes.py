@@ -1,7 +1,7 @@
 """The annotated trace keeps the input's own bytes where nothing changes them, and decodes what a rule could change.
 
-Expectations come from the input's bytes and from the values annotate adds to a
-decoded event (`stream._add_kernel_args`, `_add_op_args`), never from the splice.
+Expectations come from the input's bytes and from the values annotate is documented to add to an event
+(`add_kernel_args`, `add_op_args` below, written from the README's list), never from the splice.
 """
 
 from __future__ import annotations
@@ -19,10 +19,40 @@ import pytest
 from tests.report.test_annotate import gpu_doc
 from traceflops.core.redact import MAY_CHANGE, MAY_CHANGE_LITERALS, REDACTED
 from traceflops.export.perfetto import annotate, for_annotation
-from traceflops.export.perfetto.added import kernel_members, op_members, opening, splice
+from traceflops.export.perfetto.added import FORMS, holes, kernel_members, op_members
 from traceflops.export.perfetto.redact import PlainKeys
-from traceflops.export.perfetto.stream import _add_kernel_args, _add_op_args, _kernel_args
+from traceflops.export.perfetto.stream import _kernel_args
+from traceflops.export.perfetto.tracks import num, tflops
 from traceflops.run.load import analyze
+
+
+def event_args(e: dict) -> dict:
+    """The event's args object, created if absent (args that are not an object gain nothing)."""
+    if e.get("args") is None:
+        e["args"] = {}
+    return e["args"] if isinstance(e["args"], dict) else {}
+
+
+def add_kernel_args(e: dict, r: dict) -> None:
+    """What a device activity gains, by the list in the README and `stream`'s docstring."""
+    args = event_args(e)
+    args["traceflops.phase"] = r["phase"]
+    args["traceflops.class"] = r["cls"]
+    args["traceflops.flops"] = num(r["flops"])
+    args["traceflops.achieved_tflops"] = tflops(r["flops"], r["dur"])
+    args["traceflops.step"] = r["step"]
+    for key in ("module", "bound", "intensity", "recoverable_us"):
+        if r[key] is not None:
+            args[f"traceflops.{key}"] = r[key]
+
+
+def add_op_args(e: dict, r: dict) -> None:
+    """What an op gains: its phase; a matmul-class op also its FLOPs and whether it ran."""
+    args = event_args(e)
+    args["traceflops.phase"] = r["phase"]
+    if r["matmul"]:
+        args["traceflops.flops"] = num(r["flops"])
+        args["traceflops.ran"] = bool(r["ran"])
 
 
 def written(doc_bytes: bytes, tmp_path) -> tuple[bytes, dict]:
@@ -85,7 +115,7 @@ def test_an_entry_a_rule_changes_is_decoded_and_redacted_its_neighbours_kept(tmp
 def test_any_entry_a_rule_could_change_is_found_in_its_array(planted):
     """Each reason to decode first, in an entry among plain ones, is found for that entry alone."""
     from traceflops.export.perfetto.entries import claim_parts
-    from traceflops.export.perfetto.stream import _decode_first
+    from traceflops.export.perfetto.prepare import _decode_first
 
     plain = (
         b'{"ph": "X", "cat": "python_function", "name": "f", "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": {"a": 1}}'
@@ -143,54 +173,39 @@ def test_plain_keys_learn_plain_names_and_refuse_secret_ones():
         assert not keys.plain(bad), bad
 
 
-def test_the_args_are_spliced_where_a_decoded_event_would_gain_them():
-    m = b'"traceflops.phase":"forward"'
-    for entry, args, want in [
-        (b'{"ph": "X", "args": {"a": 1}}', b'{"a": 1}', {"ph": "X", "args": {"a": 1, "traceflops.phase": "forward"}}),
-        (b'{"ph":"X","args":{ }\n}', b"{ }", {"ph": "X", "args": {"traceflops.phase": "forward"}}),
-        (b'{"ph":"X"}', None, {"ph": "X", "args": {"traceflops.phase": "forward"}}),
-    ]:
-        cut = opening(entry, args)
-        assert cut is not None and orjson.loads(cut[0] + m + cut[1]) == want
-    assert opening(b'{"args": {"a": 1}, "ph": "X"}', b'{"a": 1}') is None  # args not last
-    assert opening(b'{"ph": "X", "args": null}', b"null") is None
-    assert opening(b'{"x": {"args": {"a": 1}}}', b'{"a": 1}') is None  # the args of another object
-
-
-SPLICE_CASES = [  # (entry, the args text a strict decode reads, or None where it has no args key)
-    (b'{"ph": "X", "args": {"a": 1}}', b'{"a": 1}'),
-    (b'{"ph":"X","args":{ }\n}', b"{ }"),
-    (b'{"ph":"X","args":{}}', b"{}"),
-    (b'{"ph":"X"}', None),
-    (b"{}", None),
-    (b'{ "ph" : "X" ,\n  "args" :\t{"a": {"b": [1, 2]}}  \n\t}', b'{"a": {"b": [1, 2]}}'),
-    (b'{"args": {"a": 1}, "ph": "X"}', b'{"a": 1}'),  # args not last
-    (b'{"ph": "X", "args": null}', b"null"),
-    (b'{"ph": "X", "args": [1]}', b"[1]"),
-    (b'{"x": {"args": {"a": 1}}}', b'{"a": 1}'),  # the args of another object
-    (b'{"w": "args", "args": {"a": 1}}', b'{"a": 1}'),
-    (b'{"a": "{\"args\": 1}"}', None),
+SPLICE_CASES = [  # (entry, the args text a strict decode reads, or None where it has no args key, takes members)
+    (b'{"ph": "X", "args": {"a": 1}}', b'{"a": 1}', True),
+    (b'{"ph":"X","args":{ }\n}', b"{ }", True),
+    (b'{"ph":"X","args":{}}', b"{}", True),
+    (b'{"ph":"X"}', None, True),
+    (b"{}", None, True),
+    (b'{ "ph" : "X" ,\n  "args" :\t{"a": {"b": [1, 2]}}  \n\t}', b'{"a": {"b": [1, 2]}}', True),
+    (b'{"args": {"a": 1}, "ph": "X"}', b'{"a": 1}', False),  # args not last
+    (b'{"ph": "X", "args": null}', b"null", False),
+    (b'{"ph": "X", "args": [1]}', b"[1]", False),
+    (b'{"x": {"args": {"a": 1}}}', b'{"a": 1}', False),  # the args of another object: this entry has none
+    (b'{"w": "args", "args": {"a": 1}}', b'{"a": 1}', True),
+    (b'{"a": "{\\"args\\": 1}"}', None, True),  # "args" inside a string
 ]
 
 
-def test_the_column_splice_writes_what_the_entry_by_entry_one_writes():
-    """`splice` over a column gives each entry the bytes `opening` cuts (and refuses the same entries), with or
-    without members; entries without members stay as they were."""
-    m = '"traceflops.phase":"forward"'
-    df = pl.DataFrame({"e": [e.decode() for e, _ in SPLICE_CASES],
-                       "a": [a.decode() if a else None for _, a in SPLICE_CASES]})
-    for members in ([m] * len(SPLICE_CASES), [None] * len(SPLICE_CASES)):
-        fits, text = splice(pl.col("e"), pl.col("a"), pl.col("m"))
-        got = df.with_columns(m=pl.Series(members, dtype=pl.Utf8)).select(fits.alias("fits"), text)
-        for (entry, args), member, ok, written in zip(SPLICE_CASES, members, got["fits"], got["e"]):
-            cut = opening(entry, args)
-            assert ok == (cut is not None), entry
-            if cut is not None:
-                assert written.encode() == (cut[0] + member.encode() + cut[1] if member else entry), entry
+def test_the_args_are_inserted_where_a_decoded_event_would_gain_them():
+    """Each entry that can take members as bytes, given them at its place, reads back as the decoded entry with the
+    members added to its args (created last where it had none); the others are refused (decoded instead)."""
+    m = '"traceflops.phase":"forward","traceflops.flops":12'
+    fits, offset, form = holes([e for e, _, _ in SPLICE_CASES], [a for _, a, _ in SPLICE_CASES])
+    assert fits.tolist() == [ok for _, _, ok in SPLICE_CASES]
+    inserted = [FORMS[f][0] + m.encode() + FORMS[f][1] for f in form[fits].tolist()]
+    for (entry, _, _), at, new in zip([c for c in SPLICE_CASES if c[2]], offset[fits].tolist(), inserted):
+        want = orjson.loads(entry)
+        event_args(want).update({"traceflops.phase": "forward", "traceflops.flops": 12})
+        assert orjson.loads(entry[:at] + new + entry[at:]) == want, entry
+        assert list(orjson.loads(entry[:at] + new + entry[at:])) == list(want), entry  # args where a decode puts it
+    assert set(form[fits].tolist()) == set(FORMS)  # every form met
 
 
 def test_the_added_members_are_the_decoded_events_own(tmp_path):
-    """Per analysis row, the members' text reads as the values `_add_kernel_args` / `_add_op_args` add, numbers
+    """Per analysis row, the members' text reads as the values `add_kernel_args` / `add_op_args` add, numbers
     included (an integral FLOP count as an integer, NaN as null)."""
     src = tmp_path / "in.json.gz"
     src.write_bytes(gzip.compress(json.dumps(gpu_doc()).encode()))
@@ -200,7 +215,7 @@ def test_the_added_members_are_the_decoded_events_own(tmp_path):
     members = kernel_members(k)
     for m, r in zip(members.run(0, k.height), k.iter_rows(named=True), strict=True):
         want: dict = {}
-        _add_kernel_args({"args": want}, r)
+        add_kernel_args({"args": want}, r)
         got = orjson.loads(b"{" + m + b"}")
         assert got.keys() == want.keys()
         for key, v in want.items():
@@ -210,7 +225,7 @@ def test_the_added_members_are_the_decoded_events_own(tmp_path):
     members = op_members(o)
     for m, r in zip(members.run(0, o.height), o.iter_rows(named=True), strict=True):
         want = {}
-        _add_op_args({"args": want}, r)
+        add_op_args({"args": want}, r)
         assert orjson.loads(b"{" + m + b"}") == orjson.loads(orjson.dumps(want))
 
 

@@ -114,23 +114,29 @@ def annotate_cmd(trace, output, **kw):
     kw, debug = _opts(kw)
 
     def go():
-        from traceflops.core.memory import return_freed_memory
+        from contextlib import ExitStack
 
         # Freed pages go back after polars' prompt decay (`prefer_prompt_release`), not at once: on the 476 MB trace at
         # once faulted 2.9 M pages against 0.9 M, 21-23 s against 16.7 s, for a peak 4-6 MiB (1%) lower.
-        from traceflops.export.perfetto import annotate, for_annotation
+        from traceflops.core.memory import return_freed_memory
+        from traceflops.export.perfetto import annotate, for_annotation, start_reading
         from traceflops.run.load import analyze
         from traceflops.views.rollup import launching_rows, module_of
 
         opts, cache_dir = options_from(kw)
         refuse_overwrite([trace], **({} if output == "-" else {"-o": output}))  # "-": standard output
-        a = for_annotation(
-            analyze(trace, opts, cache_dir)
-        )  # the rest of the analysis is let go before the trace is streamed through
-        return_freed_memory()
-        kineto = a.meta.get("format") != "xplane"  # an XLA profile's annotation names no modules
-        modules = module_of(a.ops, launching_rows(a.kernels)) if kineto and a.kernels.height else None
-        s = annotate(trace, a, output, modules)
+        with ExitStack() as held:
+            # A Kineto trace is read for writing back in a worker process while it is analysed here.
+            beside = start_reading(trace, output)
+            if beside is not None:
+                held.enter_context(beside)
+            a = for_annotation(
+                analyze(trace, opts, cache_dir)
+            )  # the rest of the analysis is let go before the trace is streamed through
+            return_freed_memory()
+            kineto = a.meta.get("format") != "xplane"  # an XLA profile's annotation names no modules
+            modules = module_of(a.ops, launching_rows(a.kernels)) if kineto and a.kernels.height else None
+            s = annotate(trace, a, output, modules, beside if kineto else None)
         click.echo(
             printable(
                 f"wrote {'standard output' if output == '-' else output}: {s['events_in']} events kept, "

@@ -12,13 +12,10 @@ NotATraceError, or the error that stopped it; each a pickled frame
 
 from __future__ import annotations
 
-import os
 import pickle
-import signal
-import sys
 from typing import BinaryIO
 
-from traceflops.core.frames import read_frame, write_frame
+from traceflops.core.frames import read_frame, run_worker, write_reply
 
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
@@ -30,17 +27,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             reply = attempt_packed(pickle.loads(request))
         except Exception as e:  # the job's own process raises it, as it would its own
             reply = e
-        try:
-            blob = pickle.dumps(reply)
-        except Exception:  # an error that does not pickle: its type and text
-            blob = pickle.dumps(RuntimeError(f"{type(reply).__name__}: {reply}"))
-        write_frame(out, blob)
-        out.flush()
+        write_reply(out, reply)
 
 
 if __name__ == "__main__":
-    # Ctrl-C in a terminal reaches the whole process group: the job's own process stops this one.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    reply = os.fdopen(os.dup(1), "wb")  # the replies own the real stdout; anything else printed goes to stderr
-    os.dup2(2, 1)
-    serve(sys.stdin.buffer, reply)
+    run_worker(serve)

@@ -5,7 +5,10 @@ module.
 `traceflops.*` args to device activities and ops, and adds a "traceflops"
 process of tracks and counters; secrets are redacted in all it writes.
 
-* `stream`: the Kineto trace streamed through and assembled (`annotate`, `for_annotation`);
+* `stream`: the Kineto trace written back, its entries given their args (`annotate`, `for_annotation`,
+  `start_reading`);
+* `prepare`: the input read into a spool, numbered and redacted, each entry's place for its args marked (no analysis
+  needed: `prepare_worker` runs it in a process beside the analysis);
 * `entries`: its entries numbered as the parser numbers them, checked against the analysis, decoded where they must be;
 * `added`: the args added to a device activity or an op, as JSON text, spliced into the entry's own bytes;
 * `tracks`: the added "traceflops" process (phase tracks, steps, critical path, counters);
@@ -15,6 +18,6 @@ process of tracks and counters; secrets are redacted in all it writes.
 """
 
 from traceflops.export.perfetto.entries import numbering
-from traceflops.export.perfetto.stream import annotate, for_annotation
+from traceflops.export.perfetto.stream import annotate, for_annotation, start_reading
 
-__all__ = ["annotate", "for_annotation", "numbering"]
+__all__ = ["annotate", "for_annotation", "numbering", "start_reading"]

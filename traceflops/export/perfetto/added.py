@@ -103,6 +103,11 @@ class Members:
             got = got.scatter([j - lo for j in changed], [self.changed[j] for j in changed])
         return got.cast(pl.Utf8), sum(self.shaped[j] for j in changed)
 
+    def shaped_at(self, rows: np.ndarray) -> int:
+        """How many values the shape rules replaced in these rows' members."""
+        hit = self.changed_at[np.isin(self.changed_at, rows)] if len(self.changed_at) else self.changed_at
+        return sum(self.shaped[j] for j in hit.tolist())
+
     def _changed_in(self, lo: int, n: int) -> list[int]:
         a, b = np.searchsorted(self.changed_at, [lo, lo + n])
         return self.changed_at[a:b].tolist()
@@ -197,47 +202,48 @@ def _before_last(text: pl.Expr, n: pl.Expr | int) -> pl.Expr:
     return text.str.head(-n if isinstance(n, int) else -n.cast(pl.Int64))
 
 
-def splice(entry: pl.Expr, args: pl.Expr, members: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """`opening` over columns, for entries of ASCII text without a backslash: whether each entry can take members
-    (it has no args key, or its args are an object that is its last member), and the entry with `members` inserted
-    (unchanged where `members` is null). `args` is null where the entry has no args key."""
+# How an entry takes its members (`holes`): not at all (written through as read: only its name is checked), into
+# its empty args, into its args after a ',', as a new args object after the entry's '{' or after a ','; or the entry
+# is decoded and given its args as a decoded event is.
+AS_READ, INTO_EMPTY, INTO, NEW_FIRST, NEW, DECODED = range(6)
+FORMS = {INTO_EMPTY: (b"", b""), INTO: (b",", b""), NEW_FIRST: (b'"args":{', b"}"), NEW: (b',"args":{', b"}")}
+# What goes before and after the members, by form (nothing for AS_READ and DECODED).
+BEFORE = [FORMS.get(f, (b"", b""))[0] for f in range(DECODED + 1)]
+AFTER = [FORMS.get(f, (b"", b""))[1] for f in range(DECODED + 1)]
+
+
+def holes(entries: list[bytes], args: list[bytes | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For entries of ASCII text without a backslash (every quote in them is real), in column operations: whether
+    each can take members as bytes (it has no args key, or its args are an object that is its last member: else it
+    is decoded), where they go (a byte offset into the entry: its args' closing brace, or the end of its body, where
+    an args object is created last) and how (`FORMS`).
+
+    `args` is the text of each entry's args value as a strict decode read it (the last `args` key's), None where it
+    has no args key.
+    """
+    if not entries:
+        return np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.uint8)
+    frame = pl.DataFrame(
+        {"e": pl.Series(entries, dtype=pl.Binary).cast(pl.Utf8), "a": pl.Series(args, dtype=pl.Binary).cast(pl.Utf8)}
+    )
+    entry, a = pl.col("e"), pl.col("a")
     body = _before_last(entry, 1).str.strip_chars_end(_BLANKS)
-    close = entry.str.tail(entry.str.len_bytes().cast(pl.Int64) - body.str.len_bytes())
-    n = args.str.len_bytes().cast(pl.Int64)
+    n = a.str.len_bytes().cast(pl.Int64)
     key = _before_last(body, n).str.strip_chars_end(_BLANKS)
     last = (
-        args.str.starts_with("{")
-        & body.str.ends_with(args)
+        a.str.starts_with("{")
+        & body.str.ends_with(a)
         & key.str.ends_with(":")
         & _before_last(key, 1).str.strip_chars_end(_BLANKS).str.ends_with('"args"')
     )
-    empty = _before_last(args, 1).str.tail(n - 2).str.strip_chars(_BLANKS) == ""  # args[1:-1] holds no member
-    inside = pl.when(empty).then(pl.lit("")).otherwise(pl.lit(","))
-    opened = (
-        pl.when(args.is_null())
-        .then(body + pl.when(body.str.ends_with("{")).then(pl.lit('"args":{')).otherwise(pl.lit(',"args":{')))
-        .otherwise(_before_last(body, 1) + inside)
+    empty = _before_last(a, 1).str.tail(n - 2).str.strip_chars(_BLANKS) == ""  # args[1:-1] holds no member
+    size = body.str.len_bytes().cast(pl.Int64)
+    got = frame.select(
+        fits=a.is_null() | last.fill_null(False),
+        offset=pl.when(a.is_null()).then(size).otherwise(size - 1),  # the body's end, or its args' closing brace
+        form=pl.when(a.is_null())
+        .then(pl.when(body.str.ends_with("{")).then(NEW_FIRST).otherwise(NEW))
+        .otherwise(pl.when(empty).then(INTO_EMPTY).otherwise(INTO))
+        .cast(pl.UInt8),
     )
-    text = pl.when(members.is_null()).then(entry).otherwise(opened + members + pl.lit("}") + close)
-    return args.is_null() | last.fill_null(False), text
-
-
-def opening(entry: bytes, args: bytes | None) -> tuple[bytes, bytes] | None:
-    """`entry` (one object's bytes) cut where members go into its args object: (the bytes before them, ending in
-    the object's '{' or a ',', the bytes after them); an args object is created last where the entry has no args
-    key. None where its args are not an object that is its last member (the caller decodes the entry instead).
-
-    `args` is the text of the entry's args value as a strict decode read it (the last `args` key's), None where it
-    has no args key. The entry holds no backslash (the caller's rule), so every quote in it is real.
-    """
-    body = entry[:-1].rstrip(_WS)  # without the entry's closing brace and the blanks before it
-    close = entry[len(body) :]
-    if args is None:
-        return body + (b'"args":{' if body.endswith(b"{") else b',"args":{'), b"}" + close
-    n = len(args)
-    if not (args[:1] == b"{" and body.endswith(args)):
-        return None
-    key = body[: len(body) - n].rstrip(_WS)
-    if not (key.endswith(b":") and key[:-1].rstrip(_WS).endswith(b'"args"')):
-        return None
-    return body[: len(body) - 1] + (b"," if args[1:-1].strip(_WS) else b""), b"}" + close
+    return got["fits"].to_numpy(), got["offset"].to_numpy(), got["form"].to_numpy()

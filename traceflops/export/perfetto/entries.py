@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any
 
 import msgspec
@@ -39,14 +38,6 @@ def _decoded(text: bytes | bytearray) -> list:
     """A JSON array of entries decoded, if both orjson and the parser's decoder read it whole (else it raises)."""
     _SKIM.decode(text)
     return orjson.loads(text)
-
-
-def claim(text: bytearray):
-    """The stream's proof of a cut: the array decoded whole (no skim first), else REFUSED (the scanner splits it)."""
-    try:
-        return _decoded(text)
-    except _UNREADABLE:
-        return REFUSED
 
 
 class Fields(msgspec.Struct, gc=False):
@@ -150,20 +141,6 @@ def array_entries(text: bytes | bytearray) -> list:
     return out
 
 
-def serialized(items: list) -> bytes:
-    """The entries as the inside of a JSON array (no brackets), decoded ones as orjson writes them, verbatim ones as
-    they were."""
-    if not any(map(as_read, items)):
-        return orjson.dumps(items, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-    parts = []
-    for kept, run in groupby(items, key=as_read):
-        if kept:
-            parts += [x if x.__class__ is bytes else x.raw for x in run]
-        else:
-            parts.append(orjson.dumps(list(run), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
-    return b",".join(parts)
-
-
 _MAYBE_META = re.compile(rb'"M"|\\u')
 
 
@@ -228,12 +205,6 @@ class Numbered:
         self.seen = 0  # ids numbered so far in the file
         self.members = Members(pl.Series("m", [], dtype=pl.Utf8), {}, {})  # per row: the args added (`added`)
 
-    def rows(self, where: np.ndarray | list[int]) -> tuple[list[int], pl.DataFrame, int]:
-        """For one array whose numbered events are at `where`: the positions that have a row, the rows (a slice of
-        the sorted frame) and where the slice starts (for per-row values kept beside the frame)."""
-        slots, part, lo = self.slots(len(where))
-        return np.asarray(where, dtype=np.int64)[slots].tolist(), part, lo
-
     def slots(self, n: int) -> tuple[np.ndarray, pl.DataFrame, int]:
         """For one array holding the next `n` numbered events: which of them (0 … n - 1) have a row, the rows and
         where the slice starts."""
@@ -242,15 +213,6 @@ class Numbered:
         slots = self.ids[lo:hi] - self.seen
         self.seen += n
         return slots, part, int(lo)
-
-    def take(self, events: list, where: np.ndarray, path: str) -> list[tuple[dict, dict]]:
-        """The (event, analysis row) pairs of one array whose numbered events are `events[where]`, checked to agree."""
-        at, part, _ = self.rows(where)
-        if part.height == 0:
-            return []
-        hits = [events[i] for i in at]
-        agree([e["name"] for e in hits], [e["ts"] for e in hits] if self.check_ts else None, part, self, path)
-        return list(zip(hits, part.iter_rows(named=True)))
 
     def finish(self, path: str) -> None:
         """Every id of the analysis was in the file."""

@@ -12,19 +12,19 @@ record's `warnings`), unchanged except that device activities (and ops) gain arg
 * op (cpu_op, user_annotation): `traceflops.phase`; matmul-class ops also
   `traceflops.flops` and `traceflops.ran`.
 
-The input is read as the parser reads it (`parsers.jsonstream.stream_events`):
-a few MiB of whole entries at a time are numbered, annotated and written out.
-An entry is written as its own bytes, its added args spliced in before its args
-object closes (`added`; a whole array in column operations where nothing in it
-needs decoding), unless a rule could change it (`_LITERALS`: an escape, a value
-or key the secrets rules may change, a number orjson refuses): only those are
+The input is read as the parser reads it (`parsers.jsonstream.stream_events`)
+in two halves. `prepare` needs no analysis: a few MiB of whole entries at a
+time are numbered and written to a nameless spool file beside the output,
+each numbered entry's place for its args marked; the command runs it in a
+worker process beside the analysis (`start_reading`). `annotate` then writes
+the spool out with the places filled. An entry is written as its own bytes,
+its added args inserted before its args object closes (`added.holes`),
+unless a rule could change it (`prepare._LITERALS`: an escape, a value or key
+the secrets rules may change, a number orjson refuses): only those are
 decoded, redacted and re-encoded, so the output reads as the same JSON.
 Memory holds one such array and the analysis, never the document. The output
-follows the input's key order: the top-level keys before traceEvents (written
-as read before the events), the events, the added ones, the keys after, the
-`traceflops` record. Where the whole head, read at the end, differs from its
-part before the events (a key given again after them), and for standard
-output, the events go through a nameless spool file beside the output first.
+follows the input's key order: the top-level keys before traceEvents, the
+events, the added ones, the keys after, the `traceflops` record.
 Layouts the parser reads are written as one plain document: a byte-order mark
 is dropped, two root-level traceEvents arrays become one (in file order), an
 entry longer than `jsonstream.MAX_ENTRY_BYTES`
@@ -38,70 +38,41 @@ An XLA profile is handed to `xla`.
 from __future__ import annotations
 
 import dataclasses
-import shutil
+import os
 import tempfile
-from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+import numpy as np
 import orjson
 import polars as pl
 
-from traceflops.core.errors import FormatError
-from traceflops.core.redact import MAY_CHANGE_LITERALS, Redactor, redact_bytes
+import traceflops.export.perfetto.prepare as reading
+from traceflops.core.errors import FormatError, TraceflopsError
+from traceflops.core.redact import redact_bytes
 from traceflops.core.results import Analysis
-from traceflops.export.perfetto.added import kernel_members, op_members, opening, splice
-from traceflops.export.perfetto.entries import (
-    Numbered,
-    Parts,
-    agree,
-    array_entries,
-    as_read,
-    claim_parts,
-    numbering,
-    positions,
-    serialized,
-    unredactable,
-)
+from traceflops.export.perfetto.added import AFTER, AS_READ, BEFORE, DECODED, kernel_members, op_members
+from traceflops.export.perfetto.entries import Numbered, agree
 from traceflops.export.perfetto.output import STDOUT, write_output
-from traceflops.export.perfetto.redact import (
-    PlainKeys,
-    head_parts,
-    redact_meta_events,
-    traceflops_record,
-)
-from traceflops.export.perfetto.tracks import (
-    Added,
-    added_events,
-    known_pids,
-    new_pid,
-    num,
-    tflops,
-    used_pids,
-)
+from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, prepare, read_records
+from traceflops.export.perfetto.redact import head_parts, redact_meta_events, traceflops_record
+from traceflops.export.perfetto.tracks import Added, added_events, new_pid
 from traceflops.export.perfetto.xla import annotate_xla
-from traceflops.parsers.io import check_regular, max_bytes_default
-from traceflops.parsers.jsonstream import (
-    MAX_ENTRY_BYTES,
-    REFUSED,
-    Claimed,
-    StreamResult,
-    stream_events,
-)
+from traceflops.parsers import detect_format
+from traceflops.parsers.io import check_regular
 
-SPOOL_PREFIX = ".traceflops-events-"
-CHUNK = (
-    2 << 20
-)  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file
+if TYPE_CHECKING:  # the worker's module loads only where one is started (it runs as its own __main__)
+    from traceflops.export.perfetto.prepare_worker import Beside
+
+ENV = "TRACEFLOPS_ANNOTATE_WORKER"  # 0: read the input in this process, after the analysis; unset or 1: beside it
 
 
 # What annotating reads of an analysis (both formats); `for_annotation` keeps these and lets the rest go.
 # With what naming each kernel's module reads (`row`, `parent`, `seq`, `is_node`): it runs on the slimmed analysis.
 OP_COLUMNS = (
     "op_id",
+    "replayed",  # a graph replay's ops are the analysis' own, not the file's: they are not numbered
     "row",
     "parent",
     "seq",
@@ -161,10 +132,18 @@ def for_annotation(a: Analysis) -> Analysis:
     )
 
 
-def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.DataFrame | None = None) -> dict[str, Any]:
+def annotate(
+    trace_path: str,
+    analysis: Analysis,
+    out_path: str,
+    modules: pl.DataFrame | None = None,
+    beside: Beside | None = None,
+) -> dict[str, Any]:
     """Write the annotated trace to `out_path`; return what was done (counts).
 
     `modules` (per op `row`: `module`, as `views.rollup.module_of` gives) names each kernel's module.
+    `beside` (`start_reading`) is the input already being read beside the analysis; without it the input is read
+    here, first.
     """
     if analysis.meta.get("format") == "xplane":
         return annotate_xla(trace_path, analysis, out_path)
@@ -189,64 +168,66 @@ def annotate(trace_path: str, analysis: Analysis, out_path: str, modules: pl.Dat
         kernels.members = kernel_members(kernels.frame)
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
-    def fill(out: BinaryIO, tmp: Path, direct: bool) -> dict[str, Any]:
+    def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
         with ExitStack() as held:
-            # Nameless where the system allows (O_TMPFILE): nothing is left beside the output if the process is killed.
-            spool = None if direct else held.enter_context(tempfile.TemporaryFile(dir=tmp.parent, prefix=SPOOL_PREFIX))
-            written: list[bytes] = []  # the keys before traceEvents, once written ahead of the events
-
-            def start(res: StreamResult) -> None:
-                written.append(head_parts((res.opening or b"{") + b"[]}")[0])
-                out.write(_opening(written[0]))
-
-            got = _stream_input(trace_path, spool or out, kernels, ops, None if spool else start)
+            if beside is None:
+                spool = held.enter_context(tempfile.TemporaryFile(dir=tmp.parent, prefix=SPOOL_PREFIX))
+                got = prepare(trace_path, spool)
+                spool.seek(0)
+            else:
+                got, spool = beside.result()
             pid = new_pid(got.pids)
             new = added_events(analysis, pid)
-            redacted = got.redacted + redact_meta_events(new.before) + new.redacted + redact_meta_events(new.after)
             before, after, n_head, dropped = head_parts(got.head)
+            warnings = list(got.warnings)
             if dropped:
-                got.warnings.append(
+                warnings.append(
                     f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
                     "a number no double holds, not JSON) left out"
                 )
-            if spool is not None:
-                out.write(_opening(before))
-                spool.seek(0)
-                shutil.copyfileobj(spool, out, 1 << 20)
-            elif not written:
-                out.write(_opening(before))
-            elif written[0] != before:
-                raise _Rewrite  # the head read whole differs from its part before the events (a key given twice)
+            out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
+            written, redacted = _write_events(out, spool, kernels, ops, trace_path)
+            redacted += got.redacted + redact_meta_events(new.before) + new.redacted + redact_meta_events(new.after)
             n_new = len(new)
-            n_added = _write_added(out, new, got.written)
+            n_added = _write_added(out, new, written)
             summary = {
                 "events_in": got.events_in,
                 "events_added": n_new,
                 "kernels_annotated": 0 if kernels is None else kernels.frame.height,
-                "ops_annotated": analysis.ops.height,
+                "ops_annotated": ops.frame.height,  # the file's own (a graph replay's are not in it)
                 "pid": pid,
                 "redacted_values": redacted + n_head + n_added,
-                **({"warnings": got.warnings} if got.warnings else {}),
+                **({"warnings": warnings} if warnings else {}),
             }
             summary, record = traceflops_record(summary, trace_path, note)
             out.write(b"]" + (b"," + after if after else b"") + b',"traceflops":' + record + b"}")
             return summary
 
-    # Into the output directly, the head's part before the events written as it is read; to standard output (which
-    # cannot be taken back), or where the whole head turns out to differ, through a spool file.
-    try:
-        summary = write_output(out_path, lambda out, tmp: fill(out, tmp, direct=str(out_path) != STDOUT))
-    except _Rewrite:
-        summary = write_output(out_path, lambda out, tmp: fill(out, tmp, direct=False))
+    summary = write_output(out_path, fill)
     return {**summary, "path": str(out_path)}
 
 
-class _Rewrite(Exception):
-    """The events were written after a head that the whole head read at the end does not match: written again."""
+def start_reading(trace_path: str, out_path: str) -> Beside | None:
+    """The input read beside the analysis, in a worker process, where a core is spare (`TRACEFLOPS_ANNOTATE_WORKER`
+    decides if set); None where it is read by `annotate` itself (one core, a spool folder that cannot be written:
+    `annotate` then names the problem as it always does) or is no Kineto trace."""
+    try:
+        if detect_format(trace_path) != "kineto":
+            return None
+    except TraceflopsError:  # the analysis names what is wrong with the file
+        return None
+    forced = os.environ.get(ENV)
+    if forced is not None and forced.strip() in ("", "0"):
+        return None
+    if forced is None and len(os.sched_getaffinity(0)) < 2:
+        return None
+    folder = tempfile.gettempdir() if str(out_path) == STDOUT else str(Path(out_path).resolve().parent)
+    from traceflops.export.perfetto.prepare_worker import Beside
 
-
-def _opening(before: bytes) -> bytes:
-    return b"{" + before + (b"," if before else b"") + b'"traceEvents":['
+    try:
+        return Beside(trace_path, folder, reading.CHUNK)
+    except OSError:
+        return None
 
 
 def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
@@ -288,293 +269,85 @@ def _write_added(out: BinaryIO, new: Added, after_events: bool, batch: int = 819
     return n
 
 
-@dataclass
-class _Streamed:
-    """What streaming the input through found: the pieces of the document the written events do not hold."""
-
-    head: bytes = b""  # the top-level object with "traceEvents": []
-    events_in: int = 0  # entries written, in file order
-    written: bool = False  # anything written to the spool
-    redacted: int = 0  # values redacted in the events (names, categories, args) and by shape in their bytes
-    meta_left_out: int = 0  # metadata entries that do not decode (their args cannot be redacted by key)
-    pids: set = field(default_factory=set)
-    warnings: list[str] = field(default_factory=list)
-
-
-def _stream_input(
-    path: str, spool: BinaryIO, kernels: Numbered | None, ops: Numbered, start: Callable[[StreamResult], None] | None
-) -> _Streamed:
-    """The input's events, array by array: numbered, checked against the analysis, annotated, redacted, written to
-    `spool`; `start(result)`, if given, before the first is written.
-
-    Only one array's entries (about CHUNK bytes of the file) are held at a time.
-    """
-    got = _Streamed()
-    unread = 0
-    res: StreamResult | None = None
-    rules = Redactor()  # one for the whole file: each distinct name, key and value decided once
-    keys = PlainKeys()  # the plain args keys met so far
-
-    def emit(data: bytes, result: StreamResult) -> None:
+def _write_events(
+    out: BinaryIO, spool: BinaryIO, kernels: Numbered | None, ops: Numbered, path: str
+) -> tuple[bool, int]:
+    """The spool's records written out, each numbered entry given its members; whether any entry was written and how
+    many values the shape rules replaced (in the members, and in the decoded entries given them)."""
+    written, redacted = False, 0
+    for places, text in read_records(spool):
+        data, n = _filled(places, text, kernels, ops, path)
+        redacted += n
         if data:
-            if start is not None and not got.written:
-                start(result)
-            spool.write(b"," + data if got.written else data)
-            got.written = True
-
-    for texts, result in stream_events(path, max_bytes_default(), chunk=CHUNK, claim=claim_parts):
-        res = result  # the last one is the whole stream's, read after the loop
-        for text in texts:
-            # an array the scanner cut (the file's tail, an odd layout) is claimed here as the stream claims the others
-            parts = text.value if text.__class__ is Claimed else claim_parts(text)
-            if parts is not REFUSED:
-                data = _as_written(parts, got, rules, keys, kernels, ops, path)
-                if data is not None:
-                    emit(data, result)
-                    continue
-                text = parts.text  # read the decoded way, as a whole
-            items = array_entries(text)
-            for e in items:  # before numbering: the analysis holds the parser's names, redacted by the same rules
-                if isinstance(e, dict):
-                    rules.event(e)
-            kern_at, op_at = numbering(items)
-            if kernels is not None:
-                for e, r in kernels.take(items, kern_at, path):
-                    _add_kernel_args(e, r)
-            for e, r in ops.take(items, op_at, path):
-                _add_op_args(e, r)
-            got.pids |= used_pids(items)
-            got.events_in += len(items)
-            if any(map(as_read, items)):
-                kept = [x for x in items if not unredactable(x)]
-                got.meta_left_out += len(items) - len(kept)
-                items = kept
-                unread += sum(map(as_read, items))
-            data, n = redact_bytes(serialized(items))
-            got.redacted += n
-            emit(data, result)
-    got.redacted += rules.count
-    if res is None or res.truncated:
-        raise FormatError(
-            path,
-            "not a complete JSON document (it ends before its JSON closes)",
-            "annotate needs a whole Kineto (PyTorch profiler) JSON trace (a cut file can be analysed, not annotated)",
-        )
+            out.write(b"," + data if written else data)
+            written = True
     if kernels is not None:
         kernels.finish(path)
     ops.finish(path)
-    got.head = res.head
-    got.warnings = _stream_warnings(res, unread, got.meta_left_out)
-    return got
+    return written, redacted
 
 
-# An entry is written as its bytes (its added args spliced in, `added.opening`) unless decoding and re-encoding it
-# could change it: then it is decoded, redacted and re-encoded as `serialized` writes it. Looked for in the whole
-# array first (one scan in native code), entry by entry only where found: an escape (the decoded text is not the
-# bytes, and the shape rules read the decoded text); text other than ASCII; any literal of `MAY_CHANGE` (a value the
-# secrets rules may change, a shape `redact_bytes` may: each rule starts with one); args of an earlier annotation
-# (overwritten in place); a number orjson refuses (an exponent, or 309 digits: digits are all read as '0'); args
-# that are not objects of plain keys (`redact.PlainKeys`) or that nest an object.
-_LITERALS = ["\\", "traceflops.", *MAY_CHANGE_LITERALS, "0e"]
-_LONG = b"0" * 309  # a number no double holds, its digits read as '0' (a separate search: Aho-Corasick slows on it)
-_DIGITS = bytes.maketrans(b"123456789", b"000000000")
-
-
-def _literal(texts: list[bytes | bytearray]) -> pl.Series:
-    """Per text, whether it holds anything but ASCII, 309 digits in a row or one of `_LITERALS` (any ASCII case,
-    digits read as '0')."""
-    shown = [t.translate(_DIGITS) for t in texts]
-    plain = [t.isascii() and _LONG not in t for t in shown]
-    found = pl.Series([t.decode() if a else "" for t, a in zip(shown, plain)], dtype=pl.Utf8).str.contains_any(
-        _LITERALS, ascii_case_insensitive=True
-    )
-    return found | ~pl.Series(plain, dtype=pl.Boolean)
-
-
-def _decode_first(p: Parts, keys: PlainKeys) -> list[int] | None:
-    """The entries of `p` to decode before writing (see `_LITERALS`); None where its text is not UTF-8 throughout
-    (the array is read the decoded way)."""
-    if not p.text.isascii():  # ASCII is UTF-8: only other text is decoded to check
-        try:
-            p.text.decode()
-        except UnicodeDecodeError:
-            return None
-    args = list(filter(None, (f.args for f in p.fields)))
-    joined = b",".join(args)
-    if not _literal([p.text]).item() and joined.count(b"{") == len(args) and keys.plain(b"[" + joined + b"]"):
-        return []
-    hit = _literal([bytes(r) for r in p.raws])
-    for i, f in enumerate(p.fields):
-        a = bytes(f.args)
-        if a and not hit[i] and (a.count(b"{") != 1 or not keys.plain(b"[" + a + b"]")):
-            hit[i] = True
-    return hit.arg_true().to_list()
-
-
-def _as_written(
-    p: Parts, got: _Streamed, rules: Redactor, keys: PlainKeys, kernels: Numbered | None, ops: Numbered, path: str
-) -> bytes | None:
-    """One proven array as written: most entries as their bytes, the annotated ones with their args spliced in, and
-    only those a rule could change (`_DECODE_FIRST`) or whose args cannot be spliced decoded, annotated,
-    redacted and re-encoded as `serialized` does. None where the array is to be read the decoded way instead (a
-    ts or dur numbering's casts decide, text that is not UTF-8, an entry orjson refuses), before anything of it is
-    counted or numbered."""
-    found = positions(p.fields)
-    first = None if found is None else _decode_first(p, keys)
-    if found is None or first is None:
-        return None
-    if not first and p.text.isascii():
-        data = _spliced(p, found, got, kernels, ops, path)
-        if data is not None:
-            return data
-    raws, fields = p.raws, p.fields
-    decoded: dict[int, dict] = {}
-    cut: dict[int, tuple[bytes, bytes]] = {}
-    try:
-        for i in first:
-            decoded[i] = orjson.loads(memoryview(raws[i]))
-        for i in found[0] + found[1]:
-            if i not in decoded:
-                a = fields[i].args
-                where = opening(bytes(raws[i]), bytes(a) if len(a) else None)
-                if where is None:
-                    decoded[i] = orjson.loads(memoryview(raws[i]))
-                else:
-                    cut[i] = where
-    except orjson.JSONDecodeError:
-        return None
-    for d in decoded.values():
-        rules.event(d)
-    got.pids |= used_pids(list(decoded.values())) | _pids(fields)
-    got.events_in += len(raws)
-    pieces: list = list(raws)
-    for numbered, at in ((kernels, found[0]), (ops, found[1])):
+def _filled(places: Places, text: bytes, kernels: Numbered | None, ops: Numbered, path: str) -> tuple[bytes, int]:
+    """One record's text with each place that has an analysis row filled: members inserted, decoded entries given
+    their args and the shape rules (those without a row too); the count the shape rules replaced."""
+    starts, ends = [], []  # per cut: text[start:end] is replaced by before + body + after
+    before: list[bytes] = []
+    body: list[bytes] = []
+    after: list[bytes] = []
+    redacted = 0
+    decoded_rows: dict[int, tuple[Numbered, int]] = {}  # a decoded entry's place → (its kind, its row)
+    for numbered, lo_place, hi_place in ((kernels, 0, places.kernels), (ops, places.kernels, len(places.form))):
         if numbered is None:
             continue
-        idx, part, lo = numbered.rows(at)
-        if not idx:
+        slots, part, lo = numbered.slots(hi_place - lo_place)
+        if not part.height:
             continue
-        names = [decoded[i]["name"] if i in decoded else fields[i].name for i in idx]
-        agree(names, [fields[i].ts for i in idx] if numbered.check_ts else None, part, numbered, path)
-        run = numbered.members.run(lo, len(idx))
-        for j, i in enumerate(idx, lo):
-            m = run[j - lo]
-            if i in cut:
-                before, after = cut[i]
-                pieces[i] = before + m + after
-            else:
-                args = decoded[i].get("args")
-                if args is None or args.__class__ is dict:  # args that are not an object gain nothing (`_args`)
-                    _args(decoded[i]).update(orjson.loads(b"{" + m + b"}"))
-                else:
-                    continue
-            got.redacted += numbered.members.shaped.get(j, 0)
-    for i, d in decoded.items():
-        pieces[i], n = redact_bytes(orjson.dumps(d, option=orjson.OPT_SERIALIZE_NUMPY))
-        got.redacted += n
-    return b",".join(pieces)
-
-
-def _spliced(
-    p: Parts, found: tuple[list[int], list[int]], got: _Streamed, kernels: Numbered | None, ops: Numbered, path: str
-) -> bytes | None:
-    """`_as_written` of an array no rule can change (ASCII, nothing to decode first) in column operations: each
-    numbered entry's members inserted by `added.splice`. None, with nothing counted or numbered, where an entry's
-    args cannot take them (the entry by entry route decodes that one)."""
-    at = found[0] + found[1]
-    fields = p.fields
-    members = pl.repeat(None, len(at), dtype=pl.Utf8, eager=True)
-    shaped, start, seen = 0, 0, [(n, n.seen) for n in (kernels, ops) if n is not None]
-    for numbered, where in ((kernels, found[0]), (ops, found[1])):
-        if numbered is None:
-            continue
-        slots, part, lo = numbered.slots(len(where))
-        if part.height:
-            idx = [where[j] for j in slots.tolist()]
-            ts = [fields[i].ts for i in idx] if numbered.check_ts else None
-            agree([fields[i].name for i in idx], ts, part, numbered, path)
-            column, n = numbered.members.column(lo, part.height)
-            members = members.scatter(slots + start, column)
-            shaped += n
-        start += len(where)
-    entries = pl.Series(list(map(bytes, p.raws)), dtype=pl.Binary).cast(pl.Utf8)
-    args = pl.Series([bytes(fields[i].args) or None for i in at], dtype=pl.Binary).cast(pl.Utf8)
-    fits, text = splice(pl.col("e"), pl.col("a"), pl.col("m"))
-    out = pl.DataFrame({"e": entries.gather(at), "a": args, "m": members}).select(fits.alias("fits"), text)
-    if not out["fits"].all():
-        for numbered, before in seen:
-            numbered.seen = before
-        return None
-    got.events_in += len(p.raws)
-    got.pids |= _pids(fields)
-    got.redacted += shaped
-    return entries.scatter(at, out["e"]).str.join(",").item().encode()
-
-
-def _pids(fields: list) -> set:
-    """The pids the entries name, so the added process takes none of them."""
-    return known_pids(list(map(_PID_OF, fields)))
-
-
-_PID_OF = attrgetter("pid")
-
-
-def _stream_warnings(res: StreamResult, unread: int, meta_left_out: int) -> list[str]:
-    """What of the input is not in the output as decoded events, each counted (the parser counts the same in its
-    warnings)."""
-    out = []
-    if res.arrays > 1:
-        out.append(
-            f"the file holds {res.arrays} root-level traceEvents arrays (a merged or rewritten trace): written as one, "
-            "in file order"
-        )
-    if res.trailing:
-        out.append(
-            f"{res.trailing} bytes after the end of the trace's JSON document left out (not read, as the parser does)"
-        )
-    if res.oversized:
-        out.append(
-            f"{res.oversized} traceEvents entries longer than {MAX_ENTRY_BYTES >> 20} MiB left out (skipped unread, as "
-            "the parser does)"
-        )
-    if res.stray:
-        out.append(f"{res.stray} traceEvents entries after the last object that are not objects left out")
-    if unread:
-        out.append(
-            f"{unread} traceEvents entries that do not decode (nested too deeply, a number no double holds, not JSON) "
-            "written through unchanged, unannotated"
-        )
-    if meta_left_out:
-        out.append(
-            f"{meta_left_out} metadata ('M') entries that do not decode left out (their labels could not be "
-            "checked for secrets)"
-        )
-    return out
-
-
-def _args(e: dict) -> dict:
-    """The event's args object, created if absent (args that are not an object are left alone: nothing added)."""
-    args = e.get("args")
-    if args is None:
-        args = e["args"] = {}
-    return args if isinstance(args, dict) else {}
-
-
-def _add_kernel_args(e: dict, r: dict) -> None:
-    args = _args(e)
-    args["traceflops.phase"] = r["phase"]
-    args["traceflops.class"] = r["cls"]
-    args["traceflops.flops"] = num(r["flops"])
-    args["traceflops.achieved_tflops"] = tflops(r["flops"], r["dur"])
-    args["traceflops.step"] = r["step"]
-    for key in ("module", "bound", "intensity", "recoverable_us"):
-        if r[key] is not None:
-            args[f"traceflops.{key}"] = r[key]
-
-
-def _add_op_args(e: dict, r: dict) -> None:
-    args = _args(e)
-    args["traceflops.phase"] = r["phase"]
-    if r["matmul"]:
-        args["traceflops.flops"] = num(r["flops"])
-        args["traceflops.ran"] = bool(r["ran"])
+        at = slots + lo_place  # the places that have a row, in row order
+        names = places.names[lo_place:hi_place]
+        picked = names if len(slots) == len(names) else [names[j] for j in slots.tolist()]
+        agree(picked, places.ts[at].tolist() if numbered.check_ts else None, part, numbered, path)
+        form = places.form[at]
+        spliced = np.flatnonzero((form != AS_READ) & (form != DECODED))
+        members = numbered.members.run(lo, part.height)
+        body += members if len(spliced) == len(members) else [members[j] for j in spliced.tolist()]
+        forms = form[spliced].tolist()
+        before += [BEFORE[f] for f in forms]
+        after += [AFTER[f] for f in forms]
+        starts.append(places.start[at[spliced]])
+        redacted += numbered.members.shaped_at(lo + spliced)
+        for j in np.flatnonzero(form == DECODED).tolist():
+            decoded_rows[int(at[j])] = (numbered, lo + j)
+    ends += starts  # an insertion replaces nothing
+    decoded = np.flatnonzero(places.form == DECODED)
+    for p in decoded.tolist():
+        entry = text[int(places.start[p]) : int(places.end[p])]
+        row = decoded_rows.get(p)
+        if row is not None:
+            numbered, j = row
+            d = orjson.loads(entry)
+            args = d.get("args")
+            if args is None or args.__class__ is dict:  # args that are not an object gain nothing
+                if args is None:
+                    args = d["args"] = {}
+                args.update(orjson.loads(b"{" + numbered.members.run(j, 1)[0] + b"}"))
+                redacted += numbered.members.shaped.get(j, 0)
+            entry = orjson.dumps(d, option=orjson.OPT_SERIALIZE_NUMPY)
+        entry, n = redact_bytes(entry)
+        redacted += n
+        before.append(b"")
+        body.append(entry)
+        after.append(b"")
+    starts.append(places.start[decoded])
+    ends.append(places.end[decoded])
+    if not body:
+        return text, redacted
+    first, last = np.concatenate(starts), np.concatenate(ends)
+    order = np.argsort(first, kind="stable").tolist()
+    pieces: list = [None] * (4 * len(body) + 1)
+    pieces[0::4] = [
+        text[a:b] for a, b in zip([0, *last[order].tolist()], [*first[order].tolist(), len(text)], strict=True)
+    ]  # the text between the cuts
+    pieces[1::4] = [before[k] for k in order]
+    pieces[2::4] = [body[k] for k in order]
+    pieces[3::4] = [after[k] for k in order]
+    return b"".join(pieces), redacted

@@ -1,0 +1,132 @@
+"""`annotate` reads the input in a worker process beside the analysis: the same document, summary and errors as when
+it reads the input itself, and nothing left behind when the worker or the command stops."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import psutil
+import pytest
+
+from tests.builders import write_doc
+from tests.report.test_annotate import gpu_doc
+from traceflops.core.errors import EXIT_FORMAT, EXIT_INPUT, InputError
+from traceflops.export.perfetto import start_reading
+from traceflops.export.perfetto.stream import ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, worker: bool, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **{ENV: "1" if worker else "0"})
+    return subprocess.run([sys.executable, "-m", "traceflops.cli", *map(str, args), "--no-cache"], env=env, cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def layouts(tmp_path: Path) -> dict[str, Path]:
+    """Inputs that take every route of the reading: plain entries, entries a rule decodes, layouts the parser reads."""
+    plain = write_doc(gpu_doc(), tmp_path / "plain.json.gz")
+    doc = gpu_doc()
+    doc["traceEvents"][3].setdefault("args", {})["note"] = "caf\u00e9 token=PLANTEDsecret"  # decoded and redacted
+    doc["traceEvents"].append({"ph": "i", "name": "m", "pid": 1, "tid": 1, "ts": 1, "s": "t", "args": {"x": 1e400}})
+    decoded = tmp_path / "decoded.json"
+    decoded.write_text(json.dumps(doc).replace("1e400", "1e300"))
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + orjson.dumps(gpu_doc()))
+    twice = tmp_path / "two_arrays.json"
+    events = orjson.dumps(gpu_doc()["traceEvents"])
+    twice.write_bytes(b'{"traceEvents": ' + events + b', "x": 1, "traceEvents": []}')
+    return {"plain": Path(plain), "decoded": decoded, "byte-order mark": bom, "two arrays": twice}
+
+
+@pytest.mark.parametrize("name", ["plain", "decoded", "byte-order mark", "two arrays", "shared"])
+def test_the_worker_writes_what_reading_in_the_command_writes(tmp_path, name, shared):
+    src = shared / "kineto" / "h100_qwen_inference.json.gz" if name == "shared" else layouts(tmp_path)[name]
+    outs = []
+    for worker in (True, False):
+        (tmp_path / str(worker)).mkdir()
+        out = tmp_path / str(worker) / "out.json"
+        done = cli("annotate", src, "-o", out.name, worker=worker, cwd=out.parent)
+        assert done.returncode == 0, done.stderr
+        outs.append((out.read_bytes(), done.stderr))
+    assert outs[0] == outs[1]  # byte for byte, and the same summary line
+    assert b"PLANTED" not in outs[0][0]
+
+
+def test_an_error_of_the_reading_is_said_as_the_command_says_it(tmp_path):
+    """A cut file is analysed but not annotated: one line, the same with and without the worker."""
+    raw = orjson.dumps(gpu_doc())
+    src = tmp_path / "cut.json"
+    src.write_bytes(raw[: len(raw) - 30])
+    got = [cli("annotate", src, "-o", tmp_path / f"o{w}.json.gz", worker=w) for w in (True, False)]
+    assert [g.returncode for g in got] == [EXIT_FORMAT, EXIT_FORMAT]
+    assert got[0].stderr == got[1].stderr and "not a complete JSON document" in got[0].stderr
+    assert got[0].stderr.count("\n") == 1 and list(tmp_path.glob("o*")) == []
+
+
+def test_a_file_the_analysis_refuses_is_named_by_the_analysis(tmp_path):
+    """The worker's own error on a file that is no trace never replaces the analysis' line."""
+    src = tmp_path / "notes.json"
+    src.write_text('{"hello": "world"}')
+    got = [cli("annotate", src, "-o", tmp_path / f"o{w}.json.gz", worker=w) for w in (True, False)]
+    assert got[0].returncode == got[1].returncode != 0
+    assert got[0].stderr == got[1].stderr
+
+
+def test_a_killed_worker_is_one_clear_error_and_leaves_nothing(tmp_path):
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    beside = start_reading(src, str(tmp_path / "out.json.gz"))
+    if beside is None:
+        pytest.skip("one core: the input is read in the command's own process")
+    with beside:
+        beside.proc.kill()
+        with pytest.raises(InputError, match="ended before it was done") as e:
+            beside.result()
+        assert e.value.exit_code == EXIT_INPUT
+    assert beside.proc.poll() is not None and list(tmp_path.iterdir()) == [Path(src)]
+
+
+def test_a_stopped_command_stops_its_worker(tmp_path):
+    """Ctrl-C reaches the worker too (it ignores it: the command stops it): none is left running after the command."""
+    from tests.cli.test_stopped import STOPS, _stopped, _wait_for
+
+    doc = gpu_doc()
+    doc["traceEvents"] = doc["traceEvents"] * 20000  # long enough to be stopped while the input is read
+    src = tmp_path / "long.json"
+    src.write_bytes(orjson.dumps(doc))
+    proc = subprocess.Popen([sys.executable, "-m", "traceflops.cli", "annotate", str(src), "-o",
+                             str(tmp_path / "o.json.gz"), "--no-cache"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **{ENV: "1"}))
+    parent = psutil.Process(proc.pid)
+
+    def worker():
+        return [c for c in parent.children() if "prepare_worker" in " ".join(c.cmdline())]
+
+    found = _wait_for(worker, proc, "annotate's worker")
+    sig, code, line = STOPS[1]
+    rc, err, _ = _stopped(proc, sig)
+    assert (rc, err.strip()) == (code, line)
+    _, alive = psutil.wait_procs(found, timeout=5)
+    assert alive == [] and sorted(p.name for p in tmp_path.iterdir()) == ["long.json"]
+
+
+def test_the_worker_is_this_package_whatever_the_folder_holds(tmp_path):
+    """Started from a folder holding another `traceflops`, the worker still runs this one."""
+    other = tmp_path / "traceflops"
+    other.mkdir()
+    (other / "__init__.py").write_text("raise SystemExit('the other traceflops was imported')\n")
+    (other / "export").mkdir()
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    code = ("import sys; sys.path.remove(''); sys.path.insert(0, sys.argv[1])\n"  # this checkout, as an install would be
+            "from traceflops.cli.main import main\n"
+            "main(['annotate', sys.argv[2], '-o', sys.argv[3], '--no-cache'])\n")
+    done = subprocess.run([sys.executable, "-c", code, str(ROOT), src, str(tmp_path / "o.json.gz")], cwd=tmp_path,
+                          env=dict(os.environ, **{ENV: "1"}), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(gzip.decompress((tmp_path / "o.json.gz").read_bytes()))["traceflops"]["events_in"] > 0
