@@ -42,10 +42,14 @@ def layouts(tmp_path: Path) -> dict[str, Path]:
     twice = tmp_path / "two_arrays.json"
     events = orjson.dumps(gpu_doc()["traceEvents"])
     twice.write_bytes(b'{"traceEvents": ' + events + b', "x": 1, "traceEvents": []}')
-    return {"plain": Path(plain), "decoded": decoded, "byte-order mark": bom, "two arrays": twice}
+    key_twice = tmp_path / "key_twice.json"  # the head read whole differs from its part before the events
+    key_twice.write_bytes(orjson.dumps({"run": "first", **gpu_doc()})[:-1] + b',"run":"second"}')
+    return {"plain": Path(plain), "decoded": decoded, "byte-order mark": bom, "two arrays": twice,
+            "a key given again after the events": key_twice}
 
 
-@pytest.mark.parametrize("name", ["plain", "decoded", "byte-order mark", "two arrays", "shared"])
+@pytest.mark.parametrize("name", ["plain", "decoded", "byte-order mark", "two arrays",
+                                  "a key given again after the events", "shared"])
 def test_the_worker_writes_what_reading_in_the_command_writes(tmp_path, name, shared):
     src = shared / "kineto" / "h100_qwen_inference.json.gz" if name == "shared" else layouts(tmp_path)[name]
     outs = []
@@ -57,6 +61,8 @@ def test_the_worker_writes_what_reading_in_the_command_writes(tmp_path, name, sh
         outs.append((out.read_bytes(), done.stderr))
     assert outs[0] == outs[1]  # byte for byte, and the same summary line
     assert b"PLANTED" not in outs[0][0]
+    if name.startswith("a key"):
+        assert orjson.loads(outs[0][0])["run"] == "second"
 
 
 def test_an_error_of_the_reading_is_said_as_the_command_says_it(tmp_path):

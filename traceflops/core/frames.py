@@ -13,9 +13,17 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, Protocol
 
 LEN = 8
+
+
+class Readable(Protocol):
+    """What frames are read from: a pipe, a file, or a file read at an offset of its own."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+    def tell(self) -> int: ...
 
 
 def write_frame(stream: IO[bytes], data: bytes) -> None:
@@ -27,7 +35,7 @@ def end_frames(stream: IO[bytes]) -> None:
     stream.write((0).to_bytes(LEN, "little"))
 
 
-def read_frame(stream: IO[bytes]) -> bytes | None:
+def read_frame(stream: Readable) -> bytes | None:
     """The next frame's bytes; None at the end (an empty frame, or a stream cut short)."""
     head = stream.read(LEN)
     if len(head) < LEN:

@@ -19,6 +19,7 @@ decoded again and given its args there. Each place carries the entry's name
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import BinaryIO
@@ -28,7 +29,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError
-from traceflops.core.frames import read_frame, write_frame
+from traceflops.core.frames import Readable, read_frame, write_frame
 from traceflops.core.redact import MAY_CHANGE_LITERALS, Redactor, redact_bytes
 from traceflops.export.perfetto.added import AS_READ, DECODED, holes
 from traceflops.export.perfetto.entries import (
@@ -110,16 +111,20 @@ def _unpacked(blob: bytes) -> bytes:
     return _deflate.decompress(memoryview(blob)[1:]) if blob[:1] == b"z" else blob[1:]
 
 
-def read_records(spool: BinaryIO):
-    """The spool's records, in order: (places, text)."""
-    while (meta := read_frame(spool)) is not None:
+def read_records(spool: Readable, end: int | None = None) -> Iterator[tuple[Places, bytes]]:
+    """The spool's records from its position on, in order: (places, text); up to byte `end`, if given."""
+    while (end is None or spool.tell() < end) and (meta := read_frame(spool)) is not None:
         yield Places.decode(meta), _unpacked(read_frame(spool) or b"r")
 
 
-def prepare(path: str, spool: BinaryIO, chunk: int | None = None) -> Prepared:
+def prepare(
+    path: str, spool: BinaryIO, chunk: int | None = None, spooled: Callable[[bytes | None], None] | None = None
+) -> Prepared:
     """The input's events, array by array, numbered, key-redacted and written to `spool` as records; what was found.
 
     Only one array's entries (about CHUNK bytes of the file) are held at a time.
+    `spooled(opening)`, if given, is called after each record is written, with the root object up to its
+    traceEvents array's '[' (`jsonstream.StreamResult.opening`).
     """
     got = Prepared()
     unread = meta_left_out = 0
@@ -139,6 +144,8 @@ def prepare(path: str, spool: BinaryIO, chunk: int | None = None) -> Prepared:
             places, data = record
             write_frame(spool, places.encode())
             write_frame(spool, _packed(data))
+            if spooled is not None:
+                spooled(result.opening)
     got.redacted += rules.count
     if res is None or res.truncated:
         raise FormatError(

@@ -2,11 +2,13 @@
 `core.frames.own_module_command`): annotate's read of the input needs no analysis, and the analysis leaves a core idle.
 
 The records go into a nameless spool file the caller opened (its descriptor
-passed down, so nothing is left behind if either process is killed); the
-reply is `prepare`'s `Prepared`, or the error that stopped it, as a pickled
-frame on a pipe between this package's own two processes. The caller raises
-that error only once it annotates: an input the analysis refuses is named
-as the analysis names it.
+passed down, so nothing is left behind if either process is killed); after
+each record the worker says how far the spool holds whole records, so the
+caller can write them out while later ones are read; its last reply is
+`prepare`'s `Prepared`, or the error that stopped it. Replies are pickled
+frames on a pipe between this package's own two processes. The caller raises
+that error only once it annotates: an input the analysis refuses is named as
+the analysis names it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,27 @@ import os
 import pickle
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from traceflops.core.errors import InputError
 from traceflops.core.frames import own_module_command, read_frame, run_worker, write_frame, write_reply
-from traceflops.export.perfetto.prepare import SPOOL_PREFIX, prepare
+from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, Prepared, prepare, read_records
+
+
+class _Reader:
+    """The spool read at an offset of its own: the worker writes through the same open file (and its offset)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.pos = fd, 0
+
+    def read(self, n: int) -> bytes:
+        data = os.pread(self.fd, n, self.pos)
+        self.pos += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.pos
 
 
 class Beside:
@@ -31,6 +49,9 @@ class Beside:
         # Nameless where the system allows (O_TMPFILE): nothing is left beside the output if a process is killed.
         self.spool: BinaryIO = tempfile.TemporaryFile(dir=folder, prefix=SPOOL_PREFIX)  # noqa: SIM115 (held until close)
         fd = self.spool.fileno()
+        self._reader = _Reader(fd)  # where the records followed so far end
+        self._got: Prepared | None = None
+        self.opening: bytes | None = None  # the root object up to its traceEvents array's '[', once the worker has it
         try:
             # One polars thread: the analysis has the other core.
             self.proc = subprocess.Popen(
@@ -47,22 +68,51 @@ class Beside:
             self.close()
             raise
 
-    def result(self):
-        """`prepare`'s `Prepared` and the spool, at its start; the error that stopped the worker is raised here."""
+    def follow(self) -> Iterator[tuple[Places, bytes]]:
+        """The records as the worker writes them, until it is done (`result` then has what it found); the error that
+        stopped it is raised here."""
+        while True:
+            reply = self._reply()
+            if reply.__class__ is not tuple:
+                return
+            yield from read_records(self._reader, reply[1])
+
+    def replay(self) -> Iterator[tuple[Places, bytes]]:
+        """Every record again, from the first (the worker done)."""
+        self.result()
+        return read_records(_Reader(self.spool.fileno()), self._reader.pos)
+
+    def result(self) -> Prepared:
+        """What the worker found, once it is done (records not yet followed are skipped over, kept for `replay`)."""
+        while self._got is None:
+            reply = self._reply()
+            if reply.__class__ is tuple:
+                self._reader.pos = reply[1]
+        return self._got
+
+    def _reply(self):
+        """The worker's next reply: `("spooled", end, opening)` after each record, then what it found (kept)."""
+        if self._got is not None:
+            return self._got
         assert self.proc.stdout is not None
-        reply = read_frame(self.proc.stdout)
-        self.proc.wait()
-        if reply is None:
+        frame = read_frame(self.proc.stdout)
+        if frame is None:
+            self.proc.wait()
             raise InputError(
                 None,
                 "the process reading the trace for annotate ended before it was done (killed, e.g. for memory)",
                 "rerun; with TRACEFLOPS_ANNOTATE_WORKER=0 the trace is read in the command's own process",
             )
-        got = pickle.loads(reply)  # from this package's own worker, never from a trace
+        got = pickle.loads(frame)  # from this package's own worker, never from a trace
         if isinstance(got, BaseException):
             raise got
-        self.spool.seek(0)
-        return got, self.spool
+        if got.__class__ is tuple:
+            if self.opening is None:
+                self.opening = got[2]
+            return got
+        self._got = got
+        self.proc.wait()
+        return got
 
     def close(self) -> None:
         """The worker stopped (killed if still reading) and the spool let go."""
@@ -91,9 +141,18 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         return
     path, fd, chunk = pickle.loads(request)
     reply: object
+    sent: list[bytes] = []
+
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as spool:
-            reply = prepare(path, spool, chunk)
+
+            def spooled(opening: bytes | None) -> None:
+                spool.flush()
+                write_reply(out, ("spooled", spool.tell(), None if sent else opening))
+                if opening is not None:
+                    sent.append(opening)
+
+            reply = prepare(path, spool, chunk, spooled)
     except Exception as e:  # the caller raises it, as it would its own
         reply = e
     write_reply(out, reply)

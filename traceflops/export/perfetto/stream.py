@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -55,9 +56,9 @@ from traceflops.core.results import Analysis
 from traceflops.export.perfetto.added import AFTER, AS_READ, BEFORE, DECODED, kernel_members, op_members
 from traceflops.export.perfetto.entries import Numbered, agree
 from traceflops.export.perfetto.output import STDOUT, write_output
-from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, prepare, read_records
+from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, Prepared, prepare, read_records
 from traceflops.export.perfetto.redact import head_parts, redact_meta_events, traceflops_record
-from traceflops.export.perfetto.tracks import Added, added_events, new_pid
+from traceflops.export.perfetto.tracks import Added, added_events, known_pids, new_pid
 from traceflops.export.perfetto.xla import annotate_xla
 from traceflops.parsers import detect_format
 from traceflops.parsers.io import check_regular
@@ -168,28 +169,54 @@ def annotate(
         kernels.members = kernel_members(kernels.frame)
     note = "args prefixed 'traceflops.'; added events are on the 'traceflops' process, category 'traceflops'"
 
-    def fill(out: BinaryIO, tmp: Path) -> dict[str, Any]:
+    def fill(out: BinaryIO, tmp: Path, direct: bool) -> dict[str, Any]:
         with ExitStack() as held:
-            if beside is None:
+            for numbered in (kernels, ops):  # numbered from the first entry on (again, where written again)
+                if numbered is not None:
+                    numbered.seen = 0
+            got: Prepared | None = None
+            if beside is None:  # read here, first
                 spool = held.enter_context(tempfile.TemporaryFile(dir=tmp.parent, prefix=SPOOL_PREFIX))
                 got = prepare(trace_path, spool)
                 spool.seek(0)
+                records: Iterable[tuple[Places, bytes]] = read_records(spool)
+            elif direct:  # written as the worker reads them
+                records = beside.follow()
             else:
-                got, spool = beside.result()
-            pid = new_pid(got.pids)
-            new = added_events(analysis, pid)
+                got = beside.result()
+                records = beside.replay()
+            head: list[bytes] = []  # the keys before traceEvents, as written ahead of the events
+            # The added events made before the trace's are written (while the worker still reads), with the pid the
+            # file's entries leave free as far as the analysis knows; made again if the file's own take it.
+            own_pids = analysis.ops["pid"].unique().to_list() if "pid" in analysis.ops.columns else []
+            pid = new_pid(known_pids(own_pids))
+            new, added = _added(analysis, pid)
+
+            def start() -> None:
+                opening = got.head if got is not None else (beside.opening or b"{") + b"[]}"  # type: ignore[union-attr]
+                head.append(head_parts(opening)[0])
+                out.write(_opening(head[0]))
+
+            written, redacted = _write_events(out, records, kernels, ops, trace_path, start)
+            if got is None:
+                got = beside.result()  # type: ignore[union-attr]  # direct: read beside
             before, after, n_head, dropped = head_parts(got.head)
+            if not head:
+                out.write(_opening(before))
+            elif head[0] != before:
+                raise _Rewrite  # the head read whole differs from its part before the events (a key given twice)
+            if new_pid(got.pids) != pid:
+                pid = new_pid(got.pids)
+                new, added = _added(analysis, pid)
             warnings = list(got.warnings)
             if dropped:
                 warnings.append(
                     f"{dropped} top-level fields beside traceEvents that do not decode (nested too deeply, "
                     "a number no double holds, not JSON) left out"
                 )
-            out.write(b"{" + before + (b"," if before else b"") + b'"traceEvents":[')
-            written, redacted = _write_events(out, spool, kernels, ops, trace_path)
-            redacted += got.redacted + redact_meta_events(new.before) + new.redacted + redact_meta_events(new.after)
+            redacted += got.redacted
             n_new = len(new)
-            n_added = _write_added(out, new, written)
+            n_added = _write_added(out, added, written)
             summary = {
                 "events_in": got.events_in,
                 "events_added": n_new,
@@ -203,8 +230,21 @@ def annotate(
             out.write(b"]" + (b"," + after if after else b"") + b',"traceflops":' + record + b"}")
             return summary
 
-    summary = write_output(out_path, fill)
+    # Into the output as the records come, the head's part before the events as first read; to standard output
+    # (which cannot be taken back), or where the whole head turns out to differ, once every record is read.
+    try:
+        summary = write_output(out_path, lambda out, tmp: fill(out, tmp, direct=str(out_path) != STDOUT))
+    except _Rewrite:
+        summary = write_output(out_path, lambda out, tmp: fill(out, tmp, direct=False))
     return {**summary, "path": str(out_path)}
+
+
+class _Rewrite(Exception):
+    """The events were written after a head that the whole head read at the end does not match: written again."""
+
+
+def _opening(before: bytes) -> bytes:
+    return b"{" + before + (b"," if before else b"") + b'"traceEvents":['
 
 
 def start_reading(trace_path: str, out_path: str) -> Beside | None:
@@ -247,38 +287,55 @@ def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
     return k
 
 
-def _write_added(out: BinaryIO, new: Added, after_events: bool, batch: int = 8192) -> int:
-    """The added events written batch by batch (never all serialized at once), each through the shape rules.
+# Up to this many added events are made ahead, as text (about 300 bytes each); more are made as they are written.
+AHEAD = 400_000
 
-    Returns how many values the shape rules redacted.
-    """
+
+def _added(a: Analysis, pid: int, batch: int = 8192) -> tuple[Added, Iterable[tuple[bytes, int]]]:
+    """The added events and their text, batch by batch, each through the shape rules (with how many values those
+    replaced; the metadata rules' count comes first): made at once where there are at most `AHEAD`, else as read."""
+    new = added_events(a, pid)
+    meta = redact_meta_events(new.before) + new.redacted + redact_meta_events(new.after)
+
+    def pieces() -> Iterator[tuple[bytes, int]]:
+        yield b"", meta
+        yield redact_bytes(orjson.dumps(new.before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+        for text in new.texts(batch):
+            yield redact_bytes(text.encode())
+        yield redact_bytes(orjson.dumps(new.after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+
+    return new, list(pieces()) if len(new) <= AHEAD else pieces()
+
+
+def _write_added(out: BinaryIO, added: Iterable[tuple[bytes, int]], after_events: bool) -> int:
+    """The added events' text written; how many values the rules replaced in them."""
     n, first = 0, not after_events
-
-    def write(data: bytes) -> None:
-        nonlocal n, first
+    for data, m in added:
+        n += m
         if data:
-            data, m = redact_bytes(data)  # all decoded values
-            n += m
             out.write(data if first else b"," + data)
             first = False
-
-    write(orjson.dumps(new.before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
-    for text in new.texts(batch):
-        write(text.encode())
-    write(orjson.dumps(new.after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
     return n
 
 
 def _write_events(
-    out: BinaryIO, spool: BinaryIO, kernels: Numbered | None, ops: Numbered, path: str
+    out: BinaryIO,
+    records: Iterable[tuple[Places, bytes]],
+    kernels: Numbered | None,
+    ops: Numbered,
+    path: str,
+    start: Callable[[], None],
 ) -> tuple[bool, int]:
-    """The spool's records written out, each numbered entry given its members; whether any entry was written and how
-    many values the shape rules replaced (in the members, and in the decoded entries given them)."""
+    """The records written out, each numbered entry given its members (`start()` before the first is written);
+    whether any entry was written and how many values the shape rules replaced (in the members, and in the decoded
+    entries given them)."""
     written, redacted = False, 0
-    for places, text in read_records(spool):
+    for places, text in records:
         data, n = _filled(places, text, kernels, ops, path)
         redacted += n
         if data:
+            if not written:
+                start()
             out.write(b"," + data if written else data)
             written = True
     if kernels is not None:
