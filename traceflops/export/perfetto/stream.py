@@ -23,8 +23,12 @@ unless a rule could change it (`prepare._LITERALS`: an escape, a value or key
 the secrets rules may change, a number orjson refuses): only those are
 decoded, redacted and re-encoded, so the output reads as the same JSON.
 Memory holds one such array and the analysis, never the document. The output
-follows the input's key order: the top-level keys before traceEvents, the
-events, the added ones, the keys after, the `traceflops` record.
+follows the input's key order: the top-level keys before traceEvents (as read
+before the events), the events, the added ones, the keys after, the
+`traceflops` record. Where the whole head, read at the end, differs from its
+part before the events (a key given again after them), the document is written
+again from the spool; to standard output, which cannot be taken back, the
+events are written once the whole input is read.
 Layouts the parser reads are written as one plain document: a byte-order mark
 is dropped, two root-level traceEvents arrays become one (in file order), an
 entry longer than `jsonstream.MAX_ENTRY_BYTES`
