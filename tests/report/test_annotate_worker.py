@@ -136,3 +136,17 @@ def test_the_worker_is_this_package_whatever_the_folder_holds(tmp_path):
                           env=dict(os.environ, **{ENV: "1"}), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(gzip.decompress((tmp_path / "o.json.gz").read_bytes()))["traceflops"]["events_in"] > 0
+
+
+def test_the_worker_reads_on_while_the_command_is_busy(tmp_path):
+    """Its replies (one a record) are taken as they come: thousands of them, more than a pipe holds, never stop it
+    while this process does something else (the analysis)."""
+    from traceflops.export.perfetto.prepare_worker import Beside
+
+    doc = gpu_doc()
+    doc["traceEvents"] = doc["traceEvents"] * 400
+    src = write_doc(doc, tmp_path / "many.json.gz")
+    with Beside(src, str(tmp_path), 256) as beside:  # a record every few entries: ~5,000 replies
+        beside.proc.wait(timeout=120)  # nothing read meanwhile
+        records = list(beside.follow())
+        assert len(records) > 2000 and beside.result().events_in == len(doc["traceEvents"])

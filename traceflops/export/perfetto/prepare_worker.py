@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import queue
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -51,6 +53,8 @@ class Beside:
         fd = self.spool.fileno()
         self._reader = _Reader(fd)  # where the records followed so far end
         self._got: Prepared | None = None
+        self._frames: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._drain: threading.Thread | None = None
         self.opening: bytes | None = None  # the root object up to its traceEvents array's '[', once the worker has it
         try:
             # One polars thread: the analysis has the other core.
@@ -64,6 +68,10 @@ class Beside:
             assert self.proc.stdin is not None  # started with it piped
             write_frame(self.proc.stdin, pickle.dumps((path, fd, chunk)))
             self.proc.stdin.close()
+            # Replies read as they come, whatever this process is doing: a full pipe would stop the worker (a reply
+            # a record: a few thousand replies on a trace of several GB) while the analysis runs here.
+            self._drain = threading.Thread(target=self._read_replies, name="annotate-worker-replies", daemon=True)
+            self._drain.start()
         except BaseException:
             self.close()
             raise
@@ -94,8 +102,7 @@ class Beside:
         """The worker's next reply: `("spooled", end, opening)` after each record, then what it found (kept)."""
         if self._got is not None:
             return self._got
-        assert self.proc.stdout is not None
-        frame = read_frame(self.proc.stdout)
+        frame = self._frames.get()
         if frame is None:
             self.proc.wait()
             raise InputError(
@@ -114,12 +121,23 @@ class Beside:
         self.proc.wait()
         return got
 
+    def _read_replies(self) -> None:
+        """On a thread: each reply frame queued, then None (the worker's output ended)."""
+        assert self.proc.stdout is not None
+        with contextlib.suppress(OSError, ValueError):  # closed under it: the worker was stopped
+            while (frame := read_frame(self.proc.stdout)) is not None:
+                self._frames.put(frame)
+        self._frames.put(None)
+
     def close(self) -> None:
         """The worker stopped (killed if still reading) and the spool let go."""
         proc = getattr(self, "proc", None)
         if proc is not None:
             if proc.poll() is None:
                 proc.kill()
+            proc.wait()
+            if self._drain is not None:
+                self._drain.join(timeout=5)  # its pipe ended with the worker
             for pipe in (proc.stdin, proc.stdout):
                 with contextlib.suppress(OSError):
                     if pipe is not None:
