@@ -7,11 +7,12 @@ process of its own (`prepare_worker`) beside the analysis, on the core the
 analysis leaves idle.
 
 The spool holds one record per array of entries read: a frame of its places
-(`Places`) and a frame of its text, the entries as written joined by ',' with
-nothing added. A place is where one numbered entry (a device activity or an
+(`Places`) and a frame of its text (compressed with ISA-L's fastest level where
+its wheel is installed), the entries as written joined by ',' with nothing
+added. A place is where one numbered entry (a device activity or an
 op, in the parser's numbering order) takes its args: an insertion point and
-how the members go in (`added.FORMS`), or, for an entry decoded here (a rule could
-change it, or its args cannot take members as bytes), its span, holding the
+how the members go in (`added.FORMS`), or, for an entry decoded here (a rule
+could change it, or its args cannot take members as bytes), its span, holding the
 entry as orjson writes it after the key rules and before the shape rules, to be
 decoded again and given its args there. Each place carries the entry's name
 (and, for ops, start time) so the analysis can be checked against the trace.
