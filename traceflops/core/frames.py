@@ -7,11 +7,13 @@ stream.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
 
@@ -73,3 +75,45 @@ def run_worker(serve: Callable[[BinaryIO, BinaryIO], None]) -> None:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     serve(sys.stdin.buffer, replies)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (all of them where the system cannot say)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+class OwnProcess:
+    """This package's `module` run as a worker (`own_module_command`): requests in and replies out as pickled frames
+    on its stdin and stdout (`run_worker`, `write_reply`)."""
+
+    def __init__(self, module: str, env: dict | None = None, pass_fds: Sequence[int] = ()) -> None:
+        self.proc = subprocess.Popen(
+            own_module_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, pass_fds=pass_fds
+        )
+
+    def send(self, request: object) -> None:
+        """A request; OSError or ValueError where the worker is gone or its input was closed."""
+        assert self.proc.stdin is not None  # started with it piped
+        write_frame(self.proc.stdin, pickle.dumps(request))
+        self.proc.stdin.flush()
+
+    def receive(self) -> object | None:
+        """The next reply, unpickled (from this package's own worker, never from a trace); None where the worker's
+        output ended (it died)."""
+        assert self.proc.stdout is not None
+        frame = read_frame(self.proc.stdout)
+        return None if frame is None else pickle.loads(frame)
+
+    def stop(self, at_once: bool) -> None:
+        """Its input closed (it ends after its request), or, at once, killed: an error, Ctrl-C or SIGTERM must not
+        wait for it."""
+        if at_once and self.proc.poll() is None:
+            self.proc.kill()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError, ValueError):
+                if pipe is not None:
+                    pipe.close()
+        self.proc.wait()

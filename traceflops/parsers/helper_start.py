@@ -16,7 +16,7 @@ import os
 import subprocess
 
 from traceflops.core.errors import InputError
-from traceflops.core.frames import own_module_command
+from traceflops.core.frames import own_module_command, usable_cores
 from traceflops.parsers.io import GZIP_MAGIC, open_trace
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
@@ -34,11 +34,7 @@ def wanted(path: str) -> bool:
         return forced.strip() not in ("", "0")
     if multiprocessing.current_process().daemon:
         return False
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    if cores < 2:
+    if usable_cores() < 2:
         return False
     try:
         with open_trace(path) as f:  # never a FIFO or a device

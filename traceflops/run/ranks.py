@@ -8,15 +8,13 @@ import gc
 import io
 import logging
 import os
-import pickle
 import queue
 import socket
-import subprocess
 import threading
 from dataclasses import dataclass, replace
 
 from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
-from traceflops.core.frames import own_module_command, read_frame, write_frame
+from traceflops.core.frames import OwnProcess
 from traceflops.core.memory import (
     GLIBC_PROMPT,
     POLARS_THREADS,
@@ -192,41 +190,24 @@ def _worker_died() -> InputError:
     )
 
 
-class _Worker:
+class _Worker(OwnProcess):
     """A rank worker process (`rank_worker`), asked for one rank at a time."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            own_module_command("traceflops.run.rank_worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        )
+        super().__init__("traceflops.run.rank_worker")
 
     def summarize(self, args: tuple):
         """The rank's packed summary or its NotATraceError; the error that stopped it is raised here."""
-        stdin, stdout = self.proc.stdin, self.proc.stdout
-        assert stdin is not None and stdout is not None  # started with both piped
         try:
-            write_frame(stdin, pickle.dumps(args))
-            stdin.flush()
+            self.send(args)
         except (OSError, ValueError):  # gone (killed), or stopped by this process
             raise _worker_died() from None
-        reply = read_frame(stdout)
-        if reply is None:
+        got = self.receive()
+        if got is None:
             raise _worker_died()
-        got = pickle.loads(reply)  # from this package's own worker, never from a trace
         if isinstance(got, BaseException) and not isinstance(got, NotATraceError):
             raise got
         return got
-
-    def stop(self, at_once: bool) -> None:
-        """Its input closed (it ends after its rank), or, at once, killed: an error, Ctrl-C or SIGTERM must not wait
-        for a rank."""
-        if at_once:
-            self.proc.kill()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            with contextlib.suppress(OSError):
-                if pipe is not None:
-                    pipe.close()
-        self.proc.wait()
 
 
 def _attempt(args: tuple) -> RankSummary | NotATraceError:

@@ -278,7 +278,7 @@ def _from_entries(text: bytes | bytearray, got: Prepared, rules: Redactor) -> tu
                 np.array([p[2] for p in places], dtype=np.int64),
                 np.array([p[3] for p in places], dtype=np.int64),
                 np.array([p[4] for p in places], dtype=np.uint8),
-                np.array([_float(p[6]) for p in places], dtype=np.float64),
+                np.array([float(p[6]) for p in places], dtype=np.float64),  # numbering required a number
                 [p[5] for p in places],
             ),
             data,
@@ -286,11 +286,6 @@ def _from_entries(text: bytes | bytearray, got: Prepared, rules: Redactor) -> tu
         left_out,
         written_through,
     )
-
-
-def _float(v) -> float:
-    """A start time as the parser casts it (numbering already required it to be one)."""
-    return float(v)
 
 
 # An entry is written as its bytes (its added args spliced in, `added.holes`) unless decoding and re-encoding it

@@ -17,14 +17,13 @@ import contextlib
 import os
 import pickle
 import queue
-import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from traceflops.core.errors import InputError
-from traceflops.core.frames import own_module_command, read_frame, run_worker, write_frame, write_reply
+from traceflops.core.frames import OwnProcess, read_frame, run_worker, write_reply
 from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, Prepared, prepare, read_records
 
 
@@ -47,27 +46,25 @@ class Beside:
     """The input being read in a worker process into a spool in `folder` (the output's, so the trace-sized spool
     lands on the output's disk)."""
 
-    def __init__(self, path: str, folder: str, chunk: int) -> None:
+    def __init__(self, path: str, folder: str, chunk: int | None = None) -> None:
         # Nameless where the system allows (O_TMPFILE): nothing is left beside the output if a process is killed.
         self.spool: BinaryIO = tempfile.TemporaryFile(dir=folder, prefix=SPOOL_PREFIX)  # noqa: SIM115 (held until close)
         fd = self.spool.fileno()
         self._reader = _Reader(fd)  # where the records followed so far end
         self._got: Prepared | None = None
-        self._frames: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue[object | None] = queue.SimpleQueue()
         self._drain: threading.Thread | None = None
         self.opening: bytes | None = None  # the root object up to its traceEvents array's '[', once the worker has it
+        self.worker: OwnProcess | None = None
         try:
             # One polars thread: the analysis has the other core.
-            self.proc = subprocess.Popen(
-                own_module_command("traceflops.export.perfetto.prepare_worker"),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                pass_fds=(fd,),
+            self.worker = OwnProcess(
+                "traceflops.export.perfetto.prepare_worker",
                 env=dict(os.environ, POLARS_MAX_THREADS="1"),
+                pass_fds=(fd,),
             )
-            assert self.proc.stdin is not None  # started with it piped
-            write_frame(self.proc.stdin, pickle.dumps((path, fd, chunk)))
-            self.proc.stdin.close()
+            self.proc = self.worker.proc
+            self.worker.send((path, fd, chunk))
             # Replies read as they come, whatever this process is doing: a full pipe would stop the worker (a reply
             # a record: a few thousand replies on a trace of several GB) while the analysis runs here.
             self._drain = threading.Thread(target=self._read_replies, name="annotate-worker-replies", daemon=True)
@@ -102,15 +99,14 @@ class Beside:
         """The worker's next reply: `("spooled", end, opening)` after each record, then what it found (kept)."""
         if self._got is not None:
             return self._got
-        frame = self._frames.get()
-        if frame is None:
+        got = self._replies.get()
+        if got is None:
             self.proc.wait()
             raise InputError(
                 None,
                 "the process reading the trace for annotate ended before it was done (killed, e.g. for memory)",
                 "rerun; with TRACEFLOPS_ANNOTATE_WORKER=0 the trace is read in the command's own process",
             )
-        got = pickle.loads(frame)  # from this package's own worker, never from a trace
         if isinstance(got, BaseException):
             raise got
         if got.__class__ is tuple:
@@ -122,27 +118,19 @@ class Beside:
         return got
 
     def _read_replies(self) -> None:
-        """On a thread: each reply frame queued, then None (the worker's output ended)."""
-        assert self.proc.stdout is not None
+        """On a thread: each reply queued, then None (the worker's output ended)."""
+        assert self.worker is not None
         with contextlib.suppress(OSError, ValueError):  # closed under it: the worker was stopped
-            while (frame := read_frame(self.proc.stdout)) is not None:
-                self._frames.put(frame)
-        self._frames.put(None)
+            while (reply := self.worker.receive()) is not None:
+                self._replies.put(reply)
+        self._replies.put(None)
 
     def close(self) -> None:
         """The worker stopped (killed if still reading) and the spool let go."""
-        proc = getattr(self, "proc", None)
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            if self._drain is not None:
-                self._drain.join(timeout=5)  # its pipe ended with the worker
-            for pipe in (proc.stdin, proc.stdout):
-                with contextlib.suppress(OSError):
-                    if pipe is not None:
-                        pipe.close()
-            proc.wait()
+        if self.worker is not None:
+            self.worker.stop(at_once=True)
+        if self._drain is not None:
+            self._drain.join(timeout=5)  # its pipe ended with the worker
         self.spool.close()
 
     def __enter__(self) -> Beside:
