@@ -66,23 +66,27 @@ from traceflops.views import collectives as coll_view
 from traceflops.views import path_summary as path_view
 
 
-def analyze_trace(trace: Trace, opt: ModelOptions, on_stage=None, captures: Sequence[Trace] = ()) -> Analysis:
+def analyze_trace(
+    trace: Trace, opt: ModelOptions, on_stage=None, captures: Sequence[Trace] = (), views: bool = True
+) -> Analysis:
     """`on_stage(name)` is called as each group of stages starts (a progress display), if given. `captures` are traces
-    that recorded the CUDA/HIP graphs this one replays (the trace's own captures are always read)."""
+    that recorded the CUDA/HIP graphs this one replays (the trace's own captures are always read). Without `views`,
+    the tables, steps and totals only, without what is built from them (rollups, collectives, the critical path's
+    summary, counterfactuals, advice): what `annotate` writes back needs none of them (a fifth of the analysis)."""
     stage = on_stage or (lambda name: None)
     stage("clean")
     trace = clean(trace)
     if opt.group_roles:  # what the user said each group is for: the collectives' view reads it with the trace's groups
         trace = replace(trace, meta={**trace.meta, "group_roles": dict(opt.group_roles)})
     try:
-        a = _analyze(trace, opt, stage, captures)
+        a = _analyze(trace, opt, stage, captures, views)
     except ConservationError as e:
         raise InternalError(trace.meta.get("path"), f"{e.what} conservation check failed: {e}", BUG) from e
     check_analysis(a)
     return a
 
 
-def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] = ()) -> Analysis:
+def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] = (), views: bool = True) -> Analysis:
     # link, phases, count
     stage("link, phases, FLOPs")
     linked = link(trace)
@@ -187,9 +191,7 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         model = msec.with_band(model, totals, hardware)
     steps = steps.filter(~pl.col("step").is_in(trace.meta.get("cut_steps") or []))
 
-    # views
-    stage("advice")
-    a = Analysis(
+    tables = Analysis(
         trace=trace,
         ops=ops,
         kernels=kernels,
@@ -203,12 +205,20 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         idle_gaps=gaps,
         launch_stats=stats,
         roofline=roof,
+        step_stats=step_stats(steps),
+        critical_path=path,
+    )
+    if not views:
+        return tables
+
+    # views
+    stage("advice")
+    a = replace(
+        tables,
         top_kernels=roofline.top_recoverable(roof) if roof is not None else None,
         by_kernel=rollup.by_kernel(kernels) if device_trace else None,
         by_module=rollup.by_module(ops, kernels) if device_trace else None,
         by_gemm_shape=gemm_shapes.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
-        step_stats=step_stats(steps),
-        critical_path=path,
     )
     coll = coll_view.collectives(a, with_issuer=True)
     a = replace(a, collectives=coll.drop("issuer", strict=False))

@@ -150,3 +150,26 @@ def test_the_worker_reads_on_while_the_command_is_busy(tmp_path):
         beside.proc.wait(timeout=120)  # nothing read meanwhile
         records = list(beside.follow())
         assert len(records) > 2000 and beside.result().events_in == len(doc["traceEvents"])
+
+
+def test_the_parse_takes_no_helper_while_the_worker_holds_the_spare_core(tmp_path, monkeypatch):
+    """Two cores: the reader takes one, the analysis the other; a decode helper would make three processes on them.
+    A user's setting of the helper still wins."""
+    from traceflops.parsers import helper_start
+
+    monkeypatch.delenv(helper_start.ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setenv(ENV, "1")  # the worker whatever the machine's cores
+    big = tmp_path / "big.json"
+    big.write_bytes(b"{")
+    os.truncate(big, 256 << 20)  # sparse: a size that wants a helper
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    assert helper_start.wanted(str(big))
+    with start_reading(src, str(tmp_path / "out.json.gz")) as beside:
+        assert beside is not None
+        assert not helper_start.wanted(str(big))
+        monkeypatch.setenv(helper_start.ENV, "1")
+        assert helper_start.wanted(str(big))
+        monkeypatch.delenv(helper_start.ENV)
+        beside.result()
+    assert helper_start.wanted(str(big))  # the worker stopped: the core is spare again

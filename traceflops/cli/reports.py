@@ -130,9 +130,9 @@ def annotate_cmd(trace, output, **kw):
             beside = start_reading(trace, output)
             if beside is not None:
                 held.enter_context(beside)
-            a = for_annotation(
-                analyze(trace, opts, cache_dir)
-            )  # the rest of the analysis is let go before the trace is streamed through
+            # Without the views built from the tables (advice and the like: none is written back), and the rest of
+            # the analysis let go before the trace is streamed through.
+            a = for_annotation(analyze(trace, opts, cache_dir, views=False))
             return_freed_memory()
             kineto = a.meta.get("format") != "xplane"  # an XLA profile's annotation names no modules
             modules = module_of(a.ops, launching_rows(a.kernels)) if kineto and a.kernels.height else None

@@ -13,6 +13,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
@@ -85,6 +86,17 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+_running = [0]  # this process's own workers started and not yet stopped (`OwnProcess`)
+_running_lock = threading.Lock()
+
+
+def spare_cores() -> int:
+    """`usable_cores` less one for each of this process's own workers still running: what a further process (a
+    parse's decode helper) would have to itself. Annotate's reader holds one while the trace is parsed; a helper
+    beside it made three processes on two cores, which only contended."""
+    return usable_cores() - _running[0]
+
+
 class OwnProcess:
     """This package's `module` run as a worker (`own_module_command`): requests in and replies out as pickled frames
     on its stdin and stdout (`run_worker`, `write_reply`)."""
@@ -93,6 +105,9 @@ class OwnProcess:
         self.proc = subprocess.Popen(
             own_module_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, pass_fds=pass_fds
         )
+        self._running = True
+        with _running_lock:
+            _running[0] += 1
 
     def send(self, request: object) -> None:
         """A request; OSError or ValueError where the worker is gone or its input was closed."""
@@ -117,3 +132,7 @@ class OwnProcess:
                 if pipe is not None:
                     pipe.close()
         self.proc.wait()
+        with _running_lock:
+            if self._running:
+                self._running = False
+                _running[0] -= 1

@@ -16,7 +16,7 @@ import os
 import subprocess
 
 from traceflops.core.errors import InputError
-from traceflops.core.frames import own_module_command, usable_cores
+from traceflops.core.frames import own_module_command, spare_cores
 from traceflops.parsers.io import GZIP_MAGIC, open_trace
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
@@ -28,13 +28,14 @@ _early: list[subprocess.Popen] = []  # a helper started before the parse that ha
 
 
 def wanted(path: str) -> bool:
-    """A helper pays for its start-up (about 0.3 s of imports) only on large traces, with a core to spare."""
+    """A helper pays for its start-up (about 0.3 s of imports) only on large traces, with a core to spare (none is
+    while annotate's reader runs: `spare_cores`)."""
     forced = os.environ.get(ENV)
     if forced is not None:
         return forced.strip() not in ("", "0")
     if multiprocessing.current_process().daemon:
         return False
-    if usable_cores() < 2:
+    if spare_cores() < 2:
         return False
     try:
         with open_trace(path) as f:  # never a FIFO or a device

@@ -30,14 +30,17 @@ def load(path: str, cache_dir=None, progress=None) -> Trace:
     return trace
 
 
-def analyze(path: str, options: ModelOptions | None = None, cache_dir=None, progress=None) -> Analysis:
+def analyze(
+    path: str, options: ModelOptions | None = None, cache_dir=None, progress=None, views: bool = True
+) -> Analysis:
     """`progress(done_bytes, total_bytes)` is called while a large file is read, and `progress.stage(name)` (if it
     has one) as each group of analysis stages starts. Graph captures named in the options, or written beside the
-    trace (`capture_traces/`, as vLLM and SGLang do), are read too: they say what a graph replay ran."""
+    trace (`capture_traces/`, as vLLM and SGLang do), are read too: they say what a graph replay ran. `views`: see
+    `pipeline.analyze_trace`."""
     options = options or ModelOptions()
     trace = load(path, cache_dir, progress)
     captures = [load(p, cache_dir) for p in capture_paths(path, options)] if replays_graphs(trace) else []
-    return analyze_trace(trace, options, getattr(progress, "stage", None), captures)
+    return analyze_trace(trace, options, getattr(progress, "stage", None), captures, views)
 
 
 def capture_paths(path: str, options: ModelOptions) -> list[str]:
