@@ -235,10 +235,10 @@ def test_a_check_that_fires_inside_the_pipeline_is_an_internal_error(monkeypatch
     from traceflops import pipeline
     from traceflops.core.results import ModelOptions
 
-    def broken(trace, opt, stage, captures=()):
+    def broken(trace, opt, stage, captures=(), views=True):
         tl.check_partition(_partition_row(idle=3.0))
 
-    def other(trace, opt, stage, captures=()):
+    def other(trace, opt, stage, captures=(), views=True):
         raise ValueError("not a conservation check")
 
     t = trace(ops(("a", "1", 0.0, 1.0, 1)))
