@@ -105,7 +105,7 @@ class OwnProcess:
         self.proc = subprocess.Popen(
             own_module_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, pass_fds=pass_fds
         )
-        self._running = True
+        self._counted = True  # among `_running` until stopped
         with _running_lock:
             _running[0] += 1
 
@@ -131,8 +131,10 @@ class OwnProcess:
             with contextlib.suppress(OSError, ValueError):
                 if pipe is not None:
                     pipe.close()
-        self.proc.wait()
-        with _running_lock:
-            if self._running:
-                self._running = False
-                _running[0] -= 1
+        try:
+            self.proc.wait()
+        finally:
+            with _running_lock:
+                if self._counted:
+                    self._counted = False
+                    _running[0] -= 1
