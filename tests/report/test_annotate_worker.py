@@ -165,8 +165,9 @@ def test_the_parse_takes_no_helper_while_the_worker_holds_the_spare_core(tmp_pat
     os.truncate(big, 256 << 20)  # sparse: a size that wants a helper
     src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
     assert helper_start.wanted(str(big))
-    with start_reading(src, str(tmp_path / "out.json.gz")) as beside:
-        assert beside is not None
+    beside = start_reading(src, str(tmp_path / "out.json.gz"))
+    assert beside is not None
+    with beside:
         assert not helper_start.wanted(str(big))
         monkeypatch.setenv(helper_start.ENV, "1")
         assert helper_start.wanted(str(big))

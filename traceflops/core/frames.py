@@ -13,7 +13,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
@@ -86,15 +85,14 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-_running = [0]  # this process's own workers started and not yet stopped (`OwnProcess`)
-_running_lock = threading.Lock()
+_running: set[OwnProcess] = set()  # this process's own workers started and not yet stopped
 
 
 def spare_cores() -> int:
     """`usable_cores` less one for each of this process's own workers still running: what a further process (a
-    parse's decode helper) would have to itself. Annotate's reader holds one while the trace is parsed; a helper
-    beside it made three processes on two cores, which only contended."""
-    return usable_cores() - _running[0]
+    parse's decode helper, annotate's reader) would have to itself. Annotate's reader holds one while the trace is
+    parsed; a helper beside it made three processes on two cores, which only contended."""
+    return usable_cores() - len(_running)
 
 
 class OwnProcess:
@@ -105,9 +103,7 @@ class OwnProcess:
         self.proc = subprocess.Popen(
             own_module_command(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, pass_fds=pass_fds
         )
-        self._counted = True  # among `_running` until stopped
-        with _running_lock:
-            _running[0] += 1
+        _running.add(self)
 
     def send(self, request: object) -> None:
         """A request; OSError or ValueError where the worker is gone or its input was closed."""
@@ -134,7 +130,4 @@ class OwnProcess:
         try:
             self.proc.wait()
         finally:
-            with _running_lock:
-                if self._counted:
-                    self._counted = False
-                    _running[0] -= 1
+            _running.discard(self)

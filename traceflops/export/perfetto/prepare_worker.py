@@ -17,6 +17,7 @@ import contextlib
 import os
 import pickle
 import queue
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -63,7 +64,6 @@ class Beside:
                 env=dict(os.environ, POLARS_MAX_THREADS="1"),
                 pass_fds=(fd,),
             )
-            self.proc = self.worker.proc
             self.worker.send((path, fd, chunk))
             # Replies read as they come, whatever this process is doing: a full pipe would stop the worker (a reply
             # a record: a few thousand replies on a trace of several GB) while the analysis runs here.
@@ -116,6 +116,12 @@ class Beside:
         self._got = got
         self.proc.wait()
         return got
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        """The worker's process."""
+        assert self.worker is not None  # started in __init__, or __init__ raised
+        return self.worker.proc
 
     def _read_replies(self) -> None:
         """On a thread: each reply queued, then None (the worker's output ended)."""

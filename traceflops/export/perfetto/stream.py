@@ -54,7 +54,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.errors import FormatError, TraceflopsError
-from traceflops.core.frames import usable_cores
+from traceflops.core.frames import spare_cores
 from traceflops.core.redact import redact_bytes
 from traceflops.core.results import Analysis
 from traceflops.export.perfetto.added import AFTER, AS_READ, BEFORE, DECODED, kernel_members, op_members
@@ -263,7 +263,7 @@ def start_reading(trace_path: str, out_path: str) -> Beside | None:
     forced = os.environ.get(ENV)
     if forced is not None and forced.strip() in ("", "0"):
         return None
-    if forced is None and usable_cores() < 2:
+    if forced is None and spare_cores() < 2:
         return None
     folder = tempfile.gettempdir() if str(out_path) == STDOUT else str(Path(out_path).resolve().parent)
     from traceflops.export.perfetto.prepare_worker import Beside
