@@ -189,11 +189,12 @@ SPLICE_CASES = [  # (entry, the args text a strict decode reads, or None where i
 ]
 
 
-def test_the_args_are_inserted_where_a_decoded_event_would_gain_them():
+@pytest.mark.parametrize("absent", [None, b""])  # no args key: as written, or as the fields' decode leaves it
+def test_the_args_are_inserted_where_a_decoded_event_would_gain_them(absent):
     """Each entry that can take members as bytes, given them at its place, reads back as the decoded entry with the
     members added to its args (created last where it had none); the others are refused (decoded instead)."""
     m = '"traceflops.phase":"forward","traceflops.flops":12'
-    fits, offset, form = holes([e for e, _, _ in SPLICE_CASES], [a for _, a, _ in SPLICE_CASES])
+    fits, offset, form = holes([e for e, _, _ in SPLICE_CASES], [absent if a is None else a for _, a, _ in SPLICE_CASES])
     assert fits.tolist() == [ok for _, _, ok in SPLICE_CASES]
     inserted = [FORMS[f][0] + m.encode() + FORMS[f][1] for f in form[fits].tolist()]
     for (entry, _, _), at, new in zip([c for c in SPLICE_CASES if c[2]], offset[fits].tolist(), inserted):
@@ -244,3 +245,20 @@ def test_the_added_rates_are_the_decoded_routes_to_the_last_bit():
                                        "recoverable_us": pl.Float64})
     got = [orjson.loads(b"{" + m + b"}")["traceflops.achieved_tflops"] for m in kernel_members(k).run(0, n)]
     assert got == [tflops(f, d) for f, d in zip(flops.tolist(), dur.tolist())]
+
+
+def test_floats_are_written_as_orjson_writes_them():
+    """The spliced members and added events write floats in polars; the decoded route writes them with orjson: the
+    same text for every double (random bit patterns over every exponent, the edges of integers and notations), null
+    for what JSON cannot hold."""
+    from traceflops.export.perfetto.added import json_floats
+
+    rng = np.random.default_rng(11)
+    v = rng.integers(0, 2**64 - 1, 300_000, dtype=np.uint64, endpoint=True).view(np.float64)
+    edges = [0.0, -0.0, 0.1, 1.0, 123.0, 2.0**53, 2.0**53 + 2, 1e15 + 0.5, 1e16, 1e21, 1e22, 1e-5, 1e-7, 5e-324,
+             1.7976931348623157e308, -2.5e-308, 9.999999999999999e22]
+    finite = [*v[np.isfinite(v)].tolist(), *edges]
+    assert json_floats(pl.Series(finite)).to_list() == orjson.dumps(finite).decode()[1:-1].split(",")
+    odd = [math.nan, math.inf, -math.inf, None, 2.5]
+    assert json_floats(pl.Series(odd, dtype=pl.Float64)).to_list() == ["null", "null", "null", "null", "2.5"]
+    assert json_floats(pl.Series([3, None, -7], dtype=pl.Int64)).to_list() == ["3.0", "null", "-7.0"]  # float(v)

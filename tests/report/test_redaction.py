@@ -286,3 +286,25 @@ def test_the_parsed_trace_cache_holds_no_secret(planted, tmp_path):
     files = [p for p in cache.rglob("*") if p.is_file()]
     assert files
     assert {str(p): leaks(output_text(p), secrets) for p in files} == {str(p): [] for p in files}
+
+
+SHAPED = [f"x {t} y" for t in TOKENS.values()] + [
+    "tcp://user:PLANTEDpw@host:29500", "redis://:PLANTEDpw@cache:6379/0", f"clone https://{GHP}@github.com/o/r",
+    "-----BEGIN RSA PRIVATE KEY-----\\nMIIBPLANTED\\n-----END RSA PRIVATE KEY-----",
+]
+FILLER = b'{"name":"sm90_gemm_weight_grad","ts":12.5,"args":{"grid":[1,2,3]}},' * 6000  # ~400 KB, no rule's lead
+
+
+@pytest.mark.parametrize("text", SHAPED)
+def test_redact_bytes_finds_a_shape_at_the_end_of_a_long_text(text):
+    short = json.dumps({"note": text}).encode()
+    want, n = redact_bytes(short)
+    assert n >= 1 and want != short
+    assert redact_bytes(FILLER + short) == (FILLER + want, n)
+    assert redact_bytes(FILLER + b"\xff" + short) == (FILLER + b"\xff" + want, n)  # not UTF-8 throughout
+
+
+def test_redact_bytes_leaves_a_long_text_without_any_rules_lead_as_it_is():
+    assert len(FILLER) > 1 << 18
+    got, n = redact_bytes(FILLER)
+    assert got is FILLER and n == 0

@@ -177,11 +177,29 @@ def redact_text(text: str) -> tuple[str, int]:
 
 
 def redact_bytes(data: bytes) -> tuple[bytes, int]:
-    """`redact_text` over serialized JSON (or any bytes), one pass per rule (each led by a literal: ~150 MB/s in all).
+    """`redact_text` over serialized JSON (or any bytes), one pass per rule (each led by a literal: ~150 MB/s in all);
+    a long text first searched for the rules' leading literals in one pass, and left as it is where none is found.
 
     The replacements contain nothing JSON escapes, and no rule matches a quote or a backslash escape's start.
     """
+    if len(data) >= _SCAN_FROM and not _may_match(data):
+        return data, 0
     return _apply(_SHAPE_BYTES, data)
+
+
+# What each shape rule starts with, case as written (`URL_PASSWORD_RE`, `TOKEN_RES`; `gh[pousr]_` spelled out, as
+# "gh" alone is in every "weight"): a text holding none of them is one no rule changes. Searched for at once
+# (Aho-Corasick in polars: ~400 MB/s against the rules' ~150 MB/s) in texts long enough to repay building a series.
+_LEADS = ["://", *(f"gh{c}_" for c in "pousr"), *(lead for lead, _ in _SHAPES[1:]), "-----BEGIN"]
+_SCAN_FROM = 1 << 18
+
+
+def _may_match(data: bytes) -> bool:
+    """Whether `data` holds a leading literal of a shape rule. Bytes that are not UTF-8 are read as U+FFFD: every
+    ASCII byte is kept as it is, so an (ASCII) lead is found in the text exactly where it is in the bytes."""
+    import polars as pl
+
+    return pl.Series([data.decode("utf-8", "replace")], dtype=pl.Utf8).str.contains_any(_LEADS).item()
 
 
 def redact_string(text: str) -> tuple[str, int]:

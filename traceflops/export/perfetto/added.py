@@ -34,16 +34,14 @@ def json_strings(s: pl.Series) -> pl.Series:
     return s.replace_strict(text, default=None, return_dtype=pl.Utf8).fill_null(_NULL)
 
 
-def _floats(values: list) -> list[str]:
-    """Python numbers (or None) as orjson writes them, in one call (NaN and infinities as null)."""
-    if not values:
-        return []
-    return orjson.dumps(values).decode()[1:-1].split(",")
-
-
 def json_floats(s: pl.Series) -> pl.Series:
-    """A float column as orjson writes each value (`float(v)`; null, NaN and infinities as null)."""
-    return pl.Series(s.name, _floats(s.cast(pl.Float64).to_list()), dtype=pl.Utf8)
+    """A float column as orjson writes each value (`float(v)`; null, NaN and infinities as null).
+
+    Polars writes a finite double as orjson does (the shortest text that reads back as it, the same notation:
+    `tests/report/test_annotate_bytes.py` holds them to it over random bit patterns), so no value becomes a Python
+    object."""
+    f = s.cast(pl.Float64)
+    return pl.select(pl.when(f.is_finite()).then(f.cast(pl.Utf8)).otherwise(pl.lit(_NULL))).to_series().rename(s.name)
 
 
 def json_nums(s: pl.Series) -> pl.Series:
@@ -218,15 +216,15 @@ def holes(entries: list[bytes], args: list[bytes | None]) -> tuple[np.ndarray, n
     is decoded), where they go (a byte offset into the entry: its args' closing brace, or the end of its body, where
     an args object is created last) and how (`FORMS`).
 
-    `args` is the text of each entry's args value as a strict decode read it (the last `args` key's), None where it
-    has no args key.
+    `args` is the text of each entry's args value as a strict decode read it (the last `args` key's), None or empty
+    where it has no args key (no JSON value is empty).
     """
     if not entries:
         return np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0, np.uint8)
     frame = pl.DataFrame(
         {"e": pl.Series(entries, dtype=pl.Binary).cast(pl.Utf8), "a": pl.Series(args, dtype=pl.Binary).cast(pl.Utf8)}
     )
-    entry, a = pl.col("e"), pl.col("a")
+    entry, a = pl.col("e"), pl.when(pl.col("a") != "").then(pl.col("a"))
     body = _before_last(entry, 1).str.strip_chars_end(_BLANKS)
     n = a.str.len_bytes().cast(pl.Int64)
     key = _before_last(body, n).str.strip_chars_end(_BLANKS)

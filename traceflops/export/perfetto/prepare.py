@@ -187,7 +187,7 @@ def _from_parts(p: Parts, got: Prepared, rules: Redactor, keys: PlainKeys) -> tu
     taken = at[plain].tolist()
     fits, offset, form = holes(
         list(map(bytes, map(raws.__getitem__, taken))),
-        [a or None for a in map(bytes, map(_ARGS_OF, map(fields.__getitem__, taken)))],
+        list(map(bytes, map(_ARGS_OF, map(fields.__getitem__, taken)))),  # empty where there is no args key
     )  # ASCII without a backslash (else a rule decodes it first)
     decoded: dict[int, dict] = {}
     try:
