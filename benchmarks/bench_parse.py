@@ -25,7 +25,8 @@ Each contender runs once to warm the page cache, then `--repeat` times (3 by
 default); the report gives the median wall time, the median CPU seconds of the
 whole process tree (user + system, helpers included) and the largest peak.
 `--tiles 1,3,10` runs every size in one go; `--annotate-ratio` runs only `annotate`
-against `analyze` (alternated, the machine's load recorded), for their ratio; `--job 32` adds a job of that many
+against `analyze` (alternated, the machine's load recorded), for their ratio, and with `--before CHECKOUT` that
+checkout's `annotate` alternated with them (after / before ratios of one run); `--job 32` adds a job of that many
 ranks (copies of the V100 transformer rank) analysed with `--jobs 2`, against
 HTA on the same folder (HTA without a warm-up there: it takes minutes).
 
@@ -91,7 +92,8 @@ def main() -> None:
                     help="only `annotate` against `analyze` on each trace, their runs alternated (the same load on both)")
     ap.add_argument("--analysis-cpu", action="store_true",
                     help="only the analysis after the parse (pipeline.analyze_trace on a parsed trace), see analysis_after_parse")
-    ap.add_argument("--before", help="with --analysis-cpu: a checkout to compare with (its traceflops), alternated in one run")
+    ap.add_argument("--before", help="with --analysis-cpu or --annotate-ratio: a checkout to compare with (its traceflops), "
+                    "alternated in one run")
     ap.add_argument("--memory", action="store_true", help="only the memory ratios (job vs one rank, big trace vs file)")
     ap.add_argument("--memory-ranks", type=int, default=32, help="ranks of --memory's job")
     ap.add_argument("--memory-tiles", type=int, default=57, help="tiles of --memory's big trace (57: 1.85 GB)")
@@ -113,7 +115,8 @@ def main() -> None:
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
     everything: dict = {"repeat": a.repeat}
     for path, label in runs:
-        everything[label] = annotate_ratio(path, a.repeat) if a.annotate_ratio else one_size(path, a.skip_hta, a.repeat)
+        everything[label] = (annotate_ratio(path, a.repeat, a.before) if a.annotate_ratio
+                             else one_size(path, a.skip_hta, a.repeat))
     if a.job:
         everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat)
     print(json.dumps(everything, indent=2))
@@ -161,20 +164,34 @@ def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
     return results
 
 
-def annotate_ratio(path: str, repeat: int) -> dict:
+BEFORE_ANNOTATE = "traceflops annotate --no-cache (before)"
+
+
+def annotate_ratio(path: str, repeat: int, before: str | None = None) -> dict:
     """`traceflops annotate --no-cache` against `traceflops analyze --no-cache --format json` on one trace: one warm-up
     each, then `repeat` runs of each, alternated so that both see the same load; the medians, their ratio, and the
-    machine's load averages (1, 5, 15 min) before and after."""
+    machine's load averages (1, 5, 15 min) before and after. With `before` (a checkout), its annotate (its package
+    first on the path of the command and of the processes it starts) is alternated with them too, and the after /
+    before ratios of the medians given."""
     import statistics
 
     pair = {"traceflops analyze --no-cache": cli("--no-cache"), "traceflops annotate --no-cache": ANNOTATE}
+    where: dict = {name: (None, None) for name in pair}  # (environment, working folder) of each contender
+    if before:
+        root = str(Path(before).resolve())
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(root) / "traceflops")], check=True,
+                       stdout=subprocess.DEVNULL)
+        pair[BEFORE_ANNOTATE] = ANNOTATE
+        # run in its folder too: `python -c` puts the working folder first on the path, ahead of PYTHONPATH
+        where[BEFORE_ANNOTATE] = ({**os.environ, "PYTHONPATH": root}, root)
+    path = os.path.abspath(path)  # the before checkout's runs start in its own folder
     results: dict = {"trace": path, "bytes": os.path.getsize(path), "load_before": os.getloadavg()}
-    for code in pair.values():
-        run_isolated(code, path)
+    for name, code in pair.items():
+        run_isolated(code, path, *where[name])
     got: dict = {name: [] for name in pair}
     for _ in range(repeat):
         for name, code in pair.items():
-            got[name].append(run_isolated(code, path))
+            got[name].append(run_isolated(code, path, *where[name]))
     for name, runs in got.items():
         bad = [g for g in runs if "error" in g]
         results[name] = bad[0] if bad else {
@@ -190,8 +207,14 @@ def annotate_ratio(path: str, repeat: int) -> dict:
     if "error" not in ann and "error" not in ana:
         results["annotate_vs_analyze_wall"] = round(ann["wall_s"] / ana["wall_s"], 3)
         results["annotate_vs_analyze_cpu"] = round(ann["cpu_s"] / ana["cpu_s"], 3)
+    old = results.get(BEFORE_ANNOTATE)
+    if old is not None and "error" not in old and "error" not in ann:
+        results["annotate_after_vs_before_wall"] = round(ann["wall_s"] / old["wall_s"], 3)
+        results["annotate_after_vs_before_cpu"] = round(ann["cpu_s"] / old["cpu_s"], 3)
     print(f"annotate / analyze: wall {results.get('annotate_vs_analyze_wall')}, cpu {results.get('annotate_vs_analyze_cpu')}; "
-          f"load {results['load_before']} -> {results['load_after']}", flush=True)
+          + (f"annotate after / before: wall {results.get('annotate_after_vs_before_wall')}, "
+             f"cpu {results.get('annotate_after_vs_before_cpu')}; " if before else "")
+          + f"load {results['load_before']} -> {results['load_after']}", flush=True)
     return results
 
 
@@ -375,7 +398,7 @@ def analysis_after_parse(path: str, before: str | None = None, repeat: int = 3, 
     return out
 
 
-def run_isolated(code: str, path: str) -> dict:
+def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None = None) -> dict:
     """Wall time and the peak memory of the process tree, sampled every 10 ms: RSS summed (a page shared by
     processes counted in each: three interpreters count polars' library thrice) and PSS summed (a shared page
     split among the processes that map it: the tree's real footprint, the figure to quote)."""
@@ -384,7 +407,8 @@ def run_isolated(code: str, path: str) -> dict:
     import psutil
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.Popen([sys.executable, "-c", f"P = {path!r}\n{code}\n"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", f"P = {path!r}\n{code}\n"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=cwd)
     t = time.perf_counter()
     root, peak, peak_pss, pss_at = psutil.Process(proc.pid), 0, 0, 0.0
     while proc.poll() is None:

@@ -37,3 +37,26 @@ def test_decode_floor_runs_on_a_small_trace(shared, tmp_path):
     for name in ("start: import the CLI and the analysis", "start: traceflops analyze of a 0.4 MB gzipped trace"):
         assert r[name]["wall_s"] > 0 and r[name]["cpu_s"] > 0, name
     assert r["peers (NDJSON copy)"]["polars read_ndjson"] > 0  # polars is a dependency: always measured
+
+
+def test_annotate_ratio_runs_a_before_checkouts_annotate_beside(tmp_path):
+    """`--annotate-ratio --before`: the other checkout's package is the one its annotate runs, in the command's
+    process and in the process that reads the trace beside the analysis (both leave a mark), alternated with this
+    checkout's analyze and annotate; the ratios are given."""
+    import shutil
+
+    before = tmp_path / "before"
+    shutil.copytree(ROOT / "traceflops", before / "traceflops", ignore=shutil.ignore_patterns("__pycache__"))
+    marks = tmp_path / "marks.txt"
+    init = before / "traceflops" / "__init__.py"
+    init.write_text(f"import os as _os\nopen({str(marks)!r}, 'a').write(str(_os.getpid()) + '\\n')\n" + init.read_text())
+    out = tmp_path / "ratio.json"
+    trace = ROOT / "fixtures" / "cpu" / "ns_ckpt_partial.json.gz"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_parse.py"), "--trace", str(trace), "--annotate-ratio",
+                    "--before", str(before), "--repeat", "1", "--out", str(out)], check=True, capture_output=True, timeout=600)
+    r = json.loads(out.read_text())["trace"]
+    for name in ("traceflops analyze --no-cache", "traceflops annotate --no-cache", "traceflops annotate --no-cache (before)"):
+        assert "error" not in r[name] and r[name]["runs"] == 1 and r[name]["wall_s"] > 0, name
+    assert r["annotate_after_vs_before_wall"] > 0 and r["annotate_after_vs_before_cpu"] > 0
+    # a warm-up and a timed run, each a command and its reader process: four processes imported the other package
+    assert len(set(marks.read_text().split())) == 4
