@@ -18,7 +18,7 @@ from tests.builders import write_doc
 from tests.report.test_annotate import gpu_doc
 from traceflops.core.errors import EXIT_FORMAT, EXIT_INPUT, InputError
 from traceflops.export.perfetto import start_reading
-from traceflops.export.perfetto.stream import ENV
+from traceflops.export.perfetto.reader_start import ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,3 +174,38 @@ def test_the_parse_takes_no_helper_while_the_worker_holds_the_spare_core(tmp_pat
         monkeypatch.delenv(helper_start.ENV)
         beside.result()
     assert helper_start.wanted(str(big))  # the worker stopped: the core is spare again
+
+
+def _polars_threads(code: str, env: dict) -> int:
+    done = subprocess.run([sys.executable, "-c", code + "\nimport polars\nprint(polars.thread_pool_size())"],
+                          env=env, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+def test_the_readers_decision_loads_no_polars():
+    """Whether annotate reads beside the analysis is known before polars loads (its thread count is fixed then)."""
+    code = "import sys\nimport traceflops.export.perfetto.reader_start\nassert 'polars' not in sys.modules, 'loaded'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+def test_annotates_own_process_leaves_the_readers_core_to_it(tmp_path):
+    """With its reader beside it, annotate's own process runs polars on one core fewer (on two cores, the reader's
+    and two polars threads only contended); without it, on polars' default; a user's own setting wins."""
+    from traceflops.core.frames import usable_cores
+
+    if usable_cores() < 2:
+        pytest.skip("one core: no reader runs beside the analysis")
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    bare = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    default = _polars_threads("", bare)
+
+    def annotate(env: dict, out: str) -> int:
+        code = ("from traceflops.cli.main import main\n"
+                f"main(['annotate', {str(src)!r}, '-o', {str(tmp_path / out)!r}, '--no-cache'], standalone_mode=False)")
+        return _polars_threads(code, env)
+
+    assert annotate({**bare, ENV: "1"}, "a.json.gz") == usable_cores() - 1 != default
+    assert annotate({**bare, ENV: "0"}, "b.json.gz") == default
+    assert annotate({**bare, ENV: "1", "POLARS_MAX_THREADS": "2"}, "c.json.gz") == 2

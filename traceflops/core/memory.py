@@ -39,8 +39,14 @@ def prefer_one_thread() -> None:
     48 MB rank copied 32 times took 10.5-10.9 s with them, 10.2-10.3 s without.
     A user's own setting wins.
     """
+    prefer_threads(1)
+
+
+def prefer_threads(n: int) -> None:
+    """polars on `n` threads (at least one) in this process, before it loads, where another process of this command
+    takes the other cores (annotate's reader). A user's own setting wins."""
     if "polars" not in sys.modules:
-        os.environ.setdefault(POLARS_THREADS, "1")
+        os.environ.setdefault(POLARS_THREADS, str(max(1, n)))
 
 
 def prefer_release_at_once() -> None:

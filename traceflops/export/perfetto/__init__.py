@@ -14,10 +14,30 @@ process of tracks and counters; secrets are redacted in all it writes.
 * `tracks`: the added "traceflops" process (phase tracks, steps, critical path, counters);
 * `xla`: the trace written for an XLA profile, which has no JSON of its own;
 * `redact`: the secrets rules over what is written, and the `traceflops` record;
-* `output`: the one writer (atomic, gzipped or plain, or standard output).
+* `output`: the one writer (atomic, gzipped or plain, or standard output);
+* `reader_start`: whether the input is read beside the analysis, decided before polars loads.
+
+The names below load their modules (and polars) when first used, so `reader_start` can be imported first.
 """
 
-from traceflops.export.perfetto.entries import numbering
-from traceflops.export.perfetto.stream import annotate, for_annotation, start_reading
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traceflops.export.perfetto.entries import numbering
+    from traceflops.export.perfetto.stream import annotate, for_annotation, start_reading
 
 __all__ = ["annotate", "for_annotation", "numbering", "start_reading"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "numbering":
+        from traceflops.export.perfetto.entries import numbering
+
+        return numbering
+    if name in ("annotate", "for_annotation", "start_reading"):
+        from traceflops.export.perfetto import stream
+
+        return getattr(stream, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

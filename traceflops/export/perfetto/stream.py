@@ -42,7 +42,6 @@ An XLA profile is handed to `xla`.
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
@@ -53,24 +52,21 @@ import numpy as np
 import orjson
 import polars as pl
 
-from traceflops.core.errors import FormatError, TraceflopsError
-from traceflops.core.frames import spare_cores
+from traceflops.core.errors import FormatError
 from traceflops.core.redact import redact_bytes
 from traceflops.core.results import Analysis
 from traceflops.export.perfetto.added import AFTER, AS_READ, BEFORE, DECODED, kernel_members, op_members
 from traceflops.export.perfetto.entries import Numbered, agree
 from traceflops.export.perfetto.output import STDOUT, write_output
 from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, Prepared, prepare, read_records
+from traceflops.export.perfetto.reader_start import reads_beside
 from traceflops.export.perfetto.redact import head_parts, redact_meta_events, traceflops_record
 from traceflops.export.perfetto.tracks import Added, added_events, known_pids, new_pid
 from traceflops.export.perfetto.xla import annotate_xla
-from traceflops.parsers import detect_format
 from traceflops.parsers.io import check_regular
 
 if TYPE_CHECKING:  # the worker's module loads only where one is started (it runs as its own __main__)
     from traceflops.export.perfetto.prepare_worker import Beside
-
-ENV = "TRACEFLOPS_ANNOTATE_WORKER"  # 0: read the input in this process, after the analysis; unset or 1: beside it
 
 
 # What annotating reads of an analysis (both formats); `for_annotation` keeps these and lets the rest go.
@@ -252,18 +248,10 @@ def _opening(before: bytes) -> bytes:
 
 
 def start_reading(trace_path: str, out_path: str) -> Beside | None:
-    """The input read beside the analysis, in a worker process, where a core is spare (`TRACEFLOPS_ANNOTATE_WORKER`
-    decides if set); None where it is read by `annotate` itself (one core, a spool folder that cannot be written:
-    `annotate` then names the problem as it always does) or is no Kineto trace."""
-    try:
-        if detect_format(trace_path) != "kineto":
-            return None
-    except TraceflopsError:  # the analysis names what is wrong with the file
-        return None
-    forced = os.environ.get(ENV)
-    if forced is not None and forced.strip() in ("", "0"):
-        return None
-    if forced is None and spare_cores() < 2:
+    """The input read beside the analysis, in a worker process, where `reader_start.reads_beside` says so (a Kineto
+    trace, a core spare for it); None where it is read by `annotate` itself (one core, a spool folder that cannot be
+    written: `annotate` then names the problem as it always does) or is no Kineto trace."""
+    if not reads_beside(trace_path):
         return None
     folder = tempfile.gettempdir() if str(out_path) == STDOUT else str(Path(out_path).resolve().parent)
     from traceflops.export.perfetto.prepare_worker import Beside
