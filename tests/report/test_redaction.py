@@ -304,7 +304,16 @@ def test_redact_bytes_finds_a_shape_at_the_end_of_a_long_text(text):
     assert redact_bytes(FILLER + b"\xff" + short) == (FILLER + b"\xff" + want, n)  # not UTF-8 throughout
 
 
-def test_redact_bytes_leaves_a_long_text_without_any_rules_lead_as_it_is():
+def test_redact_bytes_runs_no_rule_over_a_long_text_without_any_rules_lead(monkeypatch):
+    """One search for the leads decides it: the rules' passes (a regex each) are not run."""
+    from traceflops.core import redact as module
+
+    def rules_ran(rules, data):
+        raise AssertionError("the shape rules ran")
+
+    monkeypatch.setattr(module, "_apply", rules_ran)
     assert len(FILLER) > 1 << 18
     got, n = redact_bytes(FILLER)
     assert got is FILLER and n == 0
+    with pytest.raises(AssertionError, match="rules ran"):  # a text holding a lead is searched by the rules
+        redact_bytes(FILLER + b"hf_")

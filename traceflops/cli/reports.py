@@ -120,7 +120,8 @@ def annotate_cmd(trace, output, **kw):
         from traceflops.core.memory import prefer_threads
         from traceflops.export.perfetto.reader_start import reads_beside
 
-        if reads_beside(trace):  # before polars loads: the reader has a core to itself, polars here the others
+        beside_wanted = reads_beside(trace)
+        if beside_wanted:  # before polars loads: the reader has a core to itself, polars here the others
             prefer_threads(usable_cores() - 1)
         # Freed pages go back after polars' prompt decay (`prefer_prompt_release`), not at once: on the 476 MB trace at
         # once faulted 2.9 M pages against 0.9 M, 21-23 s against 16.7 s, for a peak 4-6 MiB (1%) lower.
@@ -133,7 +134,7 @@ def annotate_cmd(trace, output, **kw):
         refuse_overwrite([trace], **({} if output == "-" else {"-o": output}))  # "-": standard output
         with ExitStack() as held:
             # A Kineto trace is read for writing back in a worker process while it is analysed here.
-            beside = start_reading(trace, output)
+            beside = start_reading(trace, output) if beside_wanted else None
             if beside is not None:
                 held.enter_context(beside)
             # Without the views built from the tables (advice and the like: none is written back), and the rest of

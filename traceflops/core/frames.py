@@ -85,6 +85,13 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def switch(name: str) -> bool | None:
+    """A user's switch for one of this package's further processes (a parse's decode helper, annotate's reader):
+    True where the environment variable `name` is set to anything but 0 or nothing, False where it is, None unset."""
+    value = os.environ.get(name)
+    return None if value is None else value.strip() not in ("", "0")
+
+
 _running: set[OwnProcess] = set()  # this process's own workers started and not yet stopped
 
 

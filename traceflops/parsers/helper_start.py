@@ -16,7 +16,7 @@ import os
 import subprocess
 
 from traceflops.core.errors import InputError
-from traceflops.core.frames import own_module_command, spare_cores
+from traceflops.core.frames import own_module_command, spare_cores, switch
 from traceflops.parsers.io import GZIP_MAGIC, open_trace
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
@@ -30,9 +30,9 @@ _early: list[subprocess.Popen] = []  # a helper started before the parse that ha
 def wanted(path: str) -> bool:
     """A helper pays for its start-up (about 0.3 s of imports) only on large traces, with a core to spare (none is
     while annotate's reader runs: `spare_cores`)."""
-    forced = os.environ.get(ENV)
+    forced = switch(ENV)
     if forced is not None:
-        return forced.strip() not in ("", "0")
+        return forced
     if multiprocessing.current_process().daemon:
         return False
     if spare_cores() < 2:

@@ -5,10 +5,8 @@ fewer: two threads beside the reader on two cores only contended). Imports nothi
 
 from __future__ import annotations
 
-import os
-
 from traceflops.core.errors import TraceflopsError
-from traceflops.core.frames import spare_cores
+from traceflops.core.frames import spare_cores, switch
 from traceflops.parsers import detect_format
 
 ENV = "TRACEFLOPS_ANNOTATE_WORKER"  # 0: read the input in this process, after the analysis; unset or 1: beside it
@@ -22,7 +20,5 @@ def reads_beside(trace_path: str) -> bool:
             return False
     except TraceflopsError:  # the analysis names what is wrong with the file
         return False
-    forced = os.environ.get(ENV)
-    if forced is not None:
-        return forced.strip() not in ("", "0")
-    return spare_cores() >= 2
+    forced = switch(ENV)
+    return spare_cores() >= 2 if forced is None else forced

@@ -59,7 +59,6 @@ from traceflops.export.perfetto.added import AFTER, AS_READ, BEFORE, DECODED, ke
 from traceflops.export.perfetto.entries import Numbered, agree
 from traceflops.export.perfetto.output import STDOUT, write_output
 from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, Prepared, prepare, read_records
-from traceflops.export.perfetto.reader_start import reads_beside
 from traceflops.export.perfetto.redact import head_parts, redact_meta_events, traceflops_record
 from traceflops.export.perfetto.tracks import Added, added_events, known_pids, new_pid
 from traceflops.export.perfetto.xla import annotate_xla
@@ -248,11 +247,9 @@ def _opening(before: bytes) -> bytes:
 
 
 def start_reading(trace_path: str, out_path: str) -> Beside | None:
-    """The input read beside the analysis, in a worker process, where `reader_start.reads_beside` says so (a Kineto
-    trace, a core spare for it); None where it is read by `annotate` itself (one core, a spool folder that cannot be
-    written: `annotate` then names the problem as it always does) or is no Kineto trace."""
-    if not reads_beside(trace_path):
-        return None
+    """The input read beside the analysis, in a worker process (where `reader_start.reads_beside` says so: the command
+    asks it once, before polars loads); None where the spool's folder cannot be written (`annotate` then reads the
+    input itself and names the problem as it always does)."""
     folder = tempfile.gettempdir() if str(out_path) == STDOUT else str(Path(out_path).resolve().parent)
     from traceflops.export.perfetto.prepare_worker import Beside
 
