@@ -61,6 +61,7 @@ from traceflops.stages.steps import (
     step_warnings,
     window_work,
 )
+from traceflops.stages.sweep import sweep
 from traceflops.views import advice, counterfactual, gemm_shapes, rollup
 from traceflops.views import collectives as coll_view
 from traceflops.views import path_summary as path_view
@@ -133,17 +134,21 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     world = opt.world_size or trace.meta.get("world_size") or 1
     model, model_per_step, model_no_attn = msec.model_section(opt, ops, steps, mode, world, warnings)
     activities = kernels if device_trace or not_captured else cpu_activities(ops)  # host ops are no device's time
-    part = tl.partition(activities, steps.select("step", "name", "ts", "dur", "start", "window"))
+    # The activities cut into segments once: the partition, the collectives' exposure and the idle gaps all read
+    # this sweep (three sweeps were a tenth of the analysis).
+    swept = sweep(activities, steps)
+    part = tl.partition(activities, steps, swept)
     if device_trace or not_captured:
-        kernels = activities = with_comm_exposure(kernels, activities, steps, by_op=False)
+        kernels = activities = with_comm_exposure(kernels, activities, steps, by_op=False, swept=swept)
     else:
-        ops = with_comm_exposure(ops, activities, steps, by_op=True)
+        ops = with_comm_exposure(ops, activities, steps, by_op=True, swept=swept)
     devices = tl.program_devices(part, activities)  # a JAX process's chips together: MFU against all their peaks
     peak_all = peak * len(devices) if peak else peak
 
     # timeline: every stage that reads the partition and the windows, before the metrics read their frames
     stage("timeline, critical path, roofline")
-    gaps = idle_gaps(activities, trace.launches, ops, steps) if device_trace else None
+    gaps = idle_gaps(activities, trace.launches, ops, steps, swept) if device_trace else None
+    del swept
     return_freed_memory()
     stats = launch_stats(kernels, steps) if device_trace else None
     path = critical_path(kernels, linked.launches, ops, steps) if device_trace else None

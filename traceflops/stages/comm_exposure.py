@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceflops.stages.sweep import COLLECTIVE, labels, sweep, usable
+from traceflops.stages.sweep import COLLECTIVE, Sweep, labels, sweep, usable
 
 
-def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame, swept: Sweep | None = None) -> pl.DataFrame:
     """Each communication activity's share of the step time it exposed and of the time compute hid, µs.
 
     The partition's `communication_exposed` and `communication_overlapped` are
@@ -17,7 +17,8 @@ def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     collectives add up to its partition totals. Returns one row per
     communication row of `kernels` (its position among them as `row`) and its
     shares of `communication_total`, `_exposed` and `_overlapped`: `total`,
-    `exposed` and `overlapped` (the rest of `total` ran under a memcpy).
+    `exposed` and `overlapped` (the rest of `total` ran under a memcpy). `swept`: `sweep(kernels, steps)` where
+    the caller already has it (its pairs index the usable kernels, in order, as here).
     """
     k = kernels.with_columns(row=pl.int_range(pl.len(), dtype=pl.Int64))
     k = usable(k)
@@ -25,7 +26,7 @@ def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={"row": pl.Int64, "total": pl.Float64, "exposed": pl.Float64, "overlapped": pl.Float64})
     if not comm.any():
         return empty
-    s = sweep(k, steps)
+    s = sweep(k, steps) if swept is None else swept
     c = s.count > 0
     # a collective active shares the segment with the others active; a wait (the thread blocked on one) only
     # keeps what no collective in flight takes
@@ -51,10 +52,12 @@ def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def with_comm_exposure(frame: pl.DataFrame, activities: pl.DataFrame, steps: pl.DataFrame, by_op: bool) -> pl.DataFrame:
+def with_comm_exposure(
+    frame: pl.DataFrame, activities: pl.DataFrame, steps: pl.DataFrame, by_op: bool, swept: Sweep | None = None
+) -> pl.DataFrame:
     """`frame` (the kernels, or on a CPU trace the ops) with each communication row's `comm_exposed` and
     `comm_overlapped` µs (`comm_exposure`); activities are the frame's rows themselves, or ops by `op_row`."""
-    e = comm_exposure(activities, steps)
+    e = comm_exposure(activities, steps, swept)
     if by_op:
         e = (
             e.join(

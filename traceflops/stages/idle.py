@@ -135,7 +135,11 @@ def _gap_reasons(gs, ge, launch_ts, launches, ops, origin) -> np.ndarray:
 
 
 def idle_gaps(
-    kernels: pl.DataFrame, launches: pl.DataFrame | None, ops: pl.DataFrame | None, steps: pl.DataFrame
+    kernels: pl.DataFrame,
+    launches: pl.DataFrame | None,
+    ops: pl.DataFrame | None,
+    steps: pl.DataFrame,
+    swept: Sweep | None = None,
 ) -> pl.DataFrame:
     """Every maximal idle interval of a device inside a step window, with why it was idle.
 
@@ -162,9 +166,9 @@ def idle_gaps(
     what lets host calls be compared with device gaps; host calls are not
     matched to a device (one rank's trace usually drives one device). Columns:
     device, step, start (trace clock), dur, reason, and the evidence for the
-    last two rules: next_kernel, next_launch_ts.
+    last two rules: next_kernel, next_launch_ts. `swept`: `sweep(kernels, steps)` where the caller already has it.
     """
-    s = sweep(kernels, steps)
+    s = sweep(kernels, steps) if swept is None else swept
     nw = max(len(s.windows.start), 1)
     group, gs, dur = _idle_runs(s)
     real = dur >= MIN_GAP_US

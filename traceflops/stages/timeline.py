@@ -12,10 +12,10 @@ import polars as pl
 
 from traceflops.core.errors import ConservationError
 from traceflops.core.vocab import PARTITION
-from traceflops.stages.sweep import MM_KNOWN, MM_UNKNOWN, RECOMPUTE, group_frame, group_sums, labels, sweep
+from traceflops.stages.sweep import MM_KNOWN, MM_UNKNOWN, RECOMPUTE, Sweep, group_frame, group_sums, labels, sweep
 
 
-def partition(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def partition(kernels: pl.DataFrame, steps: pl.DataFrame, swept: Sweep | None = None) -> pl.DataFrame:
     """Per (device, step): the window cut into exclusive classes, plus overlays.
 
     Partition columns (µs, summing to `window`): matmul > other_compute >
@@ -29,8 +29,9 @@ def partition(kernels: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         number of active matmul kernels with known and unknown FLOPs, so that
         each kernel gets the share of the matmul time it covers (its duration
         when matmuls do not overlap); they sum to `matmul`.
+    `swept`: `sweep(kernels, steps)` where the caller already has it.
     """
-    s = sweep(kernels, steps)
+    s = sweep(kernels, steps) if swept is None else swept
     label = labels(s.count)
     nw = len(s.windows.start)
     ng = len(s.devices) * nw
