@@ -2,9 +2,10 @@
 
 import random
 
+import numpy as np
 import polars as pl
 
-from traceflops.core.trace import distinct_codes, sort_codes
+from traceflops.core.trace import Coded, distinct_codes, sort_codes
 
 
 def _texts(seed: int, n: int) -> list[str | None]:
@@ -34,3 +35,22 @@ def test_distinct_codes_index_the_sorted_distinct_values():
     distinct, codes = distinct_codes(pl.Series(["b", None, "a", "b"], dtype=pl.Utf8))
     assert distinct.to_list() == ["a", "b"]
     assert [None if c is None else distinct[c] for c in codes.to_list()] == ["b", None, "a", "b"]
+
+
+def test_coded_answers_as_the_rows_do():
+    """`Coded`: a pattern or a per-value mapping through the distinct values gives, row by row, what running it over
+    every row gives (polars over the rows is the truth)."""
+    for seed in range(10):
+        rows = pl.Series(_texts(seed, 300), dtype=pl.Utf8)
+        coded = Coded.of(rows)
+        for pattern in ("^a", "sgemm_.*_tn$", "^$", "[0-9]"):
+            truth = rows.str.contains(pattern).fill_null(False).to_numpy()
+            assert np.array_equal(coded.contains(pattern), truth), (seed, pattern)
+        upper = coded.texts(coded.distinct.str.to_uppercase())
+        assert upper.to_list() == rows.str.to_uppercase().to_list()
+        lengths = coded.per_row(coded.distinct.str.len_bytes().cast(pl.Int64).to_numpy(), -1)
+        assert lengths.tolist() == rows.str.len_bytes().cast(pl.Int64).fill_null(-1).to_list()
+    empty = Coded.of(pl.Series([], dtype=pl.Utf8))
+    assert empty.contains("a").tolist() == [] and empty.texts(empty.distinct).to_list() == []
+    nulls = Coded.of(pl.Series([None, None], dtype=pl.Utf8))
+    assert nulls.contains("").tolist() == [False, False] and nulls.texts(nulls.distinct).to_list() == [None, None]

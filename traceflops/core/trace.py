@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
 
 if TYPE_CHECKING:
@@ -159,6 +160,37 @@ def distinct_codes(values: pl.Series) -> tuple[pl.Series, pl.Series]:
     distinct = values.drop_nulls().unique().sort()
     rank = pl.int_range(distinct.len(), dtype=pl.UInt32, eager=True)
     return distinct, values.replace_strict(distinct, rank, default=None, return_dtype=pl.UInt32)
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A text column as its distinct values (sorted) and, per row, the position of its value among them (a null row:
+    their count).
+
+    A pattern or a mapping then runs once per distinct value and reaches the rows by an integer gather: a trace
+    repeats a hundred op names over every step, and a pattern run over the 587 k ops of a 476 MB trace took 8-30 ms
+    each time, through the codes ~1 ms.
+    """
+
+    distinct: pl.Series
+    codes: np.ndarray  # int64, one per row
+
+    @classmethod
+    def of(cls, values: pl.Series) -> Coded:
+        distinct, at = distinct_codes(values)
+        return cls(distinct, at.fill_null(distinct.len()).cast(pl.Int64).to_numpy())
+
+    def per_row(self, per_value: np.ndarray, on_null) -> np.ndarray:
+        """A value given per distinct value (in `distinct`'s order), per row; `on_null` on a null row."""
+        return np.append(per_value, np.array([on_null], dtype=per_value.dtype))[self.codes]
+
+    def contains(self, pattern: str) -> np.ndarray:
+        """Per row, whether its text matches `pattern` (a null row does not)."""
+        return self.per_row(self.distinct.str.contains(pattern).to_numpy(), False)
+
+    def texts(self, per_value: pl.Series) -> pl.Series:
+        """A text given per distinct value, per row (null on a null row): a gather, the texts not copied."""
+        return per_value.append(pl.Series([None], dtype=per_value.dtype)).gather(self.codes)
 
 
 def sort_codes(values: pl.Series) -> pl.Series:

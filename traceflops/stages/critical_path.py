@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
-from traceflops.core.trace import distinct_codes, sort_codes
+from traceflops.core.trace import Coded, sort_codes
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
 from traceflops.stages.idle import sync_calls
 
@@ -166,20 +166,14 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     )
 
 
-def _codes(values: pl.Series) -> tuple[list, np.ndarray]:
-    """The distinct non-null values, and per row the index of its value among them (their count for a null)."""
-    distinct, at = distinct_codes(values)
-    return distinct.to_list(), at.fill_null(distinct.len()).cast(pl.Int64).to_numpy()
-
-
 def _shared(values: pl.Series) -> np.ndarray:
     """The values as an object array in which equal values are one Python object.
 
     Kernel names are long and repeat thousands of times: one string per row
     was a fifth of a large trace's peak memory; a pointer per row is not.
     """
-    distinct, at = _codes(values)
-    return np.array([*distinct, None], dtype=object)[at]
+    coded = Coded.of(values)
+    return np.array([*coded.distinct.to_list(), None], dtype=object)[coded.codes]
 
 
 class _Path:

@@ -9,11 +9,12 @@ correlation id; one launch (a CUDA graph) may produce many kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
 
-from traceflops.core.trace import Trace, thread_order
+from traceflops.core.trace import Coded, Trace, thread_order
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH
 
 # Slack for float-rounded ends: a child may end a few ns after its parent.
@@ -109,6 +110,11 @@ class Linked:
     ops: pl.DataFrame  # + parent (row index into ops, -1 none), depth
     kernels: pl.DataFrame  # + launch_name, launch_tid, launch_ts, op_row (row index into ops or null)
     launches: pl.DataFrame  # + op_row
+
+    @cached_property
+    def op_names(self) -> Coded:
+        """The ops' names coded once, for the patterns phase tagging runs over them."""
+        return Coded.of(self.ops["name"])
 
 
 def thread_codes(ops: pl.DataFrame) -> np.ndarray:

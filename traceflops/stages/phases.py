@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from traceflops.core.trace import Coded
 from traceflops.core.vocab import (
     HOST_COMM_CALL_KIND,
     HOST_COMM_CALL_RE,
@@ -38,31 +39,37 @@ COMPILED_FWD = "CompiledFunction"
 COMPILED_BWD = "CompiledFunctionBackward"
 
 
-def node_names(names: pl.Series) -> pl.Series:
+def node_names(names: pl.Series | Coded) -> pl.Series:
     """Autograd node name of a backward-node op ('' for other ops).
 
     The regex runs once per distinct name (a trace repeats a few hundred names
     over every step): per row it was a fifth of phase tagging.
     """
-    distinct = names.unique()
-    nodes = distinct.str.extract(_NODE_RE.pattern, 1).fill_null(distinct.str.extract(_NODE_RE.pattern, 2)).fill_null("")
-    return names.replace_strict(distinct, nodes, return_dtype=pl.Utf8)
+    coded = names if isinstance(names, Coded) else Coded.of(names)
+    return coded.texts(_node_of(coded.distinct)).fill_null("")
 
 
-def in_gradient_hook(node_name: pl.Series, matmul_like: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Matmuls (and what they call) run by a node that is not a gradient formula: AccumulateGrad's hooks.
+def _node_of(names: pl.Series) -> pl.Series:
+    return names.str.extract(_NODE_RE.pattern, 1).fill_null(names.str.extract(_NODE_RE.pattern, 2)).fill_null("")
+
+
+def hook_nodes(nodes: pl.Series) -> np.ndarray:
+    """Per node name, whether it is a node that is not a gradient formula: AccumulateGrad's hooks.
 
     A DDP communication hook (PowerSGD's bmm) or any gradient hook runs inside
     `evaluate_function: torch::autograd::AccumulateGrad`: the device executed it
     (HFU), but it is not the model's math (never in model FLOPs).
     """
-    hook_node = ((node_name != "") & ~node_name.str.contains(_FORMULA_NODE_RE.pattern)).to_numpy()
-    return nearest(parent, hook_node & matmul_like) >= 0
+    return ((nodes != "") & ~nodes.str.contains(_FORMULA_NODE_RE.pattern)).to_numpy()
 
 
-def in_optimizer(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
-    mask = ops["name"].str.contains(_OPT_RE.pattern).to_numpy()
-    return nearest(parent, mask) >= 0
+def in_gradient_hook(in_hook_node: np.ndarray, matmul_like: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Matmuls run inside a `hook_nodes` node (`in_hook_node`, per op), and what they call."""
+    return nearest(parent, in_hook_node & matmul_like) >= 0
+
+
+def in_optimizer(names: Coded, parent: np.ndarray) -> np.ndarray:
+    return nearest(parent, names.contains(_OPT_RE.pattern)) >= 0
 
 
 def reentrant_recompute(under_checkpoint: np.ndarray, is_node: np.ndarray) -> np.ndarray:
@@ -268,7 +275,7 @@ _PAIR_LOOKAHEAD = (
 )
 
 
-def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
+def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray, coded: Coded) -> np.ndarray:
     """For each CPU collective's work (`gloo:*` on the backend's thread), the row of the `c10d::` call that issued it;
     -1 elsewhere.
 
@@ -278,12 +285,12 @@ def host_comm_issuers(ops: pl.DataFrame, parent: np.ndarray) -> np.ndarray:
     work, by start, takes the earliest call not yet taken that started before it
     and fits it (the same kind of collective and a payload in common); where that
     leaves a work without its call, the i-th call (outermost `c10d::` ops, by
-    start) issued the i-th work. Unequal counts (a cut trace) pair nothing.
+    start) issued the i-th work. Unequal counts (a cut trace) pair nothing. `coded`: the ops' names.
     """
     out = np.full(ops.height, -1, dtype=np.int64)
     names = ops["name"]
-    work = names.str.contains(HOST_COMM_WORK_RE).to_numpy()
-    call = names.str.contains(HOST_COMM_CALL_RE).to_numpy()
+    work = coded.contains(HOST_COMM_WORK_RE)
+    call = coded.contains(HOST_COMM_CALL_RE)
     if not work.any() or not call.any():
         return out
     call &= ~((parent >= 0) & call[np.maximum(parent, 0)])  # the outermost call only
@@ -318,45 +325,43 @@ _PHASE_CODE = {p: i for i, p in enumerate(("forward", "backward", "recompute", "
 
 
 def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None = None) -> pl.DataFrame:
-    ops = linked.ops
+    ops, names = linked.ops, linked.op_names
     parent = ops["parent"].to_numpy()
-    nodes = node_names(ops["name"])
-    is_node = (nodes != "").to_numpy()
+    # Node names per distinct op name, the last one "" (a null name, and no node): each op's node is a code into it.
+    nodes = pl.concat([_node_of(names.distinct), pl.Series([""])])
+    is_node = names.per_row((nodes != "").to_numpy()[:-1], False)
     node_row = nearest(parent, is_node)
-    in_bwd = (node_row >= 0) | (
-        nearest(parent, ops["name"].str.contains(_BACKWARD_CALLBACK_RE.pattern).to_numpy()) >= 0
-    )
-    in_bwd |= nearest(parent, ops["name"].str.contains(_COMPILED_AUTOGRAD_RE.pattern).to_numpy()) >= 0
-    # String work stays in polars: numpy object arrays of names were most of this stage's time.
-    node_name = (
-        pl.select(pl.when(pl.Series(in_bwd)).then(nodes.gather(np.maximum(node_row, 0))).otherwise(pl.lit("")))
-        .to_series()
-        .alias("node")
-    )
+    in_bwd = (node_row >= 0) | (nearest(parent, names.contains(_BACKWARD_CALLBACK_RE.pattern)) >= 0)
+    in_bwd |= nearest(parent, names.contains(_COMPILED_AUTOGRAD_RE.pattern)) >= 0
+    # The node an op runs in (backward work outside any node, such as an engine callback's: none).
+    node_at = np.where(in_bwd & (node_row >= 0), names.codes[np.maximum(node_row, 0)], len(nodes) - 1)
+    node_name = nodes.gather(node_at).alias("node")  # string work stays in polars: object arrays cost most here
 
-    opt = in_optimizer(ops, parent)
-    reentrant = reentrant_recompute((node_name == CHECKPOINT_NODE).to_numpy(), is_node)
+    opt = in_optimizer(names, parent)
+    reentrant = reentrant_recompute((nodes == CHECKPOINT_NODE).to_numpy()[node_at], is_node)
     nonreentrant = grad_mode_forward_in_backward(ops, in_bwd, is_node, parent, matmul_like)
     # Recompute is inherited by everything nested under a recomputed op.
     recompute_root = reentrant | nonreentrant
     recompute = nearest(parent, recompute_root) >= 0
 
-    kind = ops["name"].replace_strict({COMPILED_FWD: 1, COMPILED_BWD: 2}, default=0, return_dtype=pl.Int8).to_numpy()
+    kind = names.per_row(
+        names.distinct.replace_strict({COMPILED_FWD: 1, COMPILED_BWD: 2}, default=0, return_dtype=pl.Int8).to_numpy(), 0
+    )
     region = nearest(parent, kind > 0)
     region_kind = np.where(region >= 0, kind[np.maximum(region, 0)], 0)  # 1: compiled forward, 2: backward
     recompute |= compiled_recompute(ops, region, region_kind, matmul_like)
 
-    hook = in_gradient_hook(node_name, matmul_like, parent) & ~recompute
+    hook = in_gradient_hook(hook_nodes(nodes)[node_at], matmul_like, parent) & ~recompute
 
     code = np.zeros(ops.height, dtype=np.int8)
     code[in_bwd] = _PHASE_CODE["backward"]
     code[recompute & in_bwd] = _PHASE_CODE["recompute"]
     code[hook] = _PHASE_CODE["other"]
-    issuer = host_comm_issuers(ops, parent)
+    issuer = host_comm_issuers(ops, parent, names)
     code[issuer >= 0] = code[issuer[issuer >= 0]]  # a CPU collective's work: its call's phase
     code[opt] = _PHASE_CODE["optimizer"]
     # Step markers and bare annotations outside any model work are 'other'.
-    code[ops["name"].str.contains(PROFILER_STEP_RE).to_numpy()] = _PHASE_CODE["other"]
+    code[names.contains(PROFILER_STEP_RE)] = _PHASE_CODE["other"]
     phase_s: pl.Series | pl.Expr = pl.Series(code).replace_strict(
         {v: k for k, v in _PHASE_CODE.items()}, return_dtype=pl.Utf8
     )
