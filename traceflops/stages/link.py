@@ -96,10 +96,14 @@ def by_row(ops: pl.DataFrame, rows, *columns: str) -> pl.DataFrame:
     return ops.select([pl.col(c).gather(row_index(rows)) for c in columns])
 
 
-def spread(values: pl.DataFrame, n: int) -> pl.DataFrame:
-    """Columns given for some op rows (a `row` column, each row once), laid over all n rows (nulls elsewhere)."""
+def spread(values: pl.DataFrame, n: int, at: pl.Series | None = None) -> pl.DataFrame:
+    """Columns given for some op rows (a `row` column, each row once), laid over all n rows (nulls elsewhere), or
+    read at the op rows `at` (a null or negative row: nulls) without laying them over all rows first."""
     pos = np.full(n, -1, dtype=np.int64)
     pos[values["row"].to_numpy()] = np.arange(values.height)
+    if at is not None:
+        rows = at.cast(pl.Int64).fill_null(-1).to_numpy()
+        pos = np.where(rows >= 0, pos[np.maximum(rows, 0)], -1) if n else np.full(len(rows), -1, dtype=np.int64)
     return values.drop("row").select(pl.all().gather(row_index(pos)))
 
 

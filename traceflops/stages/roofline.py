@@ -59,7 +59,7 @@ import polars as pl
 
 from traceflops.core.dtypes import dtype_of, itemsize
 from traceflops.core.hardware import Hardware
-from traceflops.stages.link import by_row, check_row_order, row_index, spread
+from traceflops.stages.link import by_row, check_row_order, spread
 from traceflops.stages.timeline import partition
 
 COLUMNS = (
@@ -311,7 +311,7 @@ def roofline(kernels: pl.DataFrame, ops: pl.DataFrame, hardware: Hardware | None
     values = [c for c in opc.columns if c != "row"]
     at_mm = by_row(opc, k["matmul_row"], *values)
     at_op = by_row(opc, k["op_row"], *values)
-    at_est = spread(est, ops.height).select(pl.all().gather(row_index(k["op_row"])))
+    at_est = spread(est, ops.height, k["op_row"])
     k = pl.concat([k, at_mm.rename({c: f"m{c}" for c in at_mm.columns}), at_op, at_est], how="horizontal")
     k = k.with_columns(_mm_share=_share(k, "matmul_row", "matmul"), _oc_share=_share(k, "op_row", "other_compute"))
     mm = pl.col("cls") == "matmul"

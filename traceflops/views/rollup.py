@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceflops.core.trace import name_matches
 from traceflops.core.vocab import PHASES, STEP_MARKER_RE
 from traceflops.stages.link import nearest
 from traceflops.stages.phases import node_names
@@ -96,7 +97,7 @@ def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame
     parent = ops["parent"].to_numpy()
     names = ops["name"].fill_null("")
     cat = ops["cat"].fill_null("")
-    marker = ((cat == "user_annotation") & names.str.contains(STEP_MARKER_RE)).to_numpy()
+    marker = ((cat == "user_annotation") & name_matches(names, STEP_MARKER_RE)).to_numpy()
     is_module = (names.str.starts_with(MODULE_PREFIX) | (cat == "user_annotation")).to_numpy() & ~marker
     top = ~marker & ((parent < 0) | marker[np.maximum(parent, 0)])
     seq = ops["seq"] if "seq" in ops.columns else pl.Series("seq", [None] * n, dtype=pl.Int64)
