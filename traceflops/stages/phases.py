@@ -39,13 +39,13 @@ COMPILED_FWD = "CompiledFunction"
 COMPILED_BWD = "CompiledFunctionBackward"
 
 
-def node_names(names: pl.Series | Coded) -> pl.Series:
+def node_names(names: pl.Series) -> pl.Series:
     """Autograd node name of a backward-node op ('' for other ops).
 
     The regex runs once per distinct name (a trace repeats a few hundred names
     over every step): per row it was a fifth of phase tagging.
     """
-    coded = names if isinstance(names, Coded) else Coded.of(names)
+    coded = Coded.of(names)
     return coded.texts(_node_of(coded.distinct)).fill_null("")
 
 
