@@ -190,7 +190,7 @@ class Coded:
 
     def texts(self, per_value: pl.Series) -> pl.Series:
         """A text given per distinct value, per row (null on a null row): a gather, the texts not copied."""
-        return per_value.append(pl.Series([None], dtype=per_value.dtype)).gather(self.codes)
+        return per_value.extend_constant(None, 1).gather(self.codes)  # a new column: `append` would change theirs
 
 
 def sort_codes(values: pl.Series) -> pl.Series:
