@@ -1,5 +1,7 @@
 """The autograd node an op runs in, as phase tagging reads it: only a node that encloses the op."""
 
+import polars as pl
+
 from tests import builders as b
 from traceflops.stages.link import link
 from traceflops.stages.phases import tag_ops
@@ -38,3 +40,25 @@ def test_an_op_inside_a_node_takes_that_nodes_name():
     assert got[0.0] == ("forward", "")
     assert got[11.0] == ("backward", "MmBackward0")
     assert got[31.0] == ("recompute", "CheckpointFunctionBackward")
+
+
+def test_node_names_per_row_as_the_pattern_reads_each_name():
+    """`node_names` (the regex per distinct name, laid over the rows) against Python's `re` on every row."""
+    from traceflops.stages.phases import _NODE_RE, node_names
+
+    rows = [
+        CKPT,
+        "aten::mm",
+        None,
+        "MmBackward0",
+        "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+        "aten::mm",
+        "",
+        CKPT,
+        None,
+    ]
+    truth = []
+    for name in rows:
+        m = _NODE_RE.match(name) if name is not None else None
+        truth.append((m.group(1) or m.group(2)) if m else "")
+    assert node_names(pl.Series(rows, dtype=pl.Utf8)).to_list() == truth

@@ -143,7 +143,8 @@ def all_null(df: pl.DataFrame) -> list[str]:
 
 def name_matches(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Series:
     """Per row, whether the name matches `pattern` (and not `unless`); a null name matches nothing. The regex runs
-    once per distinct name: kernel names are long and repeat thousands of times (per row it was most of a stage)."""
+    once per distinct name: kernel names are long and repeat thousands of times (per row it was most of a stage).
+    One pattern over a column; several over the same column: `Coded` (its codes cost more than one `is_in`)."""
     distinct = names.drop_nulls().unique()
     hit = distinct.str.contains(pattern)
     if unless is not None:
@@ -187,10 +188,6 @@ class Coded:
     def contains(self, pattern: str) -> np.ndarray:
         """Per row, whether its text matches `pattern` (a null row does not)."""
         return self.per_row(self.distinct.str.contains(pattern).to_numpy(), False)
-
-    def texts(self, per_value: pl.Series) -> pl.Series:
-        """A text given per distinct value, per row (null on a null row): a gather, the texts not copied."""
-        return per_value.extend_constant(None, 1).gather(self.codes)  # a new column: `append` would change theirs
 
 
 def sort_codes(values: pl.Series) -> pl.Series:

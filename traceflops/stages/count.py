@@ -333,10 +333,6 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
     distinct = ops["types"].drop_nulls().unique()
     first = pl.Series([_first_dtype(t) for t in distinct.to_list()], dtype=pl.Utf8)
     types_dtype = pl.col("types").replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
-    dtype = pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null()).then(types_dtype)
-    if all(ops[c].null_count() == ops.height for c in ("flops_hint", "bytes_hint")):
-        # A format without hints (Kineto): every column below but the dtype is as it was (a sixth of counting).
-        return ops.with_columns(dtype=dtype.otherwise(pl.col("dtype")))
     return ops.with_columns(
         flops=pl.when(hinted).then(pl.col("flops_hint")).when(given).then(None).otherwise(pl.col("flops")),
         effective_flops=pl.when(hinted)
@@ -358,7 +354,9 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
         .when(given)
         .then(pl.lit(f"{registry.OUT_OF_RANGE}: the compiler's FLOPs"))
         .otherwise(pl.col("flops_reason")),
-        dtype=dtype.otherwise(pl.col("dtype")),
+        dtype=pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
+        .then(types_dtype)
+        .otherwise(pl.col("dtype")),
     )
 
 

@@ -103,7 +103,7 @@ def spread(values: pl.DataFrame, n: int, at: pl.Series | None = None) -> pl.Data
     pos[values["row"].to_numpy()] = np.arange(values.height)
     if at is not None:
         rows = at.cast(pl.Int64).fill_null(-1).to_numpy()
-        pos = np.where(rows >= 0, pos[np.maximum(rows, 0)], -1) if n else np.full(len(rows), -1, dtype=np.int64)
+        pos = np.append(pos, -1)[np.where(rows >= 0, rows, n)]  # position n: none
     return values.drop("row").select(pl.all().gather(row_index(pos)))
 
 

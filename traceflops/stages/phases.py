@@ -46,11 +46,19 @@ def node_names(names: pl.Series) -> pl.Series:
     over every step): per row it was a fifth of phase tagging.
     """
     coded = Coded.of(names)
-    return coded.texts(_node_of(coded.distinct)).fill_null("")
+    return _nodes(coded).gather(coded.codes)
 
 
-def _node_of(names: pl.Series) -> pl.Series:
-    return names.str.extract(_NODE_RE.pattern, 1).fill_null(names.str.extract(_NODE_RE.pattern, 2)).fill_null("")
+def _nodes(names: Coded) -> pl.Series:
+    """Per code of `names`, the node name of an op of that name: '' for other ops, and for the code of a null name
+    (the last), which also stands for "no node"."""
+    d = names.distinct
+    return (
+        d.str.extract(_NODE_RE.pattern, 1)
+        .fill_null(d.str.extract(_NODE_RE.pattern, 2))
+        .extend_constant(None, 1)
+        .fill_null("")
+    )
 
 
 def hook_nodes(nodes: pl.Series) -> np.ndarray:
@@ -327,14 +335,13 @@ _PHASE_CODE = {p: i for i, p in enumerate(("forward", "backward", "recompute", "
 def tag_ops(linked: Linked, matmul_like: np.ndarray, steps: pl.DataFrame | None = None) -> pl.DataFrame:
     ops, names = linked.ops, linked.op_names
     parent = ops["parent"].to_numpy()
-    # Node names per distinct op name, the last one "" (a null name, and no node): each op's node is a code into it.
-    nodes = pl.concat([_node_of(names.distinct), pl.Series([""])])
-    is_node = names.per_row((nodes != "").to_numpy()[:-1], False)
+    nodes = _nodes(names)  # each op's own node name, and below the node it runs in, as a code into these
+    is_node = (nodes != "").to_numpy()[names.codes]
     node_row = nearest(parent, is_node)
     in_bwd = (node_row >= 0) | (nearest(parent, names.contains(_BACKWARD_CALLBACK_RE.pattern)) >= 0)
     in_bwd |= nearest(parent, names.contains(_COMPILED_AUTOGRAD_RE.pattern)) >= 0
     # The node an op runs in (backward work outside any node, such as an engine callback's: none).
-    node_at = np.where(in_bwd & (node_row >= 0), names.codes[np.maximum(node_row, 0)], len(nodes) - 1)
+    node_at = np.where(in_bwd & (node_row >= 0), names.codes[np.maximum(node_row, 0)], names.distinct.len())
     node_name = nodes.gather(node_at).alias("node")  # string work stays in polars: object arrays cost most here
 
     opt = in_optimizer(names, parent)
