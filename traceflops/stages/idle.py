@@ -123,15 +123,21 @@ def _next_kernel_launch(
     return launch_ts, names
 
 
-def _gap_reasons(gs, ge, launch_ts, launches, ops, origin) -> np.ndarray:
-    """The first matching rule per gap (see `idle_gaps`)."""
+_REASONS = ("launch_gap", "sync", "input_pipeline", "host_bound", "unknown")  # in the order the rules are tried
+
+
+def _gap_reasons(gs, ge, launch_ts, launches, ops, origin) -> pl.Series:
+    """The first matching rule per gap (see `idle_gaps`).
+
+    Chosen as a code and gathered from the five names: a numpy array of text made into a column was a quarter of
+    the idle gaps' time (220 k gaps at 10 tiles: 50 ms).
+    """
     known = ~np.isnan(launch_ts)
     queued = known & (launch_ts - origin <= gs)
     sync = _overlaps_any(gs, ge, *_host_intervals(launches, is_sync_call, origin))
     loader = _overlaps_any(gs, ge, *_host_intervals(ops, is_dataloader, origin))
-    return np.select(
-        [queued, sync, loader, known], ["launch_gap", "sync", "input_pipeline", "host_bound"], default="unknown"
-    )
+    code = np.select([queued, sync, loader, known], [0, 1, 2, 3], default=len(_REASONS) - 1)
+    return pl.Series("reason", _REASONS, dtype=pl.Utf8).gather(code)
 
 
 def idle_gaps(
@@ -182,7 +188,7 @@ def idle_gaps(
             "step": pl.Series(s.windows.step[group % nw] if len(group) else [], dtype=pl.Int64),
             "start": pl.Series(gs + origin, dtype=pl.Float64),
             "dur": pl.Series(dur, dtype=pl.Float64),
-            "reason": pl.Series(_gap_reasons(gs, ge, launch_ts, launches, ops, origin), dtype=pl.Utf8),
+            "reason": _gap_reasons(gs, ge, launch_ts, launches, ops, origin),
             "next_kernel": names.cast(pl.Utf8).alias("next_kernel"),
             "next_launch_ts": pl.Series(launch_ts, dtype=pl.Float64).fill_nan(None),
         }
