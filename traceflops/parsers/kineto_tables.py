@@ -60,7 +60,7 @@ def _dumps(v: Any) -> str | None:
 
 def _json_col(values: tuple | list) -> pl.Series:
     """JSON text of the present values (shapes of ops; absent on the other events)."""
-    if _all_none(values):  # shapes not recorded: no list of Nones built and converted (3% of a rank's parse)
+    if _all_none(values):  # shapes not recorded: stored as nothing, as the other builders' null columns are
         return null_column(len(values), pl.Utf8)
     out: list = [None] * len(values)
     for i, v in enumerate(values):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, OUTSIDE
+from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, GAP_REASONS, OUTSIDE
 from traceflops.stages.sweep import NO_DEVICE, Sweep, device_column, merged, sweep, usable
 
 # Gaps shorter than half a nanosecond are below Kineto's resolution (1 ns):
@@ -123,21 +123,19 @@ def _next_kernel_launch(
     return launch_ts, names
 
 
-_REASONS = ("launch_gap", "sync", "input_pipeline", "host_bound", "unknown")  # in the order the rules are tried
-
-
 def _gap_reasons(gs, ge, launch_ts, launches, ops, origin) -> pl.Series:
     """The first matching rule per gap (see `idle_gaps`).
 
-    Chosen as a code and gathered from the five names: a numpy array of text made into a column was a quarter of
-    the idle gaps' time (220 k gaps at 10 tiles: 50 ms).
+    Chosen as a position in `GAP_REASONS` and gathered from its names: a numpy array of text made into a column was a
+    quarter of the idle gaps' time (220 k gaps at 10 tiles: 50 ms).
     """
     known = ~np.isnan(launch_ts)
     queued = known & (launch_ts - origin <= gs)
     sync = _overlaps_any(gs, ge, *_host_intervals(launches, is_sync_call, origin))
     loader = _overlaps_any(gs, ge, *_host_intervals(ops, is_dataloader, origin))
-    code = np.select([queued, sync, loader, known], [0, 1, 2, 3], default=len(_REASONS) - 1)
-    return pl.Series("reason", _REASONS, dtype=pl.Utf8).gather(code)
+    rules = {"launch_gap": queued, "sync": sync, "input_pipeline": loader, "host_bound": known}  # tried in this order
+    code = np.select(list(rules.values()), [GAP_REASONS.index(r) for r in rules], default=GAP_REASONS.index("unknown"))
+    return pl.Series("reason", GAP_REASONS, dtype=pl.Utf8).gather(code)
 
 
 def idle_gaps(
