@@ -21,9 +21,13 @@ split among the processes that map them: the figure to quote for a tree).
     back out with what was found;
   - Holistic Trace Analysis' parse plus temporal breakdown (if installed).
 
-Each contender runs once to warm the page cache, then `--repeat` times (3 by
-default); the report gives the median wall time, the median CPU seconds of the
-whole process tree (user + system, helpers included) and the largest peak.
+Each contender runs once to warm the page cache, its memory sampled, then
+`--repeat` times (3 by default) with nothing sampling beside it; the report
+gives the median wall time and the median CPU seconds of the whole process tree
+(user + system, helpers included) of the unsampled runs, and the sampled run's
+peaks. The sampler walks /proc every 10 ms on the same two cores: beside
+`analyze` of the 476 MB trace it added 0.3-0.5 s to a 4.4 s wall time, more
+than beside a one-process contender such as HTA.
 `--tiles 1,3,10` runs every size in one go; `--annotate-ratio` runs only `annotate`
 against `analyze` (alternated, the machine's load recorded), for their ratio, and with `--before CHECKOUT` that
 checkout's `annotate` alternated with them (after / before ratios of one run); `--job 32` adds a job of that many
@@ -169,7 +173,8 @@ BEFORE_ANNOTATE = "traceflops annotate --no-cache (before)"
 
 def annotate_ratio(path: str, repeat: int, before: str | None = None) -> dict:
     """`traceflops annotate --no-cache` against `traceflops analyze --no-cache --format json` on one trace: one warm-up
-    each, then `repeat` runs of each, alternated so that both see the same load; the medians, their ratio, and the
+    each (its memory sampled), then `repeat` runs of each, unsampled and alternated so that both see the same load;
+    the medians, their ratio, and the
     machine's load averages (1, 5, 15 min) before and after. With `before` (a checkout), its annotate (its package
     first on the path of the command and of the processes it starts) is alternated with them too, and the after /
     before ratios of the medians given."""
@@ -186,19 +191,18 @@ def annotate_ratio(path: str, repeat: int, before: str | None = None) -> dict:
         where[BEFORE_ANNOTATE] = ({**os.environ, "PYTHONPATH": root}, root)
     path = os.path.abspath(path)  # the before checkout's runs start in its own folder
     results: dict = {"trace": path, "bytes": os.path.getsize(path), "load_before": os.getloadavg()}
-    for name, code in pair.items():
-        run_isolated(code, path, *where[name])
+    memory = {name: run_isolated(code, path, *where[name]) for name, code in pair.items()}  # warm-ups, sampled
     got: dict = {name: [] for name in pair}
     for _ in range(repeat):
         for name, code in pair.items():
-            got[name].append(run_isolated(code, path, *where[name]))
+            got[name].append(run_isolated(code, path, *where[name], sample=False))
     for name, runs in got.items():
-        bad = [g for g in runs if "error" in g]
+        bad = [g for g in [*runs, memory[name]] if "error" in g]
         results[name] = bad[0] if bad else {
             "wall_s": round(statistics.median(g["wall_s"] for g in runs), 3),
             "cpu_s": round(statistics.median(g["cpu_s"] for g in runs), 3),
             "walls": [g["wall_s"] for g in runs],
-            "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in runs),
+            "peak_tree_rss_mb": memory[name]["peak_tree_rss_mb"],
             "runs": len(runs),
         }
         print(f"{name:58s} {results[name]}", flush=True)
@@ -287,12 +291,12 @@ def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int) -> dict:
 
 
 def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_reports: str | None = None, warm: bool = True) -> dict:
-    """One warm-up run (unless not `warm`), then `repeat` runs: median wall and CPU seconds (whole process tree), largest peaks."""
+    """One warm-up run, its memory sampled (unless not `warm`: then the timed runs are sampled), then `repeat` runs
+    with nothing sampling beside them: median wall and CPU seconds (whole process tree), the sampled peaks."""
     import shutil
     import statistics
 
-    if warm:
-        run_isolated(code, path)
+    memory = run_isolated(code, path) if warm else None
     got = []
     for _ in range(repeat):
         if fresh:
@@ -300,15 +304,16 @@ def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_repo
             os.makedirs(fresh)
         for kept in Path(drop_reports).glob("*.tfreport") if drop_reports else ():
             kept.unlink()
-        got.append(run_isolated(code, path))
-    bad = [g for g in got if "error" in g]
+        got.append(run_isolated(code, path, sample=not warm))
+    bad = [g for g in got + [memory or {}] if "error" in g]
     if bad:
         return bad[0]
+    sampled = [memory] if memory else got
     return {"wall_s": round(statistics.median(g["wall_s"] for g in got), 3),
             "cpu_s": round(statistics.median(g["cpu_s"] for g in got), 3),
-            "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in got),
-            "peak_tree_pss_mb": max(g["peak_tree_pss_mb"] for g in got),
-            "runs": len(got)}
+            "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in sampled),
+            "peak_tree_pss_mb": max(g["peak_tree_pss_mb"] for g in sampled),
+            "runs": len(got), "timed_while_sampled": not warm}
 
 
 def ratios(results: dict) -> None:
@@ -398,10 +403,11 @@ def analysis_after_parse(path: str, before: str | None = None, repeat: int = 3, 
     return out
 
 
-def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None = None) -> dict:
-    """Wall time and the peak memory of the process tree, sampled every 10 ms: RSS summed (a page shared by
-    processes counted in each: three interpreters count polars' library thrice) and PSS summed (a shared page
-    split among the processes that map it: the tree's real footprint, the figure to quote)."""
+def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None = None, sample: bool = True) -> dict:
+    """Wall and CPU time and, if `sample`, the peak memory of the process tree, sampled every 10 ms: RSS summed (a
+    page shared by processes counted in each: three interpreters count polars' library thrice) and PSS summed (a
+    shared page split among the processes that map it: the tree's real footprint, the figure to quote). Unsampled,
+    the process is only waited for (no peaks)."""
     import resource
 
     import psutil
@@ -411,6 +417,7 @@ def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None 
                             text=True, env=env, cwd=cwd)
     t = time.perf_counter()
     root, peak, peak_pss, pss_at = psutil.Process(proc.pid), 0, 0, 0.0
+    err = proc.communicate()[1] if not sample else None  # only waited for: its stderr read as it goes
     while proc.poll() is None:
         try:
             tree = [p for p in [root, *root.children(recursive=True)] if p.is_running()]
@@ -426,9 +433,11 @@ def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None 
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the contender and every descendant it waited for
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    err = proc.stderr.read()
+    err = proc.stderr.read() if err is None else err
     if proc.returncode:
         return {"error": err.strip().splitlines()[-1] if err.strip() else "failed", "wall_s": wall}
+    if not sample:
+        return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_tree_rss_mb": round(peak / 2**20, 1),
             "peak_tree_pss_mb": round(peak_pss / 2**20, 1)}
 
