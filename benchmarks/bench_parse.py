@@ -26,8 +26,8 @@ Each contender runs once to warm the page cache, its memory sampled, then
 gives the median wall time and the median CPU seconds of the whole process tree
 (user + system, helpers included) of the unsampled runs, and the sampled run's
 peaks. The sampler walks /proc every 10 ms on the same two cores: beside
-`analyze` of the 476 MB trace it added 0.3-0.5 s to a 4.4 s wall time, more
-than beside a one-process contender such as HTA.
+`analyze` of the 476 MB trace it added 0.2-0.5 s to a 4.4 s wall time (three
+pairs alternated), more than beside a one-process contender such as HTA.
 `--tiles 1,3,10` runs every size in one go; `--annotate-ratio` runs only `annotate`
 against `analyze` (alternated, the machine's load recorded), for their ratio, and with `--before CHECKOUT` that
 checkout's `annotate` alternated with them (after / before ratios of one run); `--job 32` adds a job of that many
@@ -174,8 +174,7 @@ BEFORE_ANNOTATE = "traceflops annotate --no-cache (before)"
 def annotate_ratio(path: str, repeat: int, before: str | None = None) -> dict:
     """`traceflops annotate --no-cache` against `traceflops analyze --no-cache --format json` on one trace: one warm-up
     each (its memory sampled), then `repeat` runs of each, unsampled and alternated so that both see the same load;
-    the medians, their ratio, and the
-    machine's load averages (1, 5, 15 min) before and after. With `before` (a checkout), its annotate (its package
+    the medians, their ratio, and the machine's load averages (1, 5, 15 min) before and after. With `before` (a checkout), its annotate (its package
     first on the path of the command and of the processes it starts) is alternated with them too, and the after /
     before ratios of the medians given."""
     import statistics
@@ -305,10 +304,10 @@ def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_repo
         for kept in Path(drop_reports).glob("*.tfreport") if drop_reports else ():
             kept.unlink()
         got.append(run_isolated(code, path, sample=not warm))
-    bad = [g for g in got + [memory or {}] if "error" in g]
+    sampled = [memory] if memory else got
+    bad = [g for g in [*got, *sampled] if "error" in g]
     if bad:
         return bad[0]
-    sampled = [memory] if memory else got
     return {"wall_s": round(statistics.median(g["wall_s"] for g in got), 3),
             "cpu_s": round(statistics.median(g["cpu_s"] for g in got), 3),
             "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in sampled),
@@ -416,9 +415,9 @@ def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None 
     proc = subprocess.Popen([sys.executable, "-c", f"P = {path!r}\n{code}\n"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=cwd)
     t = time.perf_counter()
-    root, peak, peak_pss, pss_at = psutil.Process(proc.pid), 0, 0, 0.0
-    err = proc.communicate()[1] if not sample else None  # only waited for: its stderr read as it goes
-    while proc.poll() is None:
+    err = None if sample else proc.communicate()[1]  # unsampled: only waited for, its stderr read as it goes
+    root, peak, peak_pss, pss_at = psutil.Process(proc.pid) if sample else None, 0, 0, 0.0
+    while sample and proc.poll() is None:
         try:
             tree = [p for p in [root, *root.children(recursive=True)] if p.is_running()]
             rss = sum(p.memory_info().rss for p in tree)

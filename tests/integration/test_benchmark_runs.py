@@ -60,3 +60,20 @@ def test_annotate_ratio_runs_a_before_checkouts_annotate_beside(tmp_path):
     assert r["annotate_after_vs_before_wall"] > 0 and r["annotate_after_vs_before_cpu"] > 0
     # a warm-up and a timed run, each a command and its reader process: four processes imported the other package
     assert len(set(marks.read_text().split())) == 4
+
+
+def test_a_run_timed_unsampled_reports_no_peaks_and_its_errors(tmp_path):
+    """Timed runs have nothing sampling beside them: only wall and CPU come back (no peaks to mistake for measured
+    ones); a failing contender still names its last stderr line, read while it was waited for."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_parse
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    ok = bench_parse.run_isolated("sum(range(10**6))", str(tmp_path), sample=False)
+    assert set(ok) == {"wall_s", "cpu_s"} and ok["cpu_s"] > 0
+    sampled = bench_parse.run_isolated("x = bytearray(64 << 20); sum(range(10**7))", str(tmp_path))
+    assert sampled["peak_tree_rss_mb"] >= 64  # the 64 MiB it held, seen by the sampler
+    bad = bench_parse.run_isolated("import sys; print('x' * 200000, file=sys.stderr); raise SystemExit('no trace here')",
+                                   str(tmp_path), sample=False)
+    assert bad["error"] == "no trace here"  # 200 kB of stderr before it: read as it went, no pipe left full
