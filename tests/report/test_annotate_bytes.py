@@ -159,6 +159,39 @@ def test_every_may_change_alternative_is_found_by_its_literals():
         assert any(lit in s.lower() for lit in MAY_CHANGE_LITERALS), s
 
 
+def test_the_literal_search_is_its_definition_on_random_texts():
+    """What sends an entry to be decoded, by its definition: text other than ASCII, 309 digits in a row, or a literal
+    in any ASCII case with every digit read as '0' (so '0e' is any digit before an 'e'). Checked by translating and
+    lowering each text in Python, against the one search the array gets."""
+    import random
+
+    from traceflops.export.perfetto.prepare import _LITERALS, _literal
+
+    rng = random.Random(7)
+    chars = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _:/.,{}\"[]-=\\")
+    planted = [*MAY_CHANGE_LITERALS, "traceflops.", "7E", "0e", "\u00e9", "\u212a"]  # Kelvin sign: not ASCII 'k'
+    texts = []
+    for _ in range(20000):
+        s = "".join(rng.choice(chars) for _ in range(rng.randint(0, 40)))
+        if rng.random() < 0.3:
+            lit = "".join(c.upper() if rng.random() < 0.5 else c for c in rng.choice(planted))
+            k = rng.randint(0, len(s))
+            s = s[:k] + lit + s[k:]
+        texts.append(s.encode())
+    texts += [b"1" * 309, b"x" + b"9" * 309, b"1" * 308 + b"x", b"\xff\xfe", b""]
+    digits_as_zero = bytes.maketrans(b"123456789", b"000000000")
+
+    def by_definition(t: bytes) -> bool:
+        shown = t.translate(digits_as_zero)
+        if not t.isascii() or b"0" * 309 in shown:
+            return True
+        return any(lit.lower().encode() in shown.lower() for lit in _LITERALS)
+
+    want = [by_definition(t) for t in texts]
+    assert 0.2 < sum(want) / len(want) < 0.8  # both answers are well represented
+    assert _literal(texts).to_list() == want
+
+
 def test_plain_keys_learn_plain_names_and_refuse_secret_ones():
     keys = PlainKeys()
     assert keys.plain(b'[{"External id": 1, "grid": [1, 2]}, {"Ev Idx": 3}]')
