@@ -34,16 +34,17 @@ def comm_exposure(kernels: pl.DataFrame, steps: pl.DataFrame, swept: Sweep | Non
     n = np.where(waits, np.maximum(s.count[:, 3], 1), np.maximum(s.count[:, COLLECTIVE], 1))
     label = labels(s.count)
     measures = [c[:, 3], label == 3, c[:, 3] & (c[:, 0] | c[:, 1])]
-    is_wait = ~s.columns[s.pair, COLLECTIVE]
-    mine = comm[s.pair]
+    # The communication activities' (pair, segment-range) entries only: every other pair is read for nothing.
+    mine = np.flatnonzero(comm[s.pair])
+    pair, first, stop = s.pair[mine], s.first[mine], s.stop[mine]
+    is_wait = ~s.columns[pair, COLLECTIVE]
     out = {}
     for name, m in zip(("total", "exposed", "overlapped"), measures):  # a loop over three measures, not events
         share = np.where(m, s.length, 0.0) / n
         for_all = np.r_[0.0, np.cumsum(share)]
-        for_waits = np.r_[0.0, np.cumsum(np.where(waits, share, 0.0))]
-        before = np.where(is_wait[:, None], for_waits[np.c_[s.first, s.stop]], for_all[np.c_[s.first, s.stop]])
-        out[name] = (before[:, 1] - before[:, 0])[mine]
-    rows = k["row"].to_numpy()[s.pair[mine]]
+        for_waits = np.r_[0.0, np.cumsum(np.where(waits, share, 0.0))] if is_wait.any() else for_all
+        out[name] = np.where(is_wait, for_waits[stop] - for_waits[first], for_all[stop] - for_all[first])
+    rows = k["row"].to_numpy()[pair]
     return (
         pl.DataFrame({"row": rows, **out})
         .group_by("row")
