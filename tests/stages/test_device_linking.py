@@ -121,6 +121,8 @@ def test_nearest_marked_ancestor_equals_climbing_one_by_one():
                 j = parent[j]
             want.append(j)
         assert (nearest(parent, mask) == np.array(want)).all()
+        at = rng.choice(n, size=int(rng.integers(0, n + 1)))  # some rows, in any order, repeats included
+        assert nearest(parent, mask, at).tolist() == [want[i] for i in at.tolist()]
 
 
 def test_thread_order_check_agrees_with_polars_sort_nulls_included():

@@ -108,19 +108,20 @@ def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame
         s = names.gather(np.maximum(at, 0))
         return pl.select(pl.when(pl.Series(at >= 0)).then(s)).to_series()
 
-    mod = nearest(parent, is_module)  # rule 1
-    node = nearest(parent, (is_node & seq.is_not_null()).to_numpy())  # rule 2
+    # Each rule climbs from the rows it is asked for only (the ops that launched kernels: a third of them).
     # the op that created the autograd node: a forward op, or a recomputed one (reentrant checkpoint)
-    creators = np.flatnonzero((phase.is_in(["forward", "recompute"]) & seq.is_not_null()).to_numpy() & (mod >= 0))
-    fwd = pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": named(mod[creators])}).unique(
+    maybe = np.flatnonzero((phase.is_in(["forward", "recompute"]) & seq.is_not_null()).to_numpy())
+    mod_of = nearest(parent, is_module, maybe)  # rule 1, for them
+    creators, creator_mod = maybe[mod_of >= 0], mod_of[mod_of >= 0]
+    fwd = pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": named(creator_mod)}).unique(
         "_node_seq", keep="first", maintain_order=True
     )
-    at_node = node[rows]
+    at_node = nearest(parent, (is_node & seq.is_not_null()).to_numpy(), rows)  # rule 2
     frame = pl.DataFrame(
         {
             "row": pl.Series(rows, dtype=pl.Int64),
-            "_ann": named(mod[rows]),
-            "_top": named(nearest(parent, top)[rows]),  # rule 3
+            "_ann": named(nearest(parent, is_module, rows)),  # rule 1
+            "_top": named(nearest(parent, top, rows)),  # rule 3
             "_node_seq": pl.select(
                 pl.when(pl.Series(at_node >= 0)).then(seq.gather(np.maximum(at_node, 0)))
             ).to_series(),
