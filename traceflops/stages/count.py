@@ -238,7 +238,7 @@ def batch_annotations(ops: pl.DataFrame, rows: np.ndarray) -> dict[int, str]:
     marked = name_matches(ops["name"], BATCH_ANNOTATION_RE).to_numpy()
     if not marked.any() or not len(rows):
         return {}
-    near = nearest(ops["parent"].to_numpy(), marked)[rows]
+    near = nearest(ops["parent"].to_numpy(), marked, rows)
     has = near >= 0
     names = ops["name"].gather(near[has]).to_list()
     return dict(zip(ops["row"].gather(rows[has]).to_list(), names))
@@ -396,11 +396,12 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         return kernels.with_columns(
             cls=pl.lit(None, pl.Utf8), matmul_row=pl.lit(None, pl.Int64), flops=pl.lit(None, pl.Float64)
         )
-    parent = ops["parent"].to_numpy()
-    leaf = ops["matmul"].to_numpy()
-    near = nearest(parent, leaf)
     op_row = kernels["op_row"].fill_null(-1).to_numpy()
-    mm_row = np.where(op_row >= 0, near[np.maximum(op_row, 0)], -1) if ops.height else np.full(kernels.height, -1)
+    if ops.height:  # climbed from the ops that launched kernels only
+        near = nearest(ops["parent"].to_numpy(), ops["matmul"].to_numpy(), np.maximum(op_row, 0))
+        mm_row = np.where(op_row >= 0, near, -1)
+    else:
+        mm_row = np.full(kernels.height, -1)
     kernels = kernels.with_columns(matmul_row=pl.Series(mm_row, dtype=pl.Int64)).with_columns(
         matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
     )
