@@ -194,6 +194,12 @@ _LEADS = ["://", "-----BEGIN", *(f"gh{c}_" for c in "pousr"), *(lead for lead, _
 _SCAN_FROM = 1 << 18
 
 
+def any_lead(texts) -> bool:
+    """Whether any of `texts` (a polars text column) holds a shape rule's leading literal: a text built from pieces
+    none of which holds one, joined where no lead can span the join, is one no shape rule changes."""
+    return bool(texts.str.contains_any(_LEADS).any())
+
+
 def _may_match(data: bytes) -> bool:
     """Whether `data` holds a leading literal of a shape rule. Bytes that are not UTF-8 are read as U+FFFD: every
     ASCII byte is kept as it is, so an (ASCII) lead is found in the text exactly where it is in the bytes."""

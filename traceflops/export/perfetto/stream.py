@@ -289,8 +289,9 @@ def _added(a: Analysis, pid: int, batch: int = 8192) -> tuple[Added, Iterable[tu
     def pieces() -> Iterator[tuple[bytes, int]]:
         yield b"", meta
         yield redact_bytes(orjson.dumps(new.before, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+        free = new.shapes_free()
         for text in new.texts(batch):
-            yield redact_bytes(text.encode())
+            yield (text.encode(), 0) if free else redact_bytes(text.encode())
         yield redact_bytes(orjson.dumps(new.after, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
 
     return new, list(pieces()) if len(new) <= AHEAD else pieces()
