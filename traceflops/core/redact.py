@@ -194,9 +194,9 @@ _LEADS = ["://", "-----BEGIN", *(f"gh{c}_" for c in "pousr"), *(lead for lead, _
 _SCAN_FROM = 1 << 18
 
 
-def any_lead(texts) -> bool:
-    """Whether any of `texts` (a polars text column) holds a shape rule's leading literal: a text built from pieces
-    none of which holds one, joined where no lead can span the join, is one no shape rule changes."""
+def any_lead(texts: pl.Series) -> bool:
+    """Whether any of `texts` (a text column) holds a shape rule's leading literal: a text built from pieces none of
+    which holds one, joined where no lead can span the join, is one no shape rule changes."""
     return bool(texts.str.contains_any(_LEADS).any())
 
 
@@ -205,7 +205,7 @@ def _may_match(data: bytes) -> bool:
     ASCII byte is kept as it is, so an (ASCII) lead is found in the text exactly where it is in the bytes."""
     import polars as pl
 
-    return pl.Series([data.decode("utf-8", "replace")], dtype=pl.Utf8).str.contains_any(_LEADS).item()
+    return any_lead(pl.Series([data.decode("utf-8", "replace")], dtype=pl.Utf8))
 
 
 def redact_string(text: str) -> tuple[str, int]:

@@ -397,11 +397,10 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
             cls=pl.lit(None, pl.Utf8), matmul_row=pl.lit(None, pl.Int64), flops=pl.lit(None, pl.Float64)
         )
     op_row = kernels["op_row"].fill_null(-1).to_numpy()
-    if ops.height:  # climbed from the ops that launched kernels only
-        near = nearest(ops["parent"].to_numpy(), ops["matmul"].to_numpy(), np.maximum(op_row, 0))
-        mm_row = np.where(op_row >= 0, near, -1)
-    else:
-        mm_row = np.full(kernels.height, -1)
+    mm_row = np.full(kernels.height, -1)
+    launched = np.flatnonzero(op_row >= 0)  # climbed from the ops that launched kernels only
+    if len(launched):
+        mm_row[launched] = nearest(ops["parent"].to_numpy(), ops["matmul"].to_numpy(), op_row[launched])
     kernels = kernels.with_columns(matmul_row=pl.Series(mm_row, dtype=pl.Int64)).with_columns(
         matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
     )
