@@ -8,18 +8,19 @@ import random
 
 import pytest
 
-from traceflops.export.perfetto.entries import claim_parts, numbering, positions
+from traceflops.export.perfetto.entries import Complete, Fields, claim_parts, numbering, positions
 
 CATS = ["kernel", "Kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "Operator", "user_annotation", "cuda_runtime",
         "python_function", "Trace", "", 7, None, ["kernel"], {"a": 1}]
 PHS = ["X", "X", "X", "B", "E", "i", "M", "f", 1, None, ["X"]]
+LISTED = ["X", "X", "X", "B", "E", "i", "M", "f", "s", "C"]  # phases the tagged decode names: no entry falls back
 NUMBERS = [0, 5, -3, 2.5, -0.0, 1e300, 12345678901234567890123, -7.25, float("1e-9")]
 
 
-def entry(rng: random.Random, numeric: bool) -> dict:
+def entry(rng: random.Random, numeric: bool, phases: list = PHS) -> dict:
     e: dict = {}
-    for key, pool in (("ph", PHS), ("cat", CATS), ("name", ["gemm", "aten::mm", "", 3, None, ["n"]])):
-        if rng.random() < 0.92:
+    for key, pool in (("ph", phases), ("cat", CATS), ("name", ["gemm", "aten::mm", "", 3, None, ["n"]])):
+        if rng.random() < 0.92 or phases is LISTED and key == "ph":
             e[key] = rng.choice(pool)
     for key in ("ts", "dur"):
         r = rng.random()
@@ -34,15 +35,22 @@ def entry(rng: random.Random, numeric: bool) -> dict:
     return e
 
 
+@pytest.mark.parametrize("phases", [PHS, LISTED], ids=["any phase", "listed phases"])
 @pytest.mark.parametrize("seed", range(40))
-def test_positions_number_as_the_decoded_way_does(seed):
+def test_positions_number_as_the_decoded_way_does(seed, phases):
     rng = random.Random(seed)
-    events = [entry(rng, numeric=True) for _ in range(rng.choice([0, 1, 300, 400]))]
+    events = [entry(rng, numeric=True, phases=phases) for _ in range(rng.choice([0, 1, 300, 400]))]
     text = json.dumps(events).encode()  # the standard library's: integers of any size
-    got = positions(claim_parts(bytearray(text)).fields)
+    fields = claim_parts(bytearray(text)).fields
+    got = positions(fields)
     kernels, ops = numbering(json.loads(text))
     assert got == (kernels.tolist(), ops.tolist())
     assert len(events) < 300 or (got[0] and got[1])  # the generator makes both kinds
+    # both decodes are exercised: the phases' union where every entry names a listed phase, else every entry's fields
+    plain = [f.__class__ is Fields for f in fields]
+    assert all(plain) or not any(plain)  # one decode or the other, for the whole array
+    assert not any(plain) if phases is LISTED else all(plain) or len(events) < 300
+    assert phases is not LISTED or len(events) < 300 or any(f.__class__ is Complete for f in fields)
 
 
 def test_positions_defer_to_the_decoded_way_on_a_numbered_entry_with_other_times():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -26,7 +26,7 @@ from traceflops.core.errors import FormatError
 from traceflops.export.perfetto.added import Members
 from traceflops.parsers.jsonstream import REFUSED, SEP, split_events
 from traceflops.parsers.kineto import read_event
-from traceflops.parsers.kineto_events import IGNORED_CATS, KERNEL_CATS, OP_CATS
+from traceflops.parsers.kineto_events import IGNORED_CATS, KERNEL_CATS, OP_CATS, PHASES
 
 # The parser's typed decode refuses nesting deeper than the interpreter's recursion limit, orjson only past 1024 levels:
 # this skim (in C, no values built) says where the parser would have skipped an entry.
@@ -55,20 +55,52 @@ class Fields(msgspec.Struct, gc=False):
 _FIELDS = msgspec.json.Decoder(list[Fields])
 
 
+class Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """`Fields` of a complete ('X') entry, its phase the tag of a union: only these are numbered."""
+
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    pid: Any = None
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+# Every other phase keeps only what is read of any entry (its pid, its args' text): its name, category and times were
+# most of the fields decode's work, for entries nobody numbers (flows and instants are two in five of a Kineto trace).
+_OTHERS = tuple(
+    msgspec.defstruct(
+        f"_Other{i}",
+        [("pid", Any, None), ("args", msgspec.Raw, msgspec.field(default_factory=msgspec.Raw))],
+        tag_field="ph",
+        tag=ph,
+        gc=False,
+    )
+    for i, ph in enumerate(PHASES)
+)
+# An entry of no phase listed, or two different phases, fails the union: the whole array is then decoded as `Fields`.
+_TAGGED = msgspec.json.Decoder(list[Union[(Complete, *_OTHERS)]])  # type: ignore[valid-type]  # structs made at run time
+
+
 @dataclass
 class Parts:
     """An array of entries a claim proved: its text, each entry's own bytes (views into the text) and its fields."""
 
     text: bytes | bytearray
     raws: list[msgspec.Raw]
-    fields: list[Fields]
+    fields: list  # `Complete` and the other phases' structs, or `Fields` where an entry fits none of them
 
 
 def claim_parts(text: bytearray):
     """The stream's proof of a cut that keeps each entry's bytes: `Parts`, else REFUSED (the scanner splits it; an
     array holding anything but objects is read the decoded way, `array_entries`)."""
     try:
-        return Parts(text, _SKIM.decode(text), _FIELDS.decode(text))
+        raws = _SKIM.decode(text)
+        try:
+            fields: list = _TAGGED.decode(text)
+        except msgspec.ValidationError:
+            fields = _FIELDS.decode(text)
+        return Parts(text, raws, fields)
     except _UNREADABLE:
         return REFUSED
 
@@ -82,7 +114,8 @@ def positions(fields: list[Fields]) -> tuple[list[int], list[int]] | None:
     kernels: list[int] = []
     ops: list[int] = []
     for i, f in enumerate(fields):
-        if f.ph != "X":
+        k = f.__class__
+        if k is not Complete and (k is not Fields or f.ph != "X"):
             continue
         c = f.cat
         if c.__class__ is not str or c not in _NUMBERED_CATS or f.name.__class__ is not str:
