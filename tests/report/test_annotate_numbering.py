@@ -70,3 +70,13 @@ def test_a_duration_no_double_holds_is_compared_as_an_integer():
         b'{"ph":"X","cat":"cpu_op","name":"o","ts":1,"dur":-' + str(big).encode() + b"}]"
     parts = claim_parts(bytearray(text))
     assert positions(parts.fields) == ([0], [])
+
+
+@pytest.mark.parametrize("phs", [("X", "f"), ("f", "X"), ("X", "X"), ("X", "B")])
+def test_an_entry_that_names_its_phase_twice_is_numbered_by_the_last_as_the_decoded_way_does(phs):
+    # JSON readers keep a repeated key's last value; the tagged decode must not number by the first
+    first, last = (f'"ph":"{p}"' for p in phs)
+    text = f'[{{{first},"cat":"kernel","name":"k","ts":1,"dur":2,{last}}},{{"ph":"X","cat":"cpu_op","name":"o","ts":3,"dur":1}}]'
+    kernels, ops = numbering(json.loads(text))
+    assert positions(claim_parts(bytearray(text.encode())).fields) == (kernels.tolist(), ops.tolist())
+    assert (kernels.tolist(), ops.tolist()) == (([0] if phs[1] == "X" else []), [1])  # by construction

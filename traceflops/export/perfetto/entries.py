@@ -40,43 +40,39 @@ def _decoded(text: bytes | bytearray) -> list:
     return orjson.loads(text)
 
 
-class Fields(msgspec.Struct, gc=False):
-    """What numbering reads of an entry, and its args as their text (an empty text where it has no args key)."""
+class _Kept(msgspec.Struct, gc=False):
+    """What is read of any entry: its pid, and its args as their text (an empty text where it has no args key)."""
 
-    ph: Any = None
+    pid: Any = None
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+class _Numbered(_Kept, gc=False):
+    """What numbering reads of an entry besides its phase."""
+
     cat: Any = None
     name: Any = None
     ts: Any = None
     dur: Any = None
-    pid: Any = None
-    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+class Fields(_Numbered, gc=False):
+    """What numbering reads of an entry of any phase (the fallback of `claim_parts`)."""
+
+    ph: Any = None
 
 
 _FIELDS = msgspec.json.Decoder(list[Fields])
 
 
-class Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+class Complete(_Numbered, tag_field="ph", tag="X", gc=False):
     """`Fields` of a complete ('X') entry, its phase the tag of a union: only these are numbered."""
 
-    cat: Any = None
-    name: Any = None
-    ts: Any = None
-    dur: Any = None
-    pid: Any = None
-    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
-
-# Every other phase keeps only what is read of any entry (its pid, its args' text): its name, category and times were
-# most of the fields decode's work, for entries nobody numbers (flows and instants are two in five of a Kineto trace).
+# Every other phase keeps only what is read of any entry: its name, category and times were most of the fields
+# decode's work, for entries nobody numbers (flows and instants are two in five of a Kineto trace).
 _OTHERS = tuple(
-    msgspec.defstruct(
-        f"_Other{i}",
-        [("pid", Any, None), ("args", msgspec.Raw, msgspec.field(default_factory=msgspec.Raw))],
-        tag_field="ph",
-        tag=ph,
-        gc=False,
-    )
-    for i, ph in enumerate(PHASES)
+    msgspec.defstruct(f"_Other{i}", [], bases=(_Kept,), tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(PHASES)
 )
 # An entry of no phase listed, or two different phases, fails the union: the whole array is then decoded as `Fields`.
 _TAGGED = msgspec.json.Decoder(list[Union[(Complete, *_OTHERS)]])  # type: ignore[valid-type]  # structs made at run time
