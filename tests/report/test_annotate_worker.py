@@ -189,6 +189,26 @@ def test_the_readers_decision_loads_no_polars():
     assert done.returncode == 0, done.stderr
 
 
+def test_the_reader_starts_before_polars_loads_and_its_records_read_after(tmp_path):
+    """The command starts its reader before it loads polars (the worker's start overlaps the command's imports), and
+    the records read back after that are the input's: every one of its events is written."""
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    code = (
+        "import sys\n"
+        "from traceflops.export.perfetto.reader_start import start_reading\n"
+        f"beside = start_reading({str(src)!r}, {str(tmp_path / 'out.json.gz')!r})\n"
+        "assert beside is not None, 'not started'\n"
+        "assert 'polars' not in sys.modules, 'polars loaded to start the reader'\n"
+        "with beside:\n"
+        "    records = list(beside.follow())\n"
+        "    print(len(records), beside.result().events_in)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    n_records, events_in = map(int, done.stdout.split())
+    assert n_records >= 1 and events_in == len(gpu_doc()["traceEvents"])
+
+
 def test_annotates_own_process_leaves_the_readers_core_to_it(tmp_path):
     """With its reader beside it, annotate's own process runs polars on one core fewer (on two cores, the reader's
     and two polars threads only contended); without it, on polars' default; a user's own setting wins."""

@@ -118,25 +118,26 @@ def annotate_cmd(trace, output, **kw):
 
         from traceflops.core.frames import usable_cores
         from traceflops.core.memory import prefer_threads
-        from traceflops.export.perfetto.reader_start import reads_beside
+        from traceflops.export.perfetto.reader_start import reads_beside, start_reading
 
         beside_wanted = reads_beside(trace)
         if beside_wanted:  # before polars loads: the reader has a core to itself, polars here the others
             prefer_threads(usable_cores() - 1)
-        # Freed pages go back after polars' prompt decay (`prefer_prompt_release`), not at once: on the 476 MB trace at
-        # once faulted 2.9 M pages against 0.9 M, 21-23 s against 16.7 s, for a peak 4-6 MiB (1%) lower.
-        from traceflops.core.memory import return_freed_memory
-        from traceflops.export.perfetto import annotate, for_annotation, start_reading
-        from traceflops.run.load import analyze
-        from traceflops.views.rollup import launching_rows, module_of
-
-        opts, cache_dir = options_from(kw)
         refuse_overwrite([trace], **({} if output == "-" else {"-o": output}))  # "-": standard output
         with ExitStack() as held:
-            # A Kineto trace is read for writing back in a worker process while it is analysed here.
+            # A Kineto trace is read for writing back in a worker process while it is analysed here; started before
+            # this process loads polars and the analysis, so the worker's own start overlaps that.
             beside = start_reading(trace, output) if beside_wanted else None
             if beside is not None:
                 held.enter_context(beside)
+            # Freed pages go back after polars' prompt decay (`prefer_prompt_release`), not at once: on the 476 MB
+            # trace at once faulted 2.9 M pages against 0.9 M, 21-23 s against 16.7 s, for a peak 4-6 MiB (1%) lower.
+            from traceflops.core.memory import return_freed_memory
+            from traceflops.export.perfetto import annotate, for_annotation
+            from traceflops.run.load import analyze
+            from traceflops.views.rollup import launching_rows, module_of
+
+            opts, cache_dir = options_from(kw)
             # Without the views built from the tables (advice and the like: none is written back), and the rest of
             # the analysis let go before the trace is streamed through.
             a = for_annotation(analyze(trace, opts, cache_dir, views=False))

@@ -54,7 +54,6 @@ try:  # ISA-L's fastest deflate: a record's text in ~1 ms per MiB, a tenth of it
 except ImportError:  # pragma: no cover - a platform without the wheel
     _deflate = None  # type: ignore[assignment]
 
-SPOOL_PREFIX = ".traceflops-events-"
 CHUNK = (
     2 << 20
 )  # input bytes decoded at a time: one array of whole entries is held (its dicts ~10x its text), never the file

@@ -21,11 +21,15 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from traceflops.core.errors import InputError
 from traceflops.core.frames import OwnProcess, read_frame, run_worker, write_reply
-from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, Prepared, prepare, read_records
+
+SPOOL_PREFIX = ".traceflops-events-"  # the spool's name, where the system gives it one
+
+if TYPE_CHECKING:  # loaded where records are read (with polars): the command starts the worker before it loads them
+    from traceflops.export.perfetto.prepare import Places, Prepared
 
 
 class _Reader:
@@ -76,6 +80,8 @@ class Beside:
     def follow(self) -> Iterator[tuple[Places, bytes]]:
         """The records as the worker writes them, until it is done (`result` then has what it found); the error that
         stopped it is raised here."""
+        from traceflops.export.perfetto.prepare import read_records
+
         while True:
             reply = self._reply()
             if reply.__class__ is not tuple:
@@ -84,6 +90,8 @@ class Beside:
 
     def replay(self) -> Iterator[tuple[Places, bytes]]:
         """Every record again, from the first (the worker done)."""
+        from traceflops.export.perfetto.prepare import read_records
+
         self.result()
         return read_records(_Reader(self.spool.fileno()), self._reader.pos)
 
@@ -151,6 +159,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     request = read_frame(inp)
     if request is None:
         return
+    from traceflops.export.perfetto.prepare import prepare
+
     path, fd, chunk = pickle.loads(request)
     reply: object
     sent: list[bytes] = []

@@ -16,7 +16,7 @@ The input is read as the parser reads it (`parsers.jsonstream.stream_events`)
 in two halves. `prepare` needs no analysis: a few MiB of whole entries at a
 time are numbered and written to a nameless spool file beside the output,
 each numbered entry's place for its args marked; the command runs it in a
-worker process beside the analysis (`start_reading`). `annotate` then writes
+worker process beside the analysis (`reader_start.start_reading`). `annotate` then writes
 the spool out with the places filled. An entry is written as its own bytes,
 its added args inserted before its args object closes (`added.holes`),
 unless a rule could change it (`prepare._LITERALS`: an escape, a value or key
@@ -46,7 +46,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -58,15 +58,12 @@ from traceflops.core.results import Analysis
 from traceflops.export.perfetto.added import AFTER, AS_READ, BEFORE, DECODED, kernel_members, op_members
 from traceflops.export.perfetto.entries import Numbered, agree
 from traceflops.export.perfetto.output import STDOUT, write_output
-from traceflops.export.perfetto.prepare import SPOOL_PREFIX, Places, Prepared, prepare, read_records
+from traceflops.export.perfetto.prepare import Places, Prepared, prepare, read_records
+from traceflops.export.perfetto.prepare_worker import SPOOL_PREFIX, Beside
 from traceflops.export.perfetto.redact import head_parts, redact_meta_events, traceflops_record
 from traceflops.export.perfetto.tracks import Added, added_events, known_pids, new_pid
 from traceflops.export.perfetto.xla import annotate_xla
 from traceflops.parsers.io import check_regular
-
-if TYPE_CHECKING:  # the worker's module loads only where one is started (it runs as its own __main__)
-    from traceflops.export.perfetto.prepare_worker import Beside
-
 
 # What annotating reads of an analysis (both formats); `for_annotation` keeps these and lets the rest go.
 # With what naming each kernel's module reads (`row`, `parent`, `seq`, `is_node`): it runs on the slimmed analysis.
@@ -142,8 +139,8 @@ def annotate(
     """Write the annotated trace to `out_path`; return what was done (counts).
 
     `modules` (per op `row`: `module`, as `views.rollup.module_of` gives) names each kernel's module.
-    `beside` (`start_reading`) is the input already being read beside the analysis; without it the input is read
-    here, first.
+    `beside` (`reader_start.start_reading`) is the input already being read beside the analysis; without it the
+    input is read here, first.
     """
     if analysis.meta.get("format") == "xplane":
         return annotate_xla(trace_path, analysis, out_path)
@@ -244,19 +241,6 @@ class _Rewrite(Exception):
 
 def _opening(before: bytes) -> bytes:
     return b"{" + before + (b"," if before else b"") + b'"traceEvents":['
-
-
-def start_reading(trace_path: str, out_path: str) -> Beside | None:
-    """The input read beside the analysis, in a worker process (where `reader_start.reads_beside` says so: the command
-    asks it once, before polars loads); None where the spool's folder cannot be written (`annotate` then reads the
-    input itself and names the problem as it always does)."""
-    folder = tempfile.gettempdir() if str(out_path) == STDOUT else str(Path(out_path).resolve().parent)
-    from traceflops.export.perfetto.prepare_worker import Beside
-
-    try:
-        return Beside(trace_path, folder)
-    except OSError:
-        return None
 
 
 def _kernel_args(a: Analysis, modules: pl.DataFrame | None) -> pl.DataFrame:
