@@ -323,3 +323,18 @@ def test_rank_sets_read_as_runs():
     assert ranks([7, 1, 3, 5, 6]) == "ranks 1, 3, 5-7"
     assert counted(["a", "b", "a"]) == [("a", 2), ("b", 1)]
     assert times("a", 2) == "a (×2)" and times("b", 1) == "b"
+
+
+def test_an_fp32_or_tf32_run_reads_with_its_article():
+    """'an fp32 run' (eff), 'a tf32 run' (tee): the headline and the advice name the run's precision as read aloud."""
+    from traceflops.core import fmt
+
+    assert fmt.precision_words({"fp32": 0.1, "bf16": 0.05}).startswith(": an fp32 run, graded against its own peak")
+    assert fmt.precision_words({"tf32": 0.1, "bf16": 0.05}).startswith(": a tf32 run, graded against its own peak")
+    assert fmt.precision_words({"bf16": 0.1}) == ""  # a tensor-core precision: nothing to add
+
+
+def test_a_tf32_trace_headline_says_a_tf32_run(shared):
+    out = cli(shared / "kineto" / "a100_torchrec_rank3.json.gz", "--no-cache")
+    assert "a tf32 run, graded against its own peak" in " ".join(out.split())
+    assert "an tf32" not in out

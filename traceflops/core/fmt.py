@@ -168,6 +168,11 @@ def bound_words(totals: Totals) -> str:
     return "MFU and HFU are lower bounds" if totals.hfu is not None else "MFU and HFU are unknown"
 
 
+def a_run(precision: str) -> str:
+    """'an fp32 run', 'a tf32 run': the article as the name is read aloud (eff, eye; tee, bee)."""
+    return f"{'an' if precision[:1] in ('f', 'i') else 'a'} {precision} run"
+
+
 def precision_words(by: dict[str, float]) -> str:
     """What an fp32 / TF32 run's MFU against the tensor-core peaks means, after 'MFU by peak: ...' ('' for others)."""
     own = next(iter(by), None)
@@ -175,7 +180,7 @@ def precision_words(by: dict[str, float]) -> str:
         return ""
     best, v = list(by.items())[-1]
     return (
-        f": an {own} run, graded against its own peak; against the {best} tensor-core peak the same work is "
+        f": {a_run(own)}, graded against its own peak; against the {best} tensor-core peak the same work is "
         f"{pct(v)}: mixed precision (autocast to bf16/fp16) is the first lever"
     )
 

@@ -396,7 +396,7 @@ def matmul_below_peak(ctx: Ctx, value: float, findings: list[AdviceItem]) -> tup
     if own in ("fp32", "tf32") and len(by) > 1:
         best, v = list(by.items())[-1]
         ev.append(
-            f"an {own} run: its MFU is graded against the {own} peak; against the {best} tensor-core peak the same "
+            f"{fmt.a_run(own)}: its MFU is graded against the {own} peak; against the {best} tensor-core peak the same "
             "work is "
             f"{fmt.pct(v, keep_small=False)} of peak: mixed precision is the first lever"
         )
