@@ -324,15 +324,14 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
     With them come the in-kernel recompute (a fused attention backward's Q·Kᵀ,
     counted in HFU, not in MFU) and an attention op's mask.
     """
+    if ops["flops_hint"].null_count() == ops.height and ops["bytes_hint"].null_count() == ops.height:
+        # No format reported any (a Kineto trace): every column below is kept as it is but the matmuls' dtype.
+        return ops.with_columns(dtype=_dtype_from_types(ops))
     given = pl.col("matmul") & pl.col("flops_hint").is_not_null()
     in_range = pl.col("flops_hint").is_between(0, registry.OP_FLOPS_MAX) & pl.col("recompute_hint").fill_null(
         0
     ).is_between(0, registry.OP_FLOPS_MAX)
     hinted = given & in_range
-    # The first input's dtype read once per distinct `types` text (they repeat thousands of times), not per row.
-    distinct = ops["types"].drop_nulls().unique()
-    first = pl.Series([_first_dtype(t) for t in distinct.to_list()], dtype=pl.Utf8)
-    types_dtype = pl.col("types").replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
     return ops.with_columns(
         flops=pl.when(hinted).then(pl.col("flops_hint")).when(given).then(None).otherwise(pl.col("flops")),
         effective_flops=pl.when(hinted)
@@ -354,9 +353,20 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
         .when(given)
         .then(pl.lit(f"{registry.OUT_OF_RANGE}: the compiler's FLOPs"))
         .otherwise(pl.col("flops_reason")),
-        dtype=pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
+        dtype=_dtype_from_types(ops),
+    )
+
+
+def _dtype_from_types(ops: pl.DataFrame) -> pl.Expr:
+    """A matmul op's dtype where no formula gave one: its first input's, read once per distinct `types` text (they
+    repeat thousands of times), not per row."""
+    distinct = ops["types"].drop_nulls().unique()
+    first = pl.Series([_first_dtype(t) for t in distinct.to_list()], dtype=pl.Utf8)
+    types_dtype = pl.col("types").replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
+    return (
+        pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
         .then(types_dtype)
-        .otherwise(pl.col("dtype")),
+        .otherwise(pl.col("dtype"))
     )
 
 

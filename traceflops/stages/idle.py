@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -24,12 +26,17 @@ def is_sync_call(name: pl.Expr) -> pl.Expr:
     return name.str.contains(r"^(cuda|hip|cu)(Stream|Device|Event|Ctx)Synchronize") | memcpy
 
 
-def sync_calls(names: pl.Series) -> pl.Series:
-    """Per row, whether the host call is a synchronizing one (`is_sync_call`), its regexes run once per distinct name
-    (a runtime call's name repeats for every launch); a null name is none."""
+def named_by(names: pl.Series, rule: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
+    """Per row, whether its name satisfies `rule` (an expression over a name column), the rule run once per distinct
+    name (a runtime call's or an op's name repeats for every launch or step); a null name satisfies none."""
     distinct = names.drop_nulls().unique()
-    hit = distinct.to_frame("name").filter(is_sync_call(pl.col("name")))["name"]
+    hit = distinct.to_frame("name").filter(rule(pl.col("name")))["name"]
     return names.is_in(hit.implode()).fill_null(False)
+
+
+def sync_calls(names: pl.Series) -> pl.Series:
+    """Per row, whether the host call is a synchronizing one (`is_sync_call`)."""
+    return named_by(names, is_sync_call)
 
 
 def is_dataloader(name: pl.Expr) -> pl.Expr:
@@ -67,10 +74,10 @@ def _overlaps_any(gs: np.ndarray, ge: np.ndarray, starts: np.ndarray, ends: np.n
 
 
 def _host_intervals(frame: pl.DataFrame | None, which, origin: float) -> tuple[np.ndarray, np.ndarray]:
-    """Shifted [ts, ts+dur) of the host events whose name satisfies `which`."""
+    """Shifted [ts, ts+dur) of the host events whose name satisfies `which` (run once per distinct name)."""
     if frame is None or frame.height == 0:
         return np.empty(0), np.empty(0)
-    f = frame.filter(which(pl.col("name")) & pl.col("ts").is_not_null())
+    f = frame.filter(named_by(frame["name"], which) & pl.col("ts").is_not_null())
     s = f["ts"].to_numpy().astype(np.float64) - origin
     return s, s + f["dur"].fill_null(0.0).to_numpy().astype(np.float64)
 

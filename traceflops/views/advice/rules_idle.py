@@ -16,7 +16,7 @@ from msgspec import UnsetType
 
 from traceflops.core import fmt
 from traceflops.core.sections import AdviceItem
-from traceflops.stages.idle import is_dataloader, sync_calls
+from traceflops.stages.idle import is_dataloader, named_by, sync_calls
 from traceflops.views.advice.context import SHORT_KERNEL_US, Ctx
 from traceflops.views.advice.items import item
 
@@ -140,7 +140,7 @@ def input_pipeline(ctx: Ctx) -> AdviceItem | None:
     if got is None:
         return None
     g, ev = got
-    loaders = _overlapping(ctx.a.ops.filter(is_dataloader(pl.col("name"))), g)
+    loaders = _overlapping(ctx.a.ops.filter(named_by(ctx.a.ops["name"], is_dataloader)), g)
     single = False
     if loaders.height:
         per = (
