@@ -55,3 +55,18 @@ def test_coded_answers_as_the_rows_do():
         True,
         True,
     ]
+
+
+def test_named_by_and_name_matches_agree_with_the_rule_read_row_by_row():
+    """The rule runs once per distinct name; per row it must read as Python's `re` would, a null name matching none."""
+    import re
+
+    from traceflops.core.trace import name_matches, named_by
+
+    for seed in range(10):
+        texts = _texts(seed, 300)
+        names = pl.Series("name", texts, dtype=pl.Utf8)
+        hit = named_by(names, lambda n: n.str.contains("^a") | n.str.ends_with("nn")).to_list()
+        assert hit == [t is not None and (t.startswith("a") or t.endswith("nn")) for t in texts], seed
+        got = name_matches(names, "sgemm", unless="_tn$").to_list()
+        assert got == [t is not None and bool(re.search("sgemm", t)) and not re.search("_tn$", t) for t in texts]

@@ -7,6 +7,7 @@ sees only these tables. Times are microseconds in the trace's own clock.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,15 +142,21 @@ def all_null(df: pl.DataFrame) -> list[str]:
     return [c for c in df.columns if df[c].null_count() == n] if n else []
 
 
-def name_matches(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Series:
-    """Per row, whether the name matches `pattern` (and not `unless`); a null name matches nothing. The regex runs
-    once per distinct name: kernel names are long and repeat thousands of times (per row it was most of a stage).
-    One pattern over a column; several over the same column: `Coded` (its codes cost more than one `is_in`)."""
+def named_by(names: pl.Series, rule: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
+    """Per row, whether its name satisfies `rule` (an expression over a column of names); a null name satisfies none.
+    The rule runs once per distinct name: kernel names are long and repeat thousands of times, a runtime call's or an
+    op's name repeats for every launch or step (per row it was most of a stage). One rule over a column; several over
+    the same column: `Coded` (its codes cost more than one `is_in`)."""
     distinct = names.drop_nulls().unique()
-    hit = distinct.str.contains(pattern)
-    if unless is not None:
-        hit = hit & ~distinct.str.contains(unless)
-    return names.is_in(distinct.filter(hit).implode()).fill_null(False)
+    hit = distinct.to_frame("name").filter(rule(pl.col("name")))["name"]
+    return names.is_in(hit.implode()).fill_null(False)
+
+
+def name_matches(names: pl.Series, pattern: str, unless: str | None = None) -> pl.Series:
+    """Per row, whether the name matches `pattern` (and not `unless`), by `named_by`."""
+    if unless is None:
+        return named_by(names, lambda n: n.str.contains(pattern))
+    return named_by(names, lambda n: n.str.contains(pattern) & ~n.str.contains(unless))
 
 
 def distinct_codes(values: pl.Series) -> tuple[pl.Series, pl.Series]:

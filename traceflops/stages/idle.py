@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import polars as pl
 
+from traceflops.core.trace import named_by
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, GAP_REASONS, OUTSIDE
 from traceflops.stages.sweep import NO_DEVICE, Sweep, device_column, merged, sweep, usable
 
@@ -24,14 +23,6 @@ def is_sync_call(name: pl.Expr) -> pl.Expr:
     """
     memcpy = name.str.contains(r"^(cuda|hip|cu)Memcpy") & ~name.str.contains("Async")
     return name.str.contains(r"^(cuda|hip|cu)(Stream|Device|Event|Ctx)Synchronize") | memcpy
-
-
-def named_by(names: pl.Series, rule: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
-    """Per row, whether its name satisfies `rule` (an expression over a name column), the rule run once per distinct
-    name (a runtime call's or an op's name repeats for every launch or step); a null name satisfies none."""
-    distinct = names.drop_nulls().unique()
-    hit = distinct.to_frame("name").filter(rule(pl.col("name")))["name"]
-    return names.is_in(hit.implode()).fill_null(False)
 
 
 def sync_calls(names: pl.Series) -> pl.Series:

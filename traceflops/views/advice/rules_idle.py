@@ -16,7 +16,8 @@ from msgspec import UnsetType
 
 from traceflops.core import fmt
 from traceflops.core.sections import AdviceItem
-from traceflops.stages.idle import is_dataloader, named_by, sync_calls
+from traceflops.core.trace import named_by
+from traceflops.stages.idle import is_dataloader, sync_calls
 from traceflops.views.advice.context import SHORT_KERNEL_US, Ctx
 from traceflops.views.advice.items import item
 
