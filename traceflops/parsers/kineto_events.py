@@ -66,16 +66,39 @@ class Event(_Fields, gc=False):
 
 # The chrome-trace phases other than 'X'. Each decodes to an empty struct here: its fields are skipped
 # unbuilt. Flow and instant events are close to half of a Kineto trace.
-PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "M", "V", "v", "R", "c", "(", ")")
-_OTHER_PHASES = tuple(
-    msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(PHASES)
+OTHER_PHASES = (
+    "B",
+    "E",
+    "i",
+    "I",
+    "C",
+    "b",
+    "n",
+    "e",
+    "s",
+    "t",
+    "f",
+    "P",
+    "O",
+    "N",
+    "D",
+    "M",
+    "V",
+    "v",
+    "R",
+    "c",
+    "(",
+    ")",
+)
+_OTHER_STRUCTS = tuple(
+    msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(OTHER_PHASES)
 )
 
 
 _ARGS = tuple(Args.__struct_fields__)
 
 
-_EVENT: Any = Union[(X, *_OTHER_PHASES)]  # a union of generated structs: built at run time
+_EVENT: Any = Union[(X, *_OTHER_STRUCTS)]  # a union of generated structs: built at run time
 EVENTS_DECODER = msgspec.json.Decoder(list[_EVENT])
 
 

@@ -26,7 +26,7 @@ from traceflops.core.errors import FormatError
 from traceflops.export.perfetto.added import Members
 from traceflops.parsers.jsonstream import REFUSED, SEP, split_events
 from traceflops.parsers.kineto import read_event
-from traceflops.parsers.kineto_events import IGNORED_CATS, KERNEL_CATS, OP_CATS, PHASES
+from traceflops.parsers.kineto_events import IGNORED_CATS, KERNEL_CATS, OP_CATS, OTHER_PHASES
 
 # The parser's typed decode refuses nesting deeper than the interpreter's recursion limit, orjson only past 1024 levels:
 # this skim (in C, no values built) says where the parser would have skipped an entry.
@@ -72,7 +72,8 @@ class Complete(_Numbered, tag_field="ph", tag="X", gc=False):
 # Every other phase keeps only what is read of any entry: its name, category and times were most of the fields
 # decode's work, for entries nobody numbers (flows and instants are two in five of a Kineto trace).
 _OTHERS = tuple(
-    msgspec.defstruct(f"_Other{i}", [], bases=(_Kept,), tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(PHASES)
+    msgspec.defstruct(f"_Other{i}", [], bases=(_Kept,), tag_field="ph", tag=ph, gc=False)
+    for i, ph in enumerate(OTHER_PHASES)
 )
 # An entry of no phase listed, or two different phases, fails the union: the whole array is then decoded as `Fields`.
 _TAGGED = msgspec.json.Decoder(list[Union[(Complete, *_OTHERS)]])  # type: ignore[valid-type]  # structs made at run time
@@ -104,9 +105,9 @@ def claim_parts(text: bytearray):
 _NUMBERED_CATS = frozenset(KERNEL_CATS) | OP_CATS
 
 
-def positions(fields: list[Fields]) -> tuple[list[int], list[int]] | None:
-    """`numbering` of decoded fields: the device activities' and the ops' indices; None where a numbered category's
-    ts or dur is neither an integer nor a float (for those, `numbering`'s own casts decide)."""
+def positions(fields: list) -> tuple[list[int], list[int]] | None:
+    """`numbering` of decoded fields (`Parts.fields`): the device activities' and the ops' indices; None where a
+    numbered category's ts or dur is neither an integer nor a float (for those, `numbering`'s own casts decide)."""
     kernels: list[int] = []
     ops: list[int] = []
     for i, f in enumerate(fields):
