@@ -1,7 +1,7 @@
 """The one writer of an annotated trace: atomic, gzipped as it is written, or plain JSON to standard output.
 
 The output is written atomically (a temporary file beside it, then a rename),
-gzipped unless the name ends in plain `.json`, compressed as it is written;
+gzipped unless the name ends in plain `.json`, compressed as it is written (on a thread of its own: `overlap`);
 `-` writes plain JSON to standard output.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from traceflops.core.files import write_file
+from traceflops.export.perfetto.overlap import Behind
 
 try:  # ISA-L's deflate at level 2: ten times as fast as zlib's level 6 (a tenth of annotate's time), a third larger
     from isal.igzip import GzipFile as GzipWriter
@@ -34,7 +35,8 @@ def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:
     returned.
 
     Gzipped unless `path` ends in .json, compressed as `fill` writes it.
-    `tmp` is that file's path, for scratch files beside it.
+    `tmp` is that file's path, for scratch files beside it. `out` is for `write` only: gzipped, the writes are
+    deflated on a thread of their own (`overlap.Behind`).
     `path` "-" (`STDOUT`) is standard output: plain JSON (for a pipe: `jq`, `gzip`), scratch files in the temporary
     folder.
     """
@@ -50,7 +52,12 @@ def write_output(path: str, fill: Callable[[BinaryIO, Path], Any]) -> Any:
             result = fill(raw, tmp)
         else:
             with GzipWriter(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL, mtime=0) as f:
-                result = fill(cast(BinaryIO, f), tmp)  # a binary file; typeshed's GzipFile is no BinaryIO
+                behind = Behind(f)  # deflated on a thread of its own while `fill` goes on
+                try:
+                    result = fill(cast(BinaryIO, behind), tmp)  # a binary file's write: all `fill` calls
+                    behind.close()
+                finally:
+                    behind.abandon()  # ended before the gzip file closes under it
         raw.flush()
         os.fsync(raw.fileno())
         return result

@@ -310,7 +310,9 @@ def _write_events(
         if data:
             if not written:
                 start()
-            out.write(b"," + data if written else data)
+            if written:
+                out.write(b",")  # apart: a copy of the record's text for one byte was 0.1 s on a 476 MB trace
+            out.write(data)
             written = True
     if kernels is not None:
         kernels.finish(path)
