@@ -228,3 +228,36 @@ def test_annotates_own_process_leaves_the_readers_core_to_it(tmp_path):
     assert annotate({**bare, ENV: "1"}, "a.json.gz") == usable_cores() - 1
     assert annotate({**bare, ENV: "0"}, "b.json.gz") == default
     assert annotate({**bare, ENV: "1", "POLARS_MAX_THREADS": "2"}, "c.json.gz") == 2
+
+
+def test_the_options_are_checked_without_polars():
+    """annotate checks its model options before it starts the reader, and that check loads no polars (the command's
+    thread count for polars is decided before it loads)."""
+    code = ("import sys\n"
+            "from traceflops.cli.common import model_options_from\n"
+            "opts = model_options_from({k: None for k in ('params', 'layers', 'heads', 'head_dim', 'seq_len',\n"
+            "    'model_config', 'tokens_per_step', 'world_size', 'mode', 'hardware', 'precision', 'peak_tflops')}\n"
+            "    | {'exclude_steps': (), 'graph_captures': (), 'keep_last_step': False, 'group_roles': (),\n"
+            "       'params': 1e6, 'layers': 2, 'heads': 4, 'head_dim': 8, 'seq_len': 16, 'hardware': 'h100-sxm'})\n"
+            "assert opts.spec is not None and opts.hardware, opts\n"
+            "assert 'polars' not in sys.modules, 'polars loaded to check the options'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_bad_option_is_one_line_before_any_reader_starts(tmp_path, monkeypatch):
+    """An option annotate refuses is its one-line error (exit 2), and no reader process was started for it."""
+    from click.testing import CliRunner
+
+    import traceflops.export.perfetto.reader_start as reader_start
+    from traceflops.cli.main import main
+
+    started = []
+    monkeypatch.setenv(ENV, "1")  # a reader wanted whatever the cores
+    monkeypatch.setattr(reader_start, "start_reading", lambda *a: started.append(a))
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    r = CliRunner().invoke(main, ["annotate", str(src), "-o", str(tmp_path / "out.json.gz"), "--no-cache",
+                                  "--layers", "0"])
+    assert r.exit_code == EXIT_INPUT, r.output
+    assert "--layers" in r.output and "Traceback" not in r.output
+    assert started == [] and not (tmp_path / "out.json.gz").exists()

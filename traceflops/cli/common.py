@@ -255,6 +255,11 @@ def start_decode_helper(traces, no_cache: bool) -> None:
 
 def options_from(kw) -> tuple:
     """ModelOptions and cache dir from the shared options (removed from kw)."""
+    return model_options_from(kw), cache_dir_from(kw)
+
+
+def model_options_from(kw):
+    """ModelOptions from the shared options (removed from kw), checked; loads no polars (`core.model_options`)."""
     from traceflops.run.options import model_options as build
 
     names = (
@@ -275,17 +280,21 @@ def options_from(kw) -> tuple:
         "keep_last_step",
         "group_roles",
     )
-    opts = build(**{k: kw.pop(k) for k in names})
+    return build(**{k: kw.pop(k) for k in names})
+
+
+def cache_dir_from(kw) -> Path | None:
+    """The parsed-trace cache's folder from the shared options (removed from kw): None without a cache."""
     cache_dir, no_cache = kw.pop("cache_dir"), kw.pop("no_cache")
     kw.pop("quiet", None)
     if no_cache:
-        return opts, None
+        return None
     if cache_dir:
-        return opts, Path(cache_dir)
+        return Path(cache_dir)
     from traceflops.storage.trace_cache import default_dir
 
     try:
-        return opts, default_dir()
+        return default_dir()
     except (RuntimeError, KeyError, OSError):
         # No HOME and no passwd entry for this user id (a container's arbitrary uid): nowhere to keep a cache.
         click.echo(
@@ -293,4 +302,4 @@ def options_from(kw) -> tuple:
             "set HOME, XDG_CACHE_HOME or TRACEFLOPS_CACHE_DIR, or give --cache-dir",
             err=True,
         )
-        return opts, None
+        return None

@@ -20,7 +20,9 @@ import click
 
 from traceflops.cli.check import gate_lines, gate_options, gate_settings
 from traceflops.cli.common import (
+    cache_dir_from,
     model_options,
+    model_options_from,
     options_from,
     refuse_overwrite,
     run_command,
@@ -124,6 +126,7 @@ def annotate_cmd(trace, output, **kw):
         if beside_wanted:  # before polars loads: the reader has a core to itself, polars here the others
             prefer_threads(usable_cores() - 1)
         refuse_overwrite([trace], **({} if output == "-" else {"-o": output}))  # "-": standard output
+        opts = model_options_from(kw)  # checked before a reader starts (and without polars: it has not loaded yet)
         with ExitStack() as held:
             # A Kineto trace is read for writing back in a worker process while it is analysed here; started before
             # this process loads polars and the analysis, so the worker's own start overlaps that.
@@ -137,7 +140,7 @@ def annotate_cmd(trace, output, **kw):
             from traceflops.run.load import analyze
             from traceflops.views.rollup import launching_rows, module_of
 
-            opts, cache_dir = options_from(kw)
+            cache_dir = cache_dir_from(kw)
             # Without the views built from the tables (advice and the like: none is written back), and the rest of
             # the analysis let go before the trace is streamed through.
             a = for_annotation(analyze(trace, opts, cache_dir, views=False))

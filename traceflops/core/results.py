@@ -13,6 +13,7 @@ import polars as pl
 
 from traceflops.core import fmt
 from traceflops.core.hooks import notebook
+from traceflops.core.model_options import ModelOptions as ModelOptions  # its home has no polars: see there
 from traceflops.core.sections import (
     AdviceItem,
     Clock,
@@ -28,23 +29,6 @@ from traceflops.core.sections import (
     WhatIf,
 )
 from traceflops.core.trace import Trace
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """What the user told us about the model and the hardware (all optional); built by `run.options`."""
-
-    spec: Any = None  # a flops.model.ModelSpec
-    tokens_per_step: float | None = None  # global, per step
-    world_size: int | None = None
-    mode: str | None = None  # 'training' | 'inference' | None = detect
-    hardware: str | None = None
-    precision: str | None = None
-    peak_tflops: float | None = None
-    exclude_steps: tuple[int, ...] = ()
-    graph_captures: tuple[str, ...] = ()  # traces that recorded the CUDA/HIP graphs the analysed trace replays
-    keep_last_step: bool = False  # count the unbounded last step in the totals (left out by default)
-    group_roles: tuple[tuple[str, str], ...] = ()  # (a group's description or name, its role), given by hand
 
 
 @dataclass(frozen=True)

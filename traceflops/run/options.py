@@ -16,7 +16,7 @@ from typing import Any
 
 from traceflops.core import hardware as hw
 from traceflops.core.errors import OptionsError
-from traceflops.core.results import ModelOptions
+from traceflops.core.model_options import ModelOptions
 from traceflops.core.vocab import MAX_RANKS
 from traceflops.flops import model as mf
 from traceflops.flops.model_config import spec_from_config
