@@ -261,3 +261,17 @@ def test_a_bad_option_is_one_line_before_any_reader_starts(tmp_path, monkeypatch
     assert r.exit_code == EXIT_INPUT, r.output
     assert "--layers" in r.output and "Traceback" not in r.output
     assert started == [] and not (tmp_path / "out.json.gz").exists()
+
+
+def test_a_reader_whose_command_is_gone_ends_without_a_word(tmp_path):
+    """A command killed before it closes its reader: the reader's next reply meets a closed pipe and it ends, printing
+    nothing (it shares the command's terminal)."""
+    src = write_doc(gpu_doc(), tmp_path / "in.json.gz")
+    code = ("import os\n"
+            "from traceflops.export.perfetto.reader_start import start_reading\n"
+            f"beside = start_reading({str(src)!r}, {str(tmp_path / 'out.json.gz')!r})\n"
+            "assert beside is not None\n"
+            "os._exit(0)  # as if killed: nothing closed\n")
+    # The reader inherits stderr: this returns once it has ended too (the pipe's last writer gone).
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -70,11 +70,15 @@ def write_reply(stream: IO[bytes], reply: object) -> None:
 
 def run_worker(serve: Callable[[BinaryIO, BinaryIO], None]) -> None:
     """A worker module's main: `serve(requests, replies)` on stdin and the real stdout (anything else printed goes to
-    stderr); Ctrl-C ignored (it reaches the whole process group: the caller stops its workers)."""
+    stderr); Ctrl-C ignored (it reaches the whole process group: the caller stops its workers). A caller gone (killed)
+    ends it without a word: its traceback would land on the user's terminal after the command's own last line."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    serve(sys.stdin.buffer, replies)
+    try:
+        serve(sys.stdin.buffer, replies)
+    except BrokenPipeError:
+        os._exit(1)  # not a normal exit: flushing the replies at exit would raise it again
 
 
 def usable_cores() -> int:
