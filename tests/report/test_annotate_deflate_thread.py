@@ -105,7 +105,6 @@ def test_a_gzipped_output_reads_back_as_written(tmp_path):
 
 def test_a_failing_fill_leaves_no_output_and_no_thread(tmp_path):
     out = tmp_path / "a.json.gz"
-    before = threading.active_count()
 
     def fill(f, tmp):
         f.write(b"x" * (5 << 20))
@@ -114,4 +113,4 @@ def test_a_failing_fill_leaves_no_output_and_no_thread(tmp_path):
     with pytest.raises(ValueError, match="stopped"):
         write_output(str(out), fill)
     assert not out.exists() and list(tmp_path.iterdir()) == []
-    assert threading.active_count() == before
+    assert not [t for t in threading.enumerate() if t.name == "annotate-behind"]  # other tests' threads may come and go

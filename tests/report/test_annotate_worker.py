@@ -234,9 +234,8 @@ def test_the_options_are_checked_without_polars():
     """annotate checks its model options before it starts the reader, and that check loads no polars (the command's
     thread count for polars is decided before it loads)."""
     code = ("import sys\n"
-            "from traceflops.cli.common import model_options_from\n"
-            "opts = model_options_from({k: None for k in ('params', 'layers', 'heads', 'head_dim', 'seq_len',\n"
-            "    'model_config', 'tokens_per_step', 'world_size', 'mode', 'hardware', 'precision', 'peak_tflops')}\n"
+            "from traceflops.cli.common import MODEL_OPTION_NAMES, model_options_from\n"
+            "opts = model_options_from(dict.fromkeys(MODEL_OPTION_NAMES)\n"
             "    | {'exclude_steps': (), 'graph_captures': (), 'keep_last_step': False, 'group_roles': (),\n"
             "       'params': 1e6, 'layers': 2, 'heads': 4, 'head_dim': 8, 'seq_len': 16, 'hardware': 'h100-sxm'})\n"
             "assert opts.spec is not None and opts.hardware, opts\n"

@@ -15,6 +15,8 @@ import click
 if TYPE_CHECKING:
     import rich.progress
 
+    from traceflops.core.model_options import ModelOptions
+
 from traceflops.core.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -258,29 +260,32 @@ def options_from(kw) -> tuple:
     return model_options_from(kw), cache_dir_from(kw)
 
 
-def model_options_from(kw):
+# The shared options that describe the model and the hardware (`model_options`), as click names them.
+MODEL_OPTION_NAMES = (
+    "params",
+    "layers",
+    "heads",
+    "head_dim",
+    "seq_len",
+    "model_config",
+    "tokens_per_step",
+    "world_size",
+    "mode",
+    "hardware",
+    "precision",
+    "peak_tflops",
+    "exclude_steps",
+    "graph_captures",
+    "keep_last_step",
+    "group_roles",
+)
+
+
+def model_options_from(kw) -> ModelOptions:
     """ModelOptions from the shared options (removed from kw), checked; loads no polars (`core.model_options`)."""
     from traceflops.run.options import model_options as build
 
-    names = (
-        "params",
-        "layers",
-        "heads",
-        "head_dim",
-        "seq_len",
-        "model_config",
-        "tokens_per_step",
-        "world_size",
-        "mode",
-        "hardware",
-        "precision",
-        "peak_tflops",
-        "exclude_steps",
-        "graph_captures",
-        "keep_last_step",
-        "group_roles",
-    )
-    return build(**{k: kw.pop(k) for k in names})
+    return build(**{k: kw.pop(k) for k in MODEL_OPTION_NAMES})
 
 
 def cache_dir_from(kw) -> Path | None:
