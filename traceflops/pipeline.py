@@ -19,7 +19,7 @@ from traceflops.core.errors import ConservationError, FormatError, InternalError
 from traceflops.core.memory import return_freed_memory
 from traceflops.core.results import Analysis, ModelOptions
 from traceflops.core.sections import PathSummary, StepCount, Totals
-from traceflops.core.trace import Trace
+from traceflops.core.trace import Trace, coded_once
 from traceflops.metrics import budget, steptime
 from traceflops.metrics import model_section as msec
 from traceflops.metrics import peak as mpeak
@@ -75,14 +75,15 @@ def analyze_trace(
     the tables, steps and totals only, without what is built from them (rollups, collectives, the critical path's
     summary, counterfactuals, advice): what `annotate` writes back needs none of them (a fifth of the analysis)."""
     stage = on_stage or (lambda name: None)
-    stage("clean")
-    trace = clean(trace)
-    if opt.group_roles:  # what the user said each group is for: the collectives' view reads it with the trace's groups
-        trace = replace(trace, meta={**trace.meta, "group_roles": dict(opt.group_roles)})
-    try:
-        a = _analyze(trace, opt, stage, captures, views)
-    except ConservationError as e:
-        raise InternalError(trace.meta.get("path"), f"{e.what} conservation check failed: {e}", BUG) from e
+    with coded_once():  # each name column's distinct values found once, however many stages read them
+        stage("clean")
+        trace = clean(trace)
+        if opt.group_roles:  # what the user said each group is for: the collectives' view reads it with its groups
+            trace = replace(trace, meta={**trace.meta, "group_roles": dict(opt.group_roles)})
+        try:
+            a = _analyze(trace, opt, stage, captures, views)
+        except ConservationError as e:
+            raise InternalError(trace.meta.get("path"), f"{e.what} conservation check failed: {e}", BUG) from e
     check_analysis(a)
     return a
 

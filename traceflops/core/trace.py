@@ -7,7 +7,9 @@ sees only these tables. Times are microseconds in the trace's own clock.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +148,12 @@ def named_by(names: pl.Series, rule: Callable[[pl.Expr], pl.Expr]) -> pl.Series:
     """Per row, whether its name satisfies `rule` (an expression over a column of names); a null name satisfies none.
     The rule runs once per distinct name: kernel names are long and repeat thousands of times, a runtime call's or an
     op's name repeats for every launch or step (per row it was most of a stage). One rule over a column; several over
-    the same column: `Coded` (its codes cost more than one `is_in`)."""
+    the same column: `Coded` (its codes cost more than one `is_in`). A column already coded in this `coded_once` is
+    matched through its codes (a rule over a few hundred names and one gather)."""
+    coded = Coded.found(names)
+    if coded is not None:
+        per_name = coded.distinct.to_frame("name").select(rule(pl.col("name")).fill_null(False))[:, 0].to_numpy()
+        return pl.Series(names.name, coded.per_row(per_name, False))
     distinct = names.drop_nulls().unique()
     hit = distinct.to_frame("name").filter(rule(pl.col("name")))["name"]
     return names.is_in(hit.implode()).fill_null(False)
@@ -184,9 +191,34 @@ class Coded:
     codes: np.ndarray  # int64, one per row
 
     @classmethod
-    def of(cls, values: pl.Series) -> Coded:
+    def of(cls, values: pl.Series, keep: bool = False) -> Coded:
+        """The values coded; within `coded_once`, the codes already made for a column of equal values, if any, and with
+        `keep`, these held for the stages after (a column of the trace's own tables: one a stage derives for itself
+        would stay in memory to the analysis's end)."""
+        found = cls.found(values)
+        if found is not None:
+            return found
         distinct, at = distinct_codes(values)
-        return cls(distinct, at.fill_null(distinct.len()).cast(pl.Int64).to_numpy())
+        coded = cls(distinct, at.fill_null(distinct.len()).cast(pl.Int64).to_numpy())
+        memo = _CODED.get()
+        if keep and memo is not None:
+            memo.append((values, coded))
+            del memo[:-_CODED_KEPT]
+        return coded
+
+    @staticmethod
+    def found(values: pl.Series) -> Coded | None:
+        """Within `coded_once`, the codes already made for a column of the same name and equal values; else None."""
+        for seen, coded in reversed(_CODED.get() or ()):
+            same_kind = seen.name == values.name and seen.len() == values.len() and seen.dtype == values.dtype
+            if same_kind and seen.equals(values):  # the cheap checks first: equals compares every row
+                return coded
+        return None
+
+    def as_series(self) -> pl.Series:
+        """The codes as a column, a null row null (as `distinct_codes` gives them)."""
+        at = pl.Series(self.codes, dtype=pl.UInt32)
+        return pl.select(pl.when(at < self.distinct.len()).then(at)).to_series()
 
     def per_row(self, per_value: np.ndarray, on_null) -> np.ndarray:
         """A value given per distinct value (in `distinct`'s order), per row; `on_null` on a null row."""
@@ -197,9 +229,31 @@ class Coded:
         return self.per_row(self.distinct.str.contains(pattern).to_numpy(), False)
 
 
-def sort_codes(values: pl.Series) -> pl.Series:
-    """`distinct_codes`' codes alone: a column to sort by in place of `values`."""
+def sort_codes(values: pl.Series, keep: bool = False) -> pl.Series:
+    """`distinct_codes`' codes alone: a column to sort by in place of `values` (`keep`: as `Coded.of`)."""
+    if _CODED.get() is not None:
+        return Coded.of(values, keep).as_series()
     return distinct_codes(values)[1]
+
+
+# The text columns coded so far in this `coded_once` (values, codes), newest last; None outside one.
+_CODED: ContextVar[list[tuple[pl.Series, Coded]] | None] = ContextVar("coded_text_columns", default=None)
+_CODED_KEPT = 8  # more than the columns an analysis codes: ops', kernels' and launches' names, streams, ...
+
+
+@contextmanager
+def coded_once() -> Iterator[None]:
+    """Within: a text column kept (`Coded.of`) is coded once, however many stages match rules against it or sort by it.
+
+    An analysis found the distinct names of the same three columns (ops', kernels', launches') eighteen times. A
+    column is found again by comparing values (1-2 ms for 587 k names, no hashing), so the codes returned always
+    belong to the values asked about. The columns are held until the block ends.
+    """
+    token = _CODED.set([])
+    try:
+        yield
+    finally:
+        _CODED.reset(token)
 
 
 def empty(schema: dict) -> pl.DataFrame:

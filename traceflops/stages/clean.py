@@ -157,7 +157,13 @@ def clean_kernel_times(kernels: pl.DataFrame, eps: float = OVERLAP_EPS_US) -> tu
     timed = pl.col("ts").is_not_null() & pl.col("dur").is_not_null()
     s = (
         k.select(  # the texts as codes ordered as they are: no text is moved or compared
-            "_row", "device", "ts", "dur", "correlation", stream=sort_codes(k["stream"]), name=sort_codes(k["name"])
+            "_row",
+            "device",
+            "ts",
+            "dur",
+            "correlation",
+            stream=sort_codes(k["stream"], keep=True),
+            name=sort_codes(k["name"], keep=True),
         )
         .filter(timed)
         .sort(

@@ -17,7 +17,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.dtypes import dtype_of
-from traceflops.core.trace import name_matches
+from traceflops.core.trace import Coded, name_matches
 from traceflops.flops import aten as registry
 from traceflops.flops.kernels import MATMUL_KERNEL_RE, is_matmul_kernel
 from traceflops.stages.link import by_row, nearest, spread
@@ -357,17 +357,22 @@ def apply_hints(ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _dtype_from_types(ops: pl.DataFrame) -> pl.Expr:
+def _dtype_from_types(ops: pl.DataFrame) -> pl.Series | pl.Expr:
     """A matmul op's dtype where no formula gave one: its first input's, read once per distinct `types` text (they
-    repeat thousands of times), not per row."""
-    distinct = ops["types"].drop_nulls().unique()
+    repeat thousands of times), and only at the rows that need one (matching every op's long `types` text was most of
+    this stage)."""
+    need = ops.select(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null()).to_series()
+    if not need.any():
+        return ops["dtype"]
+    rows = need.arg_true()
+    types = ops["types"].gather(rows)
+    distinct = types.unique()
     first = pl.Series([_first_dtype(t) for t in distinct.to_list()], dtype=pl.Utf8)
-    types_dtype = pl.col("types").replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
-    return (
-        pl.when(pl.col("matmul") & pl.col("dtype").is_null() & pl.col("types").is_not_null())
-        .then(types_dtype)
-        .otherwise(pl.col("dtype"))
-    )
+    found = types.replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
+    at = np.full(ops.height, len(rows), dtype=np.int64)  # position len(rows): a null appended below
+    at[rows.to_numpy()] = np.arange(len(rows))
+    # where one is needed the op has no dtype, so the one found (or none) is the op's: elsewhere its own stays
+    return pl.coalesce(found.append(pl.Series([None], dtype=pl.Utf8)).gather(at), ops["dtype"]).alias("dtype")
 
 
 def _first_dtype(types: str) -> str | None:
@@ -424,11 +429,13 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     if ops.height and "name" in ops.columns:
         # A framework op (not aten's) that launched named matmul kernels: its other kernels are routing, quantisation
         # or scatter work (a fused MoE's top-k, SageAttention's quantiser), not matmul time.
-        op_name = by_row(ops, kernels["matmul_row"], "name").to_series().fill_null("aten::")
-        framework = op_name.str.contains("::", literal=True) & ~op_name.str.starts_with(
-            "aten::"
-        )  # vllm::, aiter::, ...
-        kernels = kernels.with_columns(framework.alias("_framework"))
+        # Decided per distinct op name and read at each kernel's matmul op (its name not gathered per kernel).
+        names = Coded.of(ops["name"])
+        d = names.distinct
+        per_name = (d.str.contains("::", literal=True) & ~d.str.starts_with("aten::")).to_numpy()  # vllm::, aiter::
+        at = kernels["matmul_row"].fill_null(-1).to_numpy()
+        framework = (at >= 0) & names.per_row(per_name, False)[np.maximum(at, 0)]
+        kernels = kernels.with_columns(pl.Series("_framework", framework))
         aux = pl.col("_framework") & ~pl.col("_named") & (compute & pl.col("_named")).any().over("matmul_row")
         is_mm = is_mm & ~aux
     is_mm = is_mm | (compute & pl.col("_named"))

@@ -121,7 +121,7 @@ class Linked:
     @cached_property
     def op_names(self) -> Coded:
         """The ops' names coded once, for the patterns phase tagging runs over them."""
-        return Coded.of(self.ops["name"])
+        return Coded.of(self.ops["name"], keep=True)  # the stages after read the same names
 
 
 def thread_codes(ops: pl.DataFrame) -> np.ndarray:

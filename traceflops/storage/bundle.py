@@ -78,10 +78,14 @@ def _members_fit(infos: list[zipfile.ZipInfo], max_bytes: int) -> bool:
 
 
 def _table(data: bytes, max_rows: int | None) -> pl.DataFrame:
-    """A parquet member, refused when it holds more than `max_rows` rows (read from its footer, before decoding any)."""
+    """A parquet member, refused when it holds more than `max_rows` rows (read from its footer, before decoding any).
+
+    Each column is made one piece, as the parser builds them: read back, a column comes in pieces (its row groups and
+    pages), and every later query over a table in pieces paid for it (a cached 476 MB trace's analysis: 17% more CPU).
+    """
     if max_rows is not None and pl.scan_parquet(io.BytesIO(data)).select(pl.len()).collect().item() > max_rows:
         raise ValueError(f"more than {max_rows} rows")
-    return pl.read_parquet(io.BytesIO(data))
+    return pl.read_parquet(io.BytesIO(data)).rechunk()
 
 
 def _one_line(e: Exception) -> str:
