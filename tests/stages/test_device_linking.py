@@ -104,6 +104,17 @@ def test_vectorized_nesting_equals_the_stack_walk_with_ties_zero_durations_and_p
         assert (nesting(thread, ts, ts + dur) == _nesting_by_stack(thread, ts, ts + dur)).all()
 
 
+def _climbed(parent, mask) -> list[int]:
+    """Per op, the nearest ancestor-or-self marked in `mask` (-1: none), found parent by parent."""
+    want = []
+    for i in range(len(parent)):
+        j = i
+        while j >= 0 and not mask[j]:
+            j = parent[j]
+        want.append(int(j))
+    return want
+
+
 def test_nearest_marked_ancestor_equals_climbing_one_by_one():
     import numpy as np
 
@@ -114,15 +125,49 @@ def test_nearest_marked_ancestor_equals_climbing_one_by_one():
         n = int(rng.integers(1, 300))
         parent = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
         mask = rng.random(n) < rng.choice([0.0, 0.05, 0.2, 1.0])  # none marked and all marked included
-        want = []
-        for i in range(n):
-            j = i
-            while j >= 0 and not mask[j]:
-                j = parent[j]
-            want.append(j)
+        want = _climbed(parent, mask)
         assert (nearest(parent, mask) == np.array(want)).all()
         at = rng.choice(n, size=int(rng.integers(0, n + 1)))  # some rows, in any order, repeats included
         assert nearest(parent, mask, at).tolist() == [want[i] for i in at.tolist()]
+
+
+def test_nearest_for_several_masks_at_once_equals_climbing_one_by_one():
+    """One climb for several masks finds, for each, what climbing parent by parent finds (masks marking nothing, all
+    or a few, in any mix)."""
+    import numpy as np
+    import pytest
+
+    from traceflops.stages.link import nearest_each
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        parent = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
+        masks = [rng.random(n) < rng.choice([0.0, 0.01, 0.05, 0.2, 1.0]) for _ in range(int(rng.integers(1, 9)))]
+        got = nearest_each(parent, masks)
+        assert len(got) == len(masks)
+        for mask, found in zip(masks, got):
+            assert found.tolist() == _climbed(parent, mask)
+    with pytest.raises(ValueError):
+        nearest_each(np.array([-1]), [np.array([True])] * 9)
+
+
+def test_depth_counts_the_ancestors_climbed_one_by_one():
+    import numpy as np
+
+    from traceflops.stages.link import _depth
+
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        n = int(rng.integers(0, 200))
+        parent = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)], dtype=np.int64)[:n]
+        want = []
+        for i in range(n):
+            d, j = 0, parent[i]
+            while j >= 0:
+                d, j = d + 1, parent[j]
+            want.append(d)
+        assert _depth(parent).tolist() == want
 
 
 def test_thread_order_check_agrees_with_polars_sort_nulls_included():

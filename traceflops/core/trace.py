@@ -238,16 +238,16 @@ def sort_codes(values: pl.Series, keep: bool = False) -> pl.Series:
 
 # The text columns coded so far in this `coded_once` (values, codes), newest last; None outside one.
 _CODED: ContextVar[list[tuple[pl.Series, Coded]] | None] = ContextVar("coded_text_columns", default=None)
-_CODED_KEPT = 8  # more than the columns an analysis codes: ops', kernels' and launches' names, streams, ...
+_CODED_KEPT = 8  # more than an analysis keeps: the ops' names, the kernels' names and streams
 
 
 @contextmanager
 def coded_once() -> Iterator[None]:
     """Within: a text column kept (`Coded.of`) is coded once, however many stages match rules against it or sort by it.
 
-    An analysis found the distinct names of the same three columns (ops', kernels', launches') eighteen times. A
+    An analysis found the distinct values of the ops' and kernels' names and the kernels' streams twelve times. A
     column is found again by comparing values (1-2 ms for 587 k names, no hashing), so the codes returned always
-    belong to the values asked about. The columns are held until the block ends.
+    belong to the values asked about. The columns kept are held until the block ends.
     """
     token = _CODED.set([])
     try:

@@ -26,6 +26,7 @@ Python loop steps only from run to run (a launch, a synchronisation, a wait).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -148,7 +149,7 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     return _Graph(
         ts=ts,
         end=end,
-        kind=_shared(cls.replace_strict(_DEVICE_KIND, default="device_other", return_dtype=pl.Utf8))[pos],
+        kind=_shared(cls, lambda c: _DEVICE_KIND.get(c, "device_other"))[pos],
         name=_shared(k["name"].fill_null(""))[pos],
         pred=pred,
         cross=cross,
@@ -166,14 +167,16 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
     )
 
 
-def _shared(values: pl.Series) -> np.ndarray:
-    """The values as an object array in which equal values are one Python object.
+def _shared(values: pl.Series, mapped: Callable[[str], str] | None = None) -> np.ndarray:
+    """The values (each `mapped`, if given: once per distinct value) as an object array in which equal values are one
+    Python object.
 
     Kernel names are long and repeat thousands of times: one string per row
     was a fifth of a large trace's peak memory; a pointer per row is not.
     """
     coded = Coded.of(values)
-    return np.array([*coded.distinct.to_list(), None], dtype=object)[coded.codes]
+    distinct = coded.distinct.to_list()
+    return np.array([*(map(mapped, distinct) if mapped else distinct), None], dtype=object)[coded.codes]
 
 
 class _Path:
