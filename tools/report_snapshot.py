@@ -10,6 +10,9 @@ relative 1e-12 (polars' parallel sums may differ in the last bit); the terminal
 
 `SNAPSHOT_ONLY=a,b` saves only the traces whose path holds one of the words (and no
 diffs); compare then reads only the reports the AFTER folder has.
+
+`save` always runs the traceflops of the checkout this file is in (its folder first on
+PYTHONPATH): without that, an editable install would answer for both checkouts.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ MODEL = ["--params", "1.2e6", "--layers", "2", "--heads", "4", "--head-dim", "12
          "--tokens-per-step", "160"]
 VARIANTS = {"plain": [], "peak": ["--peak-tflops", "1"], "model": MODEL, "model_peak": [*MODEL, "--peak-tflops", "1"]}
 REL = 1e-12
+OWN = {"PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
 TERMINAL = {"COLUMNS": "160", "NO_COLOR": "1", "TERM": "dumb"}
 
 
@@ -53,7 +57,7 @@ def save(out: Path) -> None:
                 here = t.parents[1]
                 r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "analyze",
                                     t.relative_to(here).as_posix(), "--format", "json", "--no-cache", "--cache-dir", cache, *flags],
-                                   capture_output=True, text=True, cwd=here)
+                                   capture_output=True, text=True, cwd=here, env={**os.environ, **OWN})
                 (out / name).write_text(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:]}))
                 print(r.returncode, name, flush=True)
                 if variant in ("plain", "model"):  # the terminal report at a fixed width, and the HTML page
@@ -62,7 +66,7 @@ def save(out: Path) -> None:
                     r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "analyze",
                                         t.relative_to(here).as_posix(), "--quiet", "--no-cache", "--cache-dir", cache,
                                         "--html", str(page), *flags],
-                                       capture_output=True, text=True, cwd=here, env={**os.environ, **TERMINAL})
+                                       capture_output=True, text=True, cwd=here, env={**os.environ, **OWN, **TERMINAL})
                     text = {"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
                             "html": page.read_text() if page.exists() else None}
                     (out / f"{name[: -len('.json')]}.text").write_text(json.dumps(text))
@@ -72,7 +76,7 @@ def save(out: Path) -> None:
             for form in ("json", "terminal", "html"):
                 r = subprocess.run([sys.executable, "-c", "from traceflops.cli.main import main; main()", "diff",
                                     str(before), str(after), "--format", form, "--no-cache", "--cache-dir", cache],
-                                   capture_output=True, text=True, cwd=ROOT.parent, env={**os.environ, **TERMINAL})
+                                   capture_output=True, text=True, cwd=ROOT.parent, env={**os.environ, **OWN, **TERMINAL})
                 name = f"diff{i:03d}.{form}.text"
                 (out / name).write_text(json.dumps({"rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:]}))
                 print(r.returncode, name, flush=True)
