@@ -66,30 +66,7 @@ class Event(_Fields, gc=False):
 
 # The chrome-trace phases other than 'X'. Each decodes to an empty struct here: its fields are skipped
 # unbuilt. Flow and instant events are close to half of a Kineto trace.
-OTHER_PHASES = (
-    "B",
-    "E",
-    "i",
-    "I",
-    "C",
-    "b",
-    "n",
-    "e",
-    "s",
-    "t",
-    "f",
-    "P",
-    "O",
-    "N",
-    "D",
-    "M",
-    "V",
-    "v",
-    "R",
-    "c",
-    "(",
-    ")",
-)
+OTHER_PHASES = tuple("BEiICbnestfPONDMVvRc()")  # each one character
 _OTHER_STRUCTS = tuple(
     msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(OTHER_PHASES)
 )

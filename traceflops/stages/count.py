@@ -368,11 +368,10 @@ def _dtype_from_types(ops: pl.DataFrame) -> pl.Series | pl.Expr:
     types = ops["types"].gather(rows)
     distinct = types.unique()
     first = pl.Series([_first_dtype(t) for t in distinct.to_list()], dtype=pl.Utf8)
-    found = types.replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
-    at = np.full(ops.height, len(rows), dtype=np.int64)  # position len(rows): a null appended below
-    at[rows.to_numpy()] = np.arange(len(rows))
+    dtype = types.replace_strict(distinct, first, default=None, return_dtype=pl.Utf8)
+    found = pl.DataFrame({"row": rows, "dtype": dtype})
     # where one is needed the op has no dtype, so the one found (or none) is the op's: elsewhere its own stays
-    return pl.coalesce(found.append(pl.Series([None], dtype=pl.Utf8)).gather(at), ops["dtype"]).alias("dtype")
+    return pl.coalesce(spread(found, ops.height)["dtype"], ops["dtype"]).alias("dtype")
 
 
 def _first_dtype(types: str) -> str | None:
