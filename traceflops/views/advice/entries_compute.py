@@ -118,7 +118,7 @@ def short_runs(
         short.group_by("run")
         .agg(pl.len().alias("n"), pl.col("dur").sum().cast(pl.Float64).alias("t"))
         .filter(pl.col("n") >= min_run)
-        .sort("t", descending=True)
+        .sort(["t", "run"], descending=[True, False])
     )
     # The names of the runs kept only, most frequent first (counted per (run, name): no per-group value_counts).
     kept = short.join(runs.select("run"), on="run", how="semi")
@@ -316,7 +316,7 @@ def _gemm_lines(ctx: Ctx) -> tuple[list[str], dict[str, Any]]:
             f"{what} M×N×K {dims} ({r['dtype'] or '?'}): {r['count']} calls, {fmt.duration(r['time_us'])} "
             f"({fmt.pct(r['share'], keep_small=False)} of matmul time){rate}"
         )
-    by_dtype = g.group_by("dtype").agg(pl.col("time_us").sum()).sort("time_us", descending=True)
+    by_dtype = g.group_by("dtype").agg(pl.col("time_us").sum()).sort(["time_us", "dtype"], descending=[True, False])
     tot = float(by_dtype["time_us"].sum())
     by_dtype = by_dtype.filter(pl.col("time_us") >= GEMM_TIME_MATTERS * tot) if tot else by_dtype
     if by_dtype.height > 1 or (by_dtype.height == 1 and by_dtype["dtype"][0] == "fp32"):

@@ -102,7 +102,7 @@ def top_names(frame: pl.DataFrame, ctx: Ctx, n: int = TOP) -> list[str]:
 def by_phase(frame: pl.DataFrame, ctx: Ctx) -> str | None:
     if frame.height == 0 or "phase" not in frame.columns:
         return None
-    by = frame.group_by("phase").agg(pl.col("dur").sum()).sort("dur", descending=True)
+    by = frame.group_by("phase").agg(pl.col("dur").sum()).sort(["dur", "phase"], descending=[True, False])
     total = float(by["dur"].sum())
     if not total:
         return None

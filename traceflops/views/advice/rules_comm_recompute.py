@@ -58,7 +58,7 @@ def communication(ctx: Ctx) -> AdviceItem | None:
                 (pl.col("coll_dtype").first() if "coll_dtype" in k.columns else pl.lit(None)).alias("dtype"),
                 (pl.col("group_size").first() if "group_size" in k.columns else pl.lit(None)).alias("g"),
             )
-            .sort("t", descending=True)
+            .sort(["t", "_c", "phase"], descending=[True, False, False], nulls_last=True)
         )
         for r in per.head(TOP).iter_rows(named=True):
             kinds.add(str(r["_c"]).lower())

@@ -256,7 +256,7 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         + (f" and softmax backward {fmt.duration(bwd_us)}" if bwd_us else "")
         + f" ({fmt.pct(ctx.share(rec), keep_small=False)} of step time); the score matmuls {fmt.duration(mm_us)}",
     ]
-    for r in top_names.sort("t", descending=True).head(3).iter_rows(named=True):
+    for r in top_names.sort(["t", "name"], descending=[True, False]).head(3).iter_rows(named=True):
         ev.append(f"{fmt.named(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])}")
     if n_math:
         ev.append(f"{n_math} of them are SDPA's math fallback ({min(SDPA_MATH)})")
@@ -329,7 +329,7 @@ def fp32_matmul(ctx: Ctx) -> AdviceItem | None:
     op_names = (
         f32.group_by("_op")
         .agg(pl.col("dur").sum().alias("t"), pl.col("matmul_row").n_unique().alias("n"))
-        .sort("t", descending=True)
+        .sort(["t", "_op"], descending=[True, False], nulls_last=True)
     )
     ev = [
         f"{calls} matmul-class calls with fp32 inputs ran {fmt.duration(t)} ({fmt.pct(ctx.share(t), keep_small=False)} "

@@ -145,7 +145,9 @@ def input_pipeline(ctx: Ctx) -> AdviceItem | None:
     single = False
     if loaders.height:
         per = (
-            loaders.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
+            loaders.group_by("name")
+            .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"))
+            .sort(["t", "name"], descending=[True, False])
         )
         for r in per.head(3).iter_rows(named=True):
             ev.append(f"{fmt.named(r['name'], 70, '?')}: {r['n']}× over the gaps, {fmt.duration(r['t'])} on the host")
@@ -213,7 +215,11 @@ def sync(ctx: Ctx) -> AdviceItem | None:
     calls = _overlapping(launches.filter(sync_calls(launches["name"])), g) if launches is not None else None
     callers: list[str] = []
     if calls is not None and calls.height:
-        per = calls.group_by("name").agg(pl.len().alias("n"), pl.col("dur").sum().alias("t")).sort("t", descending=True)
+        per = (
+            calls.group_by("name")
+            .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"))
+            .sort(["t", "name"], descending=[True, False])
+        )
         ev.append(
             "synchronizing calls over the gaps: "
             + ", ".join(f"{r['name']} {r['n']}× ({fmt.duration(r['t'])})" for r in per.head(3).iter_rows(named=True))
