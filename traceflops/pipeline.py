@@ -15,6 +15,7 @@ import polars as pl
 
 from traceflops.core import hardware as hw
 from traceflops.core import sections
+from traceflops.core.beside import beside
 from traceflops.core.errors import ConservationError, FormatError, InternalError
 from traceflops.core.memory import return_freed_memory
 from traceflops.core.results import Analysis, ModelOptions
@@ -148,17 +149,21 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
 
     # timeline: every stage that reads the partition and the windows, before the metrics read their frames
     stage("timeline, critical path, roofline")
+    # The critical path, and the rollups the views read, worked out beside the idle gaps and the roofline: none reads
+    # another's result, and the ops and kernels are final here.
+    path_later = beside(critical_path, kernels, linked.launches, ops, steps) if device_trace else None
+    rollups = beside(_rollups, ops, kernels) if device_trace and views else None
     gaps = idle_gaps(activities, trace.launches, ops, steps, swept) if device_trace else None
     del swept
     return_freed_memory()
     stats = launch_stats(kernels, steps) if device_trace else None
-    path = critical_path(kernels, linked.launches, ops, steps) if device_trace else None
     known_hw = hw.lookup(hardware.name) if hardware and hardware.source != "--peak-tflops" else None
     roof = roofline.roofline(kernels, ops, known_hw, precision) if device_trace else None
     bound = None if roof is None else roofline.memory_bound_partition(kernels, roof, steps)
     part_on = tl.on_devices(part, devices)  # the metrics read the program's devices' rows only
     gaps_on = None if gaps is None else tl.on_devices(gaps, devices)
     bound_on = None if bound is None else tl.on_devices(bound, devices)
+    path = None if path_later is None else path_later.result()
 
     # per-step metrics, then the totals
     only_device = util.device_only(ops, kernels)  # read thrice below: worked out once
@@ -219,11 +224,12 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
 
     # views
     stage("advice")
+    by_kernel, by_module = (None, None) if rollups is None else rollups.result()
     a = replace(
         tables,
         top_kernels=roofline.top_recoverable(roof) if roof is not None else None,
-        by_kernel=rollup.by_kernel(kernels) if device_trace else None,
-        by_module=rollup.by_module(ops, kernels) if device_trace else None,
+        by_kernel=by_kernel,
+        by_module=by_module,
         by_gemm_shape=gemm_shapes.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
     )
     coll = coll_view.collectives(a, with_issuer=True)
@@ -241,3 +247,8 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         advice=advice.advise(a, exclude_steps=opt.exclude_steps, bounds=cf),  # each bounded as its term's
         what_if=[] if cf is None else cf.what_if(),
     )
+
+
+def _rollups(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The views' time by kernel and by module (worked out beside the timeline's stages)."""
+    return rollup.by_kernel(kernels), rollup.by_module(ops, kernels)
