@@ -149,10 +149,9 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
 
     # timeline: every stage that reads the partition and the windows, before the metrics read their frames
     stage("timeline, critical path, roofline")
-    # The critical path, and the rollups the views read, worked out beside the idle gaps and the roofline: none reads
-    # another's result, and the ops and kernels are final here.
+    # The critical path worked out beside the idle gaps and the roofline: neither reads the other's result, and the
+    # ops, kernels and steps it reads are final here.
     path_later = beside(critical_path, kernels, linked.launches, ops, steps) if device_trace else None
-    rollups = beside(_rollups, ops, kernels) if device_trace and views else None
     gaps = idle_gaps(activities, trace.launches, ops, steps, swept) if device_trace else None
     del swept
     return_freed_memory()
@@ -224,12 +223,11 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
 
     # views
     stage("advice")
-    by_kernel, by_module = (None, None) if rollups is None else rollups.result()
     a = replace(
         tables,
         top_kernels=roofline.top_recoverable(roof) if roof is not None else None,
-        by_kernel=by_kernel,
-        by_module=by_module,
+        by_kernel=rollup.by_kernel(kernels) if device_trace else None,
+        by_module=rollup.by_module(ops, kernels) if device_trace else None,
         by_gemm_shape=gemm_shapes.by_gemm_shape(ops, kernels, hardware) if device_trace else None,
     )
     coll = coll_view.collectives(a, with_issuer=True)
@@ -247,8 +245,3 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
         advice=advice.advise(a, exclude_steps=opt.exclude_steps, bounds=cf),  # each bounded as its term's
         what_if=[] if cf is None else cf.what_if(),
     )
-
-
-def _rollups(ops: pl.DataFrame, kernels: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The views' time by kernel and by module (worked out beside the timeline's stages)."""
-    return rollup.by_kernel(kernels), rollup.by_module(ops, kernels)

@@ -54,8 +54,8 @@ def _report(path: str) -> dict:
 
 @pytest.mark.parametrize("name", ["modules", "roofline", "linking"])
 def test_an_analysis_is_the_same_with_its_parts_beside_or_not(tmp_path, monkeypatch, name):
-    """The critical path and the rollups read only what is final where they start: the same report, frames and
-    all, whether they ran beside the rest or after it."""
+    """The critical path reads only what is final where it starts: the same report, frames and all, whether it ran
+    beside the rest or after it."""
     path = scenario_trace(tmp_path, name)
     got = {}
     for n in (1, 2):

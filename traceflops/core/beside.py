@@ -10,7 +10,11 @@ Only where polars has more than one thread in this process: where the command
 gave the other cores to processes of its own (a job's rank workers, annotate's
 reader), a second thread would only contend; there the part runs at once, on
 the caller's thread. A part run beside must be pure (no warning counted, no
-shared frame changed): what it returns is the same either way.
+shared frame changed): what it returns is the same either way. Its frames are
+held at the same time as the caller's: the views' kernel and module rollups
+beside the metrics took ~0.1 s more off but raised the peak of the 476 MB
+trace's analysis by ~23 MiB (4%), so they stay on the caller's thread; the
+critical path beside costs ~12 MiB (2%).
 """
 
 from __future__ import annotations
