@@ -357,7 +357,7 @@ _ANALYSIS = (
     "    runs.append((time.process_time() - c, time.perf_counter() - w))\n"
     "try:  # the profiled run keeps every query on this thread (a part run beside would go uncounted)\n"
     "    import traceflops.core.beside as _beside\n"
-    "    _beside.pl.thread_pool_size = lambda: 1\n"
+    "    _beside.threaded = lambda: False\n"
     "except ImportError:  # a checkout from before `core.beside`\n"
     "    pass\n"
     "pr = cProfile.Profile()\n"

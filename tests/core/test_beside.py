@@ -18,7 +18,7 @@ _SEEN: ContextVar[str] = ContextVar("seen", default="unset")
 
 @pytest.fixture(params=[1, 2], ids=["one polars thread", "two polars threads"])
 def threads(request, monkeypatch):
-    monkeypatch.setattr(bs.pl, "thread_pool_size", lambda: request.param)
+    monkeypatch.setattr(bs.pl, "thread_pool_size", lambda: request.param)  # what `threaded` reads
     return request.param
 
 
@@ -47,33 +47,27 @@ def test_an_error_is_raised_where_the_value_is_asked_for(threads):
         later.result()
 
 
-def _report(path: str) -> dict:
-    a = analyze_trace(load(path), ModelOptions())
-    return {"report": to_dict(a), "path": a.critical_path, "modules": a.by_module, "kernels": a.by_kernel}
+def _same_either_way(path: str, monkeypatch) -> dict:
+    """The analysis of `path` with the part on the caller's thread and beside it: asserted equal, report and frames."""
+    got = {}
+    for on in (False, True):
+        monkeypatch.setattr(bs, "threaded", lambda on=on: on)
+        a = analyze_trace(load(path), ModelOptions())
+        got[on] = {"report": to_dict(a), "path": a.critical_path, "modules": a.by_module, "kernels": a.by_kernel}
+    assert got[False]["report"] == got[True]["report"]
+    for frame in ("path", "modules", "kernels"):
+        assert got[False][frame].equals(got[True][frame]), frame
+    return got[False]
 
 
 @pytest.mark.parametrize("name", ["modules", "roofline", "linking"])
 def test_an_analysis_is_the_same_with_its_parts_beside_or_not(tmp_path, monkeypatch, name):
     """The critical path reads only what is final where it starts: the same report, frames and all, whether it ran
     beside the rest or after it."""
-    path = scenario_trace(tmp_path, name)
-    got = {}
-    for n in (1, 2):
-        monkeypatch.setattr(bs.pl, "thread_pool_size", lambda n=n: n)
-        got[n] = _report(path)
-    assert got[1]["path"].height and got[1]["modules"].height  # both parts have work to do
-    assert got[1]["report"] == got[2]["report"]
-    for frame in ("path", "modules", "kernels"):
-        assert got[1][frame].equals(got[2][frame]), frame
+    got = _same_either_way(scenario_trace(tmp_path, name), monkeypatch)
+    assert got["path"].height and got["modules"].height  # the parts have work to do
 
 
 def test_a_shared_trace_is_the_same_with_its_parts_beside_or_not(shared, monkeypatch):
-    path = str(shared / "kineto" / "mi300_resnet_act_checkpoint_rank0.json.gz")
-    got = {}
-    for n in (1, 2):
-        monkeypatch.setattr(bs.pl, "thread_pool_size", lambda n=n: n)
-        got[n] = _report(path)
-    assert got[1]["path"].height > 100 and got[1]["modules"].height
-    assert got[1]["report"] == got[2]["report"]
-    for frame in ("path", "modules", "kernels"):
-        assert got[1][frame].equals(got[2][frame]), frame
+    got = _same_either_way(str(shared / "kineto" / "mi300_resnet_act_checkpoint_rank0.json.gz"), monkeypatch)
+    assert got["path"].height > 100 and got["modules"].height

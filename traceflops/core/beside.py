@@ -29,6 +29,12 @@ import polars as pl
 T = TypeVar("T")
 
 
+def threaded() -> bool:
+    """Whether a part runs beside: polars has more than one thread in this process. (A benchmark's profiled run or a
+    test sets this module's `threaded` to keep every part on the caller's thread, leaving polars itself untouched.)"""
+    return pl.thread_pool_size() > 1
+
+
 class Later(Generic[T]):
     """A value being worked out beside the caller; `result()` waits for it, or raises what its work raised."""
 
@@ -36,7 +42,7 @@ class Later(Generic[T]):
         self._value: Any = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        if pl.thread_pool_size() < 2:
+        if not threaded():
             self._run(fn, args)
             return
         # In a copy of the caller's context: an analysis's `coded_once` codes are shared with the part run beside.

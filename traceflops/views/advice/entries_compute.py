@@ -27,7 +27,7 @@ from traceflops.views.advice.context import (
     conv_dominates,
     is_jax,
 )
-from traceflops.views.advice.items import by_phase, folded, remedies_of, top_names
+from traceflops.views.advice.items import by_phase, folded, remedies_of, time_by, top_names
 from traceflops.views.advice.wording import (
     CONV_FUSE,
     CONV_REMEDIES,
@@ -316,7 +316,7 @@ def _gemm_lines(ctx: Ctx) -> tuple[list[str], dict[str, Any]]:
             f"{what} M×N×K {dims} ({r['dtype'] or '?'}): {r['count']} calls, {fmt.duration(r['time_us'])} "
             f"({fmt.pct(r['share'], keep_small=False)} of matmul time){rate}"
         )
-    by_dtype = g.group_by("dtype").agg(pl.col("time_us").sum()).sort(["time_us", "dtype"], descending=[True, False])
+    by_dtype = time_by(g, "dtype", of="time_us").select("dtype", pl.col("t").alias("time_us"))
     tot = float(by_dtype["time_us"].sum())
     by_dtype = by_dtype.filter(pl.col("time_us") >= GEMM_TIME_MATTERS * tot) if tot else by_dtype
     if by_dtype.height > 1 or (by_dtype.height == 1 and by_dtype["dtype"][0] == "fp32"):

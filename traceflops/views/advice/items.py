@@ -81,16 +81,22 @@ def unique(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+def time_by(frame: pl.DataFrame, key: str | list[str], *more: pl.Expr, of: str = "dur") -> pl.DataFrame:
+    """Per `key`: `n` rows and `t` (their `of` summed), and `more`; most time first, equal times by key (a
+    group_by's order is not fixed: the same trace must give the same advice text)."""
+    keys = [key] if isinstance(key, str) else key
+    return (
+        frame.group_by(keys)
+        .agg(pl.len().alias("n"), pl.col(of).sum().alias("t"), *more)
+        .sort(["t", *keys], descending=[True, *[False] * len(keys)], nulls_last=True)
+    )
+
+
 def top_names(frame: pl.DataFrame, ctx: Ctx, n: int = TOP) -> list[str]:
     """The names that took the most time, with their count, time and share of step time (as time)."""
     if frame.height == 0:
         return []
-    top = (
-        frame.group_by("name")
-        .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"), pl.col("dur").median().alias("med"))
-        .sort(["t", "name"], descending=[True, False])
-        .head(n)
-    )
+    top = time_by(frame, "name", pl.col("dur").median().alias("med")).head(n)
     return [
         f"{fmt.named(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])} "
         f"({fmt.pct(ctx.share(r['t']), keep_small=False)} "
@@ -102,8 +108,10 @@ def top_names(frame: pl.DataFrame, ctx: Ctx, n: int = TOP) -> list[str]:
 def by_phase(frame: pl.DataFrame, ctx: Ctx) -> str | None:
     if frame.height == 0 or "phase" not in frame.columns:
         return None
-    by = frame.group_by("phase").agg(pl.col("dur").sum()).sort(["dur", "phase"], descending=[True, False])
-    total = float(by["dur"].sum())
+    by = time_by(frame, "phase")
+    total = float(by["t"].sum())
     if not total:
         return None
-    return "by phase (as time): " + ", ".join(f"{p} {fmt.pct(t / total, keep_small=False)}" for p, t in by.iter_rows())
+    return "by phase (as time): " + ", ".join(
+        f"{p} {fmt.pct(t / total, keep_small=False)}" for p, t in by.select("phase", "t").iter_rows()
+    )

@@ -16,7 +16,7 @@ from traceflops.core.dtypes import COLLECTIVE_ITEMSIZE, collective_dtype_key
 from traceflops.core.sections import AdviceItem
 from traceflops.core.vocab import dimension_name, tells_dimensions_apart
 from traceflops.views.advice.context import TOP, UNIT, Ctx, activities, is_jax
-from traceflops.views.advice.items import item
+from traceflops.views.advice.items import item, time_by
 from traceflops.views.advice.wording import DIMENSION_REMEDIES
 
 
@@ -48,17 +48,12 @@ def communication(ctx: Ctx) -> AdviceItem | None:
     kinds = set()
     if k.height:
         coll = pl.coalesce(pl.col("collective"), pl.col("name")) if "collective" in k.columns else pl.col("name")
-        per = (
-            k.with_columns(_c=coll)
-            .group_by("_c", "phase")
-            .agg(
-                pl.len().alias("n"),
-                pl.col("dur").sum().alias("t"),
-                (pl.col("in_nelems").mean() if "in_nelems" in k.columns else pl.lit(None)).alias("elems"),
-                (pl.col("coll_dtype").first() if "coll_dtype" in k.columns else pl.lit(None)).alias("dtype"),
-                (pl.col("group_size").first() if "group_size" in k.columns else pl.lit(None)).alias("g"),
-            )
-            .sort(["t", "_c", "phase"], descending=[True, False, False], nulls_last=True)
+        per = time_by(
+            k.with_columns(_c=coll),
+            ["_c", "phase"],
+            (pl.col("in_nelems").mean() if "in_nelems" in k.columns else pl.lit(None)).alias("elems"),
+            (pl.col("coll_dtype").first() if "coll_dtype" in k.columns else pl.lit(None)).alias("dtype"),
+            (pl.col("group_size").first() if "group_size" in k.columns else pl.lit(None)).alias("g"),
         )
         for r in per.head(TOP).iter_rows(named=True):
             kinds.add(str(r["_c"]).lower())

@@ -20,7 +20,7 @@ from traceflops.metrics.peak import TF32_RE
 from traceflops.stages import timeline as tl
 from traceflops.stages.link import by_row, nearest
 from traceflops.views.advice.context import SHORT_KERNEL_US, TOP, Ctx, conv_dominates
-from traceflops.views.advice.items import item
+from traceflops.views.advice.items import item, time_by
 from traceflops.views.advice.wording import CONV_FUSE
 from traceflops.views.gemm_shapes import first_tensor_dtype
 
@@ -218,7 +218,7 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         mm_us = float(k.filter(pl.col("cls") == "matmul")["dur"].sum())
         over_us = float(over["dur"].sum())
         bwd_us = float(kb.filter(pl.col("cls") != "matmul")["dur"].sum())
-        top_names = over.group_by("name").agg(pl.col("dur").sum().alias("t"), pl.len().alias("n"))
+        top_names = time_by(over, "name")
     else:
         # a CPU trace: the outermost ops between the two matmuls (the partition's other compute)
         is_op = (ops["cat"] == "cpu_op").fill_null(False).to_numpy()
@@ -233,11 +233,7 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         mm_us = float(sum(dur[p] + dur[q] for _, p, q, _ in blocks))
         over_us = float(dur[sel].sum())
         bwd_us = float(dur[bwd].sum()) if len(bwd) else 0.0
-        top_names = (
-            pl.DataFrame({"name": names.filter(pl.Series(sel)), "t": dur[sel]})
-            .group_by("name")
-            .agg(pl.col("t").sum(), pl.len().alias("n"))
-        )
+        top_names = time_by(pl.DataFrame({"name": names.filter(pl.Series(sel)), "dur": dur[sel]}), "name")
     rec = over_us + bwd_us
     if rec <= 0:
         return None
@@ -256,7 +252,7 @@ def attention(ctx: Ctx) -> AdviceItem | None:
         + (f" and softmax backward {fmt.duration(bwd_us)}" if bwd_us else "")
         + f" ({fmt.pct(ctx.share(rec), keep_small=False)} of step time); the score matmuls {fmt.duration(mm_us)}",
     ]
-    for r in top_names.sort(["t", "name"], descending=[True, False]).head(3).iter_rows(named=True):
+    for r in top_names.head(3).iter_rows(named=True):
         ev.append(f"{fmt.named(r['name'], 70, '?')}: {r['n']}×, {fmt.duration(r['t'])}")
     if n_math:
         ev.append(f"{n_math} of them are SDPA's math fallback ({min(SDPA_MATH)})")

@@ -19,7 +19,7 @@ from traceflops.core.sections import AdviceItem
 from traceflops.core.trace import named_by
 from traceflops.stages.idle import is_dataloader, sync_calls
 from traceflops.views.advice.context import SHORT_KERNEL_US, Ctx
-from traceflops.views.advice.items import item
+from traceflops.views.advice.items import item, time_by
 
 
 def host_bound(ctx: Ctx) -> AdviceItem | None:
@@ -144,11 +144,7 @@ def input_pipeline(ctx: Ctx) -> AdviceItem | None:
     loaders = _overlapping(ctx.a.ops.filter(named_by(ctx.a.ops["name"], is_dataloader)), g)
     single = False
     if loaders.height:
-        per = (
-            loaders.group_by("name")
-            .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"))
-            .sort(["t", "name"], descending=[True, False])
-        )
+        per = time_by(loaders, "name")
         for r in per.head(3).iter_rows(named=True):
             ev.append(f"{fmt.named(r['name'], 70, '?')}: {r['n']}× over the gaps, {fmt.duration(r['t'])} on the host")
         single = loaders["name"].str.contains("SingleProcess").any()
@@ -215,11 +211,7 @@ def sync(ctx: Ctx) -> AdviceItem | None:
     calls = _overlapping(launches.filter(sync_calls(launches["name"])), g) if launches is not None else None
     callers: list[str] = []
     if calls is not None and calls.height:
-        per = (
-            calls.group_by("name")
-            .agg(pl.len().alias("n"), pl.col("dur").sum().alias("t"))
-            .sort(["t", "name"], descending=[True, False])
-        )
+        per = time_by(calls, "name")
         ev.append(
             "synchronizing calls over the gaps: "
             + ", ".join(f"{r['name']} {r['n']}× ({fmt.duration(r['t'])})" for r in per.head(3).iter_rows(named=True))
