@@ -48,6 +48,37 @@ def test_op_duplicates_exempt_zero_length_ops_without_external_id():
     assert n == 1 and out["op_id"].to_list() == [0, 1, 2, 4]
 
 
+def test_duplicates_without_a_start_time_are_still_found():
+    k = kernels(("a", 0, "7", None, 5.0, 1), ("a", 0, "7", None, 5.0, 1), ("a", 0, "7", None, 6.0, 1), ("a", 0, "7", 0.0, 5.0, 1))
+    out, n = sanity.drop_duplicates(k, sanity.KERNEL_KEY)
+    assert n == 1 and out["kernel_id"].to_list() == [0, 2, 3]
+
+
+# ------------------------------------------------------------------ far from the rest
+
+DAY_US = 86_400e6
+
+
+def test_an_event_more_than_a_day_from_the_median_start_is_dropped_and_counted():
+    o = ops(("a", "1", 0.0, 5.0, None), ("b", "1", 10.0, 5.0, None), ("c", "1", 20.0, 5.0, None))
+    k = kernels(("k", 0, "7", 12.0, 3.0), ("late", 0, "7", 1.5 * DAY_US, 3.0))
+    out, n = sanity.drop_far_from_the_rest({"ops": o, "kernels": k})  # median start 12 µs
+    assert n == 1
+    assert out["kernels"]["name"].to_list() == ["k"] and out["ops"]["name"].to_list() == ["a", "b", "c"]
+
+
+def test_an_event_ending_more_than_a_day_after_the_median_start_is_dropped():
+    o = ops(("long", "1", 0.0, 1.2 * DAY_US, None), ("b", "1", 10.0, 5.0, None), ("c", "1", 20.0, 5.0, None))
+    out, n = sanity.drop_far_from_the_rest({"ops": o})
+    assert n == 1 and out["ops"]["name"].to_list() == ["b", "c"]
+
+
+def test_a_trace_spanning_more_than_a_day_keeps_what_lies_within_a_day_of_its_median():
+    o = ops(("a", "1", 0.0, 1.0, None), ("b", "1", 0.6 * DAY_US, 1.0, None), ("c", "1", 1.2 * DAY_US, 1.0, None))
+    out, n = sanity.drop_far_from_the_rest({"ops": o})  # 1.2 days end to end, each within 0.6 day of b's start
+    assert n == 0 and out["ops"]["name"].to_list() == ["a", "b", "c"]
+
+
 # ------------------------------------------------------------------ impossible times
 
 

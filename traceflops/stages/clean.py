@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+import numpy as np
 import polars as pl
 
 from traceflops.core.errors import EmptyTraceError
@@ -73,13 +74,11 @@ def drop_duplicates(
         return frame, 0
     times = [c for c in ("ts", "dur") if c in cols]
     if times:
-        # Copies share their times: only rows whose times repeat need the whole key compared.
-        if frame[times[0]].n_unique() == frame.height:
-            return frame, 0  # no start time repeats (counting distinct values is cheaper than flagging repeats)
-        maybe = frame.select(pl.struct(times).is_duplicated()).to_series()
-        if not maybe.any():
+        # Copies share their start: only rows whose start repeats need the whole key compared.
+        maybe = repeated(frame[times[0]])
+        if maybe is None:
             return frame, 0
-        rows = maybe.arg_true()
+        rows = pl.Series(maybe).arg_true()
         keep = pl.struct(cols).is_first_distinct()
         sub = frame[rows].select(keep | exempt if exempt is not None else keep).to_series()
         drop = rows.filter(~sub)
@@ -94,9 +93,47 @@ def drop_duplicates(
     return out, frame.height - out.height
 
 
+def repeated(values: pl.Series) -> np.ndarray | None:
+    """Per row, whether its value is another row's too (nulls and NaNs equal to each other); None where none repeats.
+
+    A stable argsort and its neighbours: a trace's times come nearly sorted, so this runs in a few ms where hashing
+    every value (counting distinct ones, then flagging repeats) took 40 ms on 423 k launches."""
+    a = values.to_numpy()  # nulls as NaN
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    same = s[1:] == s[:-1]
+    undefined = np.isnan(a) if a.dtype.kind == "f" else None
+    many_undefined = undefined is not None and np.count_nonzero(undefined) > 1
+    if not same.any() and not many_undefined:
+        return None
+    out = np.zeros(len(a), dtype=bool)
+    out[order[1:][same]] = True
+    out[order[:-1][same]] = True
+    if many_undefined:
+        out |= undefined
+    return out
+
+
 def op_duplicate_exempt() -> pl.Expr:
     """Ops that are never duplicates: no External id and zero duration."""
     return pl.col("ext_id").is_null() & (pl.col("dur") == 0).fill_null(False)
+
+
+def _within(tables: dict[str, pl.DataFrame], spread: float) -> bool:
+    """Whether the tables' starts and ends (a null duration: the start) all lie within `spread` of each other: min
+    and max per table, no median (the median's selection was 40 ms on 810 k starts)."""
+    lo, hi = [], []
+    for t in tables.values():
+        if t.height == 0 or "ts" not in t.columns:
+            continue
+        end = pl.col("ts") + pl.col("dur").fill_null(0) if "dur" in t.columns else pl.col("ts")
+        a, b, c, d = t.select(
+            pl.col("ts").min().alias("a"), pl.col("ts").max().alias("b"), end.min().alias("c"), end.max().alias("d")
+        ).row(0)
+        lo += [a, c]
+        hi += [b, d]
+    lo, hi = [v for v in lo if v is not None], [v for v in hi if v is not None]
+    return not lo or max(hi) - min(lo) <= spread
 
 
 def drop_implausible_times(frame: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -120,6 +157,8 @@ def drop_far_from_the_rest(tables: dict[str, pl.DataFrame]) -> tuple[dict[str, p
     starts = [t["ts"] for k, t in tables.items() if k in ("ops", "kernels") and t.height]
     if not starts:
         return tables, 0
+    if _within(tables, MAX_SPREAD_US):
+        return tables, 0  # every start and end within the spread of every other: none is far from the median
     center = pl.concat(starts).median()
     if center is None:
         return tables, 0

@@ -27,7 +27,7 @@ import polars as pl
 
 from traceflops.core.trace import name_matches
 from traceflops.core.vocab import PHASES, STEP_MARKER_RE
-from traceflops.stages.link import nearest
+from traceflops.stages.link import nearest, row_index
 from traceflops.stages.phases import node_names
 
 MODULE_PREFIX = "nn.Module: "
@@ -97,47 +97,47 @@ def module_of(ops: pl.DataFrame, rows: np.ndarray | None = None) -> pl.DataFrame
     parent = ops["parent"].to_numpy()
     names = ops["name"].fill_null("")
     cat = ops["cat"].fill_null("")
-    marker = ((cat == "user_annotation") & name_matches(names, STEP_MARKER_RE)).to_numpy()
-    is_module = (names.str.starts_with(MODULE_PREFIX) | (cat == "user_annotation")).to_numpy() & ~marker
+    annotation = (cat == "user_annotation").to_numpy()
+    marker = annotation & name_matches(names, STEP_MARKER_RE).to_numpy()
+    is_module = (names.str.starts_with(MODULE_PREFIX).to_numpy() | annotation) & ~marker
     top = ~marker & ((parent < 0) | marker[np.maximum(parent, 0)])
     seq = ops["seq"] if "seq" in ops.columns else pl.Series("seq", [None] * n, dtype=pl.Int64)
     phase = ops["phase"] if "phase" in ops.columns else pl.Series("phase", ["forward"] * n)
     is_node = ops["is_node"] if "is_node" in ops.columns else node_names(ops["name"]) != ""
 
-    def named(at: np.ndarray) -> pl.Series:
-        s = names.gather(np.maximum(at, 0))
-        return pl.select(pl.when(pl.Series(at >= 0)).then(s)).to_series()
-
-    # Each rule climbs from the rows it is asked for only (the ops that launched kernels: a third of them).
+    # Each rule climbs from the rows it is asked for only (the ops that launched kernels: a third of them), to an op
+    # row (-1: none); the names are gathered once, for the rule that applies (strings carried through the join and
+    # the coalesce were half of this).
     # the op that created the autograd node: a forward op, or a recomputed one (reentrant checkpoint)
     maybe = np.flatnonzero((phase.is_in(["forward", "recompute"]) & seq.is_not_null()).to_numpy())
     mod_of = nearest(parent, is_module, maybe)  # rule 1, for them
     creators, creator_mod = maybe[mod_of >= 0], mod_of[mod_of >= 0]
-    fwd = pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": named(creator_mod)}).unique(
+    fwd = pl.DataFrame({"_node_seq": seq.gather(creators), "_fwd": pl.Series(creator_mod, dtype=pl.Int64)}).unique(
         "_node_seq", keep="first", maintain_order=True
     )
     at_node = nearest(parent, (is_node & seq.is_not_null()).to_numpy(), rows)  # rule 2
+
     frame = pl.DataFrame(
         {
             "row": pl.Series(rows, dtype=pl.Int64),
-            "_ann": named(nearest(parent, is_module, rows)),  # rule 1
-            "_top": named(nearest(parent, top, rows)),  # rule 3
+            "_ann": row_index(nearest(parent, is_module, rows)),  # rule 1
+            "_top": row_index(nearest(parent, top, rows)),  # rule 3
             "_node_seq": pl.select(
                 pl.when(pl.Series(at_node >= 0)).then(seq.gather(np.maximum(at_node, 0)))
             ).to_series(),
         }
     )
     frame = frame.join(fwd, on="_node_seq", how="left", maintain_order="left")
-    return frame.select(
-        "row",
-        module=pl.coalesce("_ann", "_fwd", "_top"),
-        module_source=pl.when(pl.col("_ann").is_not_null())
+    source = (
+        pl.when(pl.col("_ann").is_not_null())
         .then(pl.lit("annotation"))
         .when(pl.col("_fwd").is_not_null())
         .then(pl.lit("forward_seq"))
         .when(pl.col("_top").is_not_null())
-        .then(pl.lit("top_op")),
+        .then(pl.lit("top_op"))
     )
+    at = frame.select(pl.coalesce("_ann", "_fwd", "_top"))[:, 0]
+    return frame.select("row", module=names.gather(at), module_source=source)
 
 
 def by_module(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
@@ -150,8 +150,13 @@ def by_module(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     kernels with unknown FLOPs add nothing).
     """
     k = kernels.select("dur", "phase", "cls", pl.col("flops").cast(pl.Float64), pl.col("op_row").cast(pl.Int64))
-    mods = module_of(ops, launching_rows(k))  # only the ops that launched kernels
-    k = k.join(mods, left_on="op_row", right_on="row", how="left", maintain_order="left")
+    rows = launching_rows(k)
+    mods = module_of(ops, rows)  # only the ops that launched kernels
+    place = np.full(ops.height + 1, -1, dtype=np.int64)  # per op row, its place in `rows`; the last: no op
+    place[rows] = np.arange(len(rows))
+    op_row = k["op_row"].fill_null(-1).to_numpy()
+    at = place[np.where((op_row >= 0) & (op_row < ops.height), op_row, ops.height)]
+    k = k.with_columns(mods.drop("row").select(pl.all().gather(row_index(at))))  # no join: each kernel's place
     total = k["dur"].sum() if k.height else 0.0
     per_phase = []
     for p in PHASES:
