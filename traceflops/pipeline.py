@@ -20,7 +20,7 @@ from traceflops.core.errors import ConservationError, FormatError, InternalError
 from traceflops.core.memory import return_freed_memory
 from traceflops.core.results import Analysis, ModelOptions
 from traceflops.core.sections import PathSummary, StepCount, Totals
-from traceflops.core.trace import Trace, coded_once
+from traceflops.core.trace import Coded, Trace, coded_once
 from traceflops.metrics import budget, steptime
 from traceflops.metrics import model_section as msec
 from traceflops.metrics import peak as mpeak
@@ -151,6 +151,8 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     stage("timeline, critical path, roofline")
     # The critical path worked out beside the idle gaps and the roofline: neither reads the other's result, and the
     # ops, kernels and steps it reads are final here.
+    # The launches' names coded once: the critical path, the idle gaps and the advice each look for sync calls in them.
+    Coded.of(trace.launches["name"], keep=True)
     path_later = beside(critical_path, kernels, linked.launches, ops, steps) if device_trace else None
     gaps = idle_gaps(activities, trace.launches, ops, steps, swept) if device_trace else None
     del swept

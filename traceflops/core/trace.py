@@ -240,7 +240,7 @@ def sort_codes(values: pl.Series, keep: bool = False) -> pl.Series:
 
 # The text columns coded so far in this `coded_once` (values, codes), newest last; None outside one.
 _CODED: ContextVar[list[tuple[pl.Series, Coded]] | None] = ContextVar("coded_text_columns", default=None)
-_CODED_KEPT = 8  # more than an analysis keeps: the ops' names, the kernels' names and streams
+_CODED_KEPT = 8  # more than an analysis keeps: the ops' names, the kernels' names and streams, the launches' names
 
 
 @contextmanager

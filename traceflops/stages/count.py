@@ -418,13 +418,23 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     kernels = kernels.with_columns(matmul_row=pl.Series(mm_row, dtype=pl.Int64)).with_columns(
         matmul_row=pl.when(pl.col("matmul_row") >= 0).then(pl.col("matmul_row"))
     )
+    # Per matmul op, over its kernels: an any or a sum in numpy by op row, read back at each kernel (polars windows
+    # over the op rows were half of this stage). A kernel without a matmul op takes none: nothing below reads it there.
+    has = mm_row >= 0
+    at = np.maximum(mm_row, 0)
+
+    def any_of_op(flag: np.ndarray) -> pl.Series:
+        seen = np.zeros(ops.height + 1, dtype=bool)
+        seen[mm_row[has & flag]] = True
+        return pl.Series(seen[at] & has)
+
+    is_compute = (kernels["kind"] == "compute").fill_null(False).to_numpy()
     compute = pl.col("kind") == "compute"
     mover = name_matches(kernels["name"], AUX_KERNEL_RE, unless=_SAYS_GEMM)
     is_mm = compute & pl.col("matmul_row").is_not_null()
-    if mover.any():  # a column, not a literal: the window below sees it group by group
-        kernels = kernels.with_columns(mover.alias("_mover"))
-        is_mm = is_mm & (~pl.col("_mover") | ~(compute & ~pl.col("_mover")).any().over("matmul_row"))
-    kernels = kernels.with_columns(is_matmul_kernel(kernels["name"]).alias("_named"))
+    if mover.any():
+        is_mm = is_mm & (~mover | ~any_of_op(is_compute & ~mover.to_numpy()))  # a mover: unless all its op launched
+    named = is_matmul_kernel(kernels["name"])
     if ops.height and "name" in ops.columns:
         # A framework op (not aten's) that launched named matmul kernels: its other kernels are routing, quantisation
         # or scatter work (a fused MoE's top-k, SageAttention's quantiser), not matmul time.
@@ -432,21 +442,21 @@ def classify_kernels(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         names = Coded.of(ops["name"])
         d = names.distinct
         per_name = (d.str.contains("::", literal=True) & ~d.str.starts_with("aten::")).to_numpy()  # vllm::, aiter::
-        at = kernels["matmul_row"].fill_null(-1).to_numpy()
-        framework = (at >= 0) & names.per_row(per_name, False)[np.maximum(at, 0)]
-        kernels = kernels.with_columns(pl.Series("_framework", framework))
-        aux = pl.col("_framework") & ~pl.col("_named") & (compute & pl.col("_named")).any().over("matmul_row")
-        is_mm = is_mm & ~aux
-    is_mm = is_mm | (compute & pl.col("_named"))
+        framework = has & names.per_row(per_name, False)[at]
+        aux = framework & ~named.to_numpy() & any_of_op(is_compute & named.to_numpy()).to_numpy()
+        is_mm = is_mm & ~pl.Series(aux)
+    is_mm = is_mm | (compute & named)
     kernels = kernels.with_columns(
         cls=pl.when(is_mm)
         .then(pl.lit("matmul"))
         .when(pl.col("kind") == "compute")
         .then(pl.lit("other_compute"))
         .otherwise(pl.col("kind"))
-    ).drop("_mover", "_named", "_framework", strict=False)
+    )
     # Only the op's matmul kernels share its FLOPs (a memset it launched does none).
-    mm_dur = pl.when(pl.col("cls") == "matmul").then(pl.col("dur")).otherwise(0.0)
-    share = pl.col("dur") / mm_dur.sum().over("matmul_row")
+    matmul = (kernels["cls"] == "matmul").fill_null(False).to_numpy()
+    dur = kernels["dur"].cast(pl.Float64).fill_null(0.0).to_numpy()  # a null duration adds nothing, as in a sum
+    op_time = np.bincount(mm_row[has], weights=np.where(matmul, dur, 0.0)[has], minlength=ops.height + 1)
+    share = pl.col("dur") / pl.Series(np.where(has, op_time[at], np.nan))
     op_flops = by_row(ops, kernels["matmul_row"], "flops").to_series()
     return kernels.with_columns(flops=pl.when(pl.col("cls") == "matmul").then(op_flops * share.fill_nan(1.0)))

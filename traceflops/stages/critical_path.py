@@ -26,14 +26,13 @@ Python loop steps only from run to run (a launch, a synchronisation, a wait).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from traceflops.core.contract import PATH_PREFIX
-from traceflops.core.trace import Coded, sort_codes
+from traceflops.core.trace import Coded, name_matches, sort_codes
 from traceflops.core.vocab import DEVICE_SIDE_LAUNCH, PATH_KINDS, PROFILER_STEP_RE
 from traceflops.stages.idle import sync_calls
 
@@ -46,6 +45,9 @@ _DEVICE_KIND = {
     "memset": "memcpy",
     "communication": "communication",
 }
+# The path kinds of device work, as codes index them: each kernel's kind is read for the runs the path meets only.
+_KIND_NAMES = np.array(sorted(set(_DEVICE_KIND.values())), dtype=object)
+_KIND_CODE = {kind: i for i, kind in enumerate(_KIND_NAMES)}
 _EPS = 0.5  # µs: ready this much after a start still counts as ready (timestamp rounding)
 _CROSS_WINDOW = 50.0  # µs: another stream's kernel ending this close before a start explains it
 
@@ -61,21 +63,35 @@ SEGMENT_SCHEMA = {
 _STREAM, _LAUNCH, _CROSS, _NONE = 0, 1, 2, 3
 
 
+class _At:
+    """A column's value per kernel in the graph's order, read one kernel at a time: the launch's thread and name are
+    read at the heads of the runs the path meets, a few per step (an object array of every kernel's was a tenth of
+    this stage)."""
+
+    def __init__(self, values: pl.Series | None, pos: np.ndarray, default) -> None:
+        self.values, self.pos, self.default = values, pos, default
+
+    def __getitem__(self, i: int):
+        got = None if self.values is None else self.values[int(self.pos[i])]
+        return self.default if got is None else got
+
+
 @dataclass
 class _Graph:
     """Kernels in (device, stream, ts) order with each one's binding predecessor, and the host's synchronizing calls."""
 
     ts: np.ndarray
     end: np.ndarray
-    kind: np.ndarray  # object arrays: a run's slice is one step
-    name: np.ndarray
+    kind: np.ndarray  # int8: a position in _KIND_NAMES
+    name: np.ndarray  # int64: a position in `names`
+    names: np.ndarray  # object: the kernels' distinct names, then None
     pred: np.ndarray  # _STREAM | _LAUNCH | _CROSS | _NONE
     cross: np.ndarray  # the other stream's kernel, for _CROSS
     ready: np.ndarray  # when the binding predecessor was ready
     run_head: np.ndarray  # first kernel of the stream run this one ends
     launch_ts: np.ndarray
-    launch_tid: np.ndarray  # object arrays, like kind and name
-    launch_name: np.ndarray
+    launch_tid: _At  # read at a run's head only
+    launch_name: _At
     by_end: np.ndarray  # kernel indices sorted by end
     by_start: np.ndarray  # kernel indices sorted by start
     ends_sorted: np.ndarray
@@ -145,38 +161,29 @@ def _graph(kernels: pl.DataFrame, launches: pl.DataFrame) -> _Graph:
         syncs[tid] = (g["ts"].to_numpy(), g["_end"].to_numpy(), g["name"].to_list())
 
     by_end = np.argsort(end, kind="stable")
-    cls = k["cls"].fill_null("other_compute") if "cls" in k.columns else pl.Series(["other_compute"] * k.height)
+    # each kernel's path kind as a code, by a comparison per class (another class, or none: other compute)
+    kinds = np.full(k.height, _KIND_CODE[_DEVICE_KIND["other_compute"]], dtype=np.int8)
+    for c, kind in _DEVICE_KIND.items() if "cls" in k.columns else ():
+        kinds[(k["cls"] == c).fill_null(False).to_numpy()] = _KIND_CODE[kind]
+    names = Coded.of(k["name"].fill_null(""))
     return _Graph(
         ts=ts,
         end=end,
-        kind=_shared(cls, lambda c: _DEVICE_KIND.get(c, "device_other"))[pos],
-        name=_shared(k["name"].fill_null(""))[pos],
+        kind=kinds[pos],
+        name=names.codes[pos],
+        names=np.array([*names.distinct.to_list(), None], dtype=object),
         pred=pred,
         cross=cross,
         ready=ready,
         run_head=run_head,
         launch_ts=lts,
-        launch_tid=_shared(k["launch_tid"])[pos] if "launch_tid" in k.columns else np.full(len(ts), None, dtype=object),
-        launch_name=_shared(k["launch_name"].fill_null("launch"))[pos]
-        if "launch_name" in k.columns
-        else np.full(len(ts), "launch", dtype=object),
+        launch_tid=_At(k["launch_tid"] if "launch_tid" in k.columns else None, pos, None),
+        launch_name=_At(k["launch_name"] if "launch_name" in k.columns else None, pos, "launch"),
         by_end=by_end,
         ends_sorted=end[by_end],
         by_start=np.argsort(ts, kind="stable"),
         syncs=syncs,
     )
-
-
-def _shared(values: pl.Series, mapped: Callable[[str], str] | None = None) -> np.ndarray:
-    """The values (each `mapped`, if given: once per distinct value) as an object array in which equal values are one
-    Python object.
-
-    Kernel names are long and repeat thousands of times: one string per row
-    was a fifth of a large trace's peak memory; a pointer per row is not.
-    """
-    coded = Coded.of(values)
-    distinct = coded.distinct.to_list()
-    return np.array([*(map(mapped, distinct) if mapped else distinct), None], dtype=object)[coded.codes]
 
 
 class _Path:
@@ -230,7 +237,7 @@ def _walk_run(g: _Graph, i: int, p: _Path) -> int:
     starts[1::2] = g.end[gaps - 1]
     kinds = np.empty(len(starts), dtype=object)
     names = np.empty(len(starts), dtype=object)
-    kinds[0::2], names[0::2] = g.kind[js], g.name[js]
+    kinds[0::2], names[0::2] = _KIND_NAMES[g.kind[js]], g.names[g.name[js]]  # objects for the run's kernels only
     kinds[1::2] = names[1::2] = "idle"
     p.add_run(starts, kinds, names)
     return h
@@ -346,12 +353,12 @@ def outer_ops(ops: pl.DataFrame) -> pl.DataFrame:
     """Each host thread's outermost ops below the step annotation: what a stretch of host time was running."""
     if ops is None or ops.height == 0 or "parent" not in ops.columns:
         return pl.DataFrame(schema={"tid": pl.Utf8, "ts": pl.Float64, "end": pl.Float64, "name": pl.Utf8})
-    marker = ops["name"].str.contains(PROFILER_STEP_RE).fill_null(False)
+    marker = name_matches(ops["name"], PROFILER_STEP_RE).to_numpy()
     parent = ops["parent"].to_numpy()
-    top = (parent < 0) | np.where(parent >= 0, marker.to_numpy()[np.maximum(parent, 0)], False)
+    top = (parent < 0) | np.where(parent >= 0, marker[np.maximum(parent, 0)], False)
     return (
-        ops.filter(pl.Series(top) & ~marker & pl.col("ts").is_not_null())
-        .select("tid", "ts", end=pl.col("ts") + pl.col("dur").fill_null(0.0), name="name")
+        ops.select("tid", "ts", end=pl.col("ts") + pl.col("dur").fill_null(0.0), name="name")  # then filtered
+        .filter(pl.Series(top & ~marker) & pl.col("ts").is_not_null())
         .sort("tid", "ts")
     )
 

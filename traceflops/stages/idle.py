@@ -46,7 +46,10 @@ def _idle_runs(s: Sweep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     pos = s.length > 0
     group, start, length = s.group[pos], s.start[pos], s.length[pos]
-    idle = (s.count[pos, :4] == 0).all(axis=1)
+    busy = s.count[:, 0] != 0  # column by column: the counts are stored by column (a row gather of them was 30 ms)
+    for c in range(1, 4):
+        busy |= s.count[:, c] != 0
+    idle = ~busy[pos]
     prev_idle = np.r_[False, idle[:-1] & (group[1:] == group[:-1])]
     first = idle & ~prev_idle
     run = np.cumsum(first) - 1
@@ -100,7 +103,8 @@ def _next_kernel_launch(
 ) -> tuple[np.ndarray, pl.Series]:
     """Launch time (NaN: none) and name (null: none) of the kernel that ends each gap (starts at or after its end)."""
     launch_ts = np.full(len(ge), np.nan)
-    k = usable(kernels)
+    read = ("device", "ts", "dur", "cls", "launch_ts", "launch_name", "name")
+    k = usable(kernels.select([c for c in read if c in kernels.columns]))  # a filter copies each column it keeps
     k = k.filter(pl.col("dur") > 0) if k.height else k  # an instant activity does not end a gap
     if k.height == 0 or len(ge) == 0:
         return launch_ts, pl.Series([None], dtype=pl.Utf8).new_from_index(0, len(ge))

@@ -100,7 +100,7 @@ def grad_mode_forward_in_backward(
     parent_node = has_parent & is_node[p]
     outermost = has_seq & ~is_node & (~parent_seq | parent_node)
     rows = np.flatnonzero(outermost)  # signatures of these roots only
-    sub = ops[rows]
+    sub = ops.select("name", "dims")[rows]  # the two columns read, not every one of the ops'
     sig = sub["name"] + "|" + sub["dims"].fill_null("")
     forward_roots = sig.filter(pl.Series(~in_bwd[rows])).unique()
     out = np.zeros(ops.height, dtype=bool)
