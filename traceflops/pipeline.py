@@ -92,6 +92,9 @@ def analyze_trace(
 def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] = (), views: bool = True) -> Analysis:
     # link, phases, count
     stage("link, phases, FLOPs")
+    # The launches' names coded once: graph launches, then sync calls (the critical path, the idle gaps, the advice)
+    # are looked for in them.
+    Coded.of(trace.launches["name"], keep=True)
     linked = link(trace)
     if replays_graphs(trace):
         captured = merge_captures([captured_launches(c) for c in (trace, *captures)])
@@ -151,8 +154,6 @@ def _analyze(trace: Trace, opt: ModelOptions, stage, captures: Sequence[Trace] =
     stage("timeline, critical path, roofline")
     # The critical path worked out beside the idle gaps and the roofline: neither reads the other's result, and the
     # ops, kernels and steps it reads are final here.
-    # The launches' names coded once: the critical path, the idle gaps and the advice each look for sync calls in them.
-    Coded.of(trace.launches["name"], keep=True)
     path_later = beside(critical_path, kernels, linked.launches, ops, steps) if device_trace else None
     gaps = idle_gaps(activities, trace.launches, ops, steps, swept) if device_trace else None
     del swept

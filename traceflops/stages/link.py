@@ -206,7 +206,9 @@ def link(trace: Trace) -> Linked:
 
     # A launch's op: the innermost op of its thread containing its start.
     launches = trace.launches.with_row_index("launch_row").with_columns(pl.col("launch_row").cast(pl.Int64))
-    codes = ops.select("pid", "tid", pl.Series("_thread", thread)).unique(["pid", "tid"])
+    # each thread's code, from its first op: ops come by thread, so a thread's ops are one run (no hash of every op)
+    first = np.flatnonzero(np.r_[True, thread[1:] != thread[:-1]]) if len(thread) else np.zeros(0, dtype=np.int64)
+    codes = ops.select("pid", "tid")[first].with_columns(_thread=pl.Series(thread[first]))
     on_thread = launches.select("pid", "tid", "ts").join(
         codes, on=["pid", "tid"], how="left", nulls_equal=True, maintain_order="left"
     )

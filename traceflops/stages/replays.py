@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceflops.core.trace import OPS_SCHEMA, Trace, Warnings
+from traceflops.core.trace import OPS_SCHEMA, Coded, Trace, Warnings
 from traceflops.stages.clean import clean
 from traceflops.stages.count import has_formula, leaf_matmuls
 from traceflops.stages.link import Linked, link, nearest
@@ -52,7 +52,9 @@ HOW_TO_CAPTURE = (
 def replays_graphs(trace: Trace) -> bool:
     """Whether the trace launched any CUDA/HIP graph (only then are captures read)."""
     names = trace.launches["name"]
-    return bool(names.len() and names.str.contains(GRAPH_LAUNCH_RE).any())
+    coded = Coded.found(names)  # the rule run over the distinct names only
+    distinct = coded.distinct if coded is not None else names.drop_nulls().unique()
+    return bool(distinct.str.contains(GRAPH_LAUNCH_RE).any())
 
 
 @dataclass

@@ -34,7 +34,7 @@ def host_bound(ctx: Ctx) -> AdviceItem | None:
     hb_us, lg_us = float(hb["dur"].sum()), float(lg["dur"].sum())
     ev = []
     if hb.height:
-        worst = hb.sort("dur", descending=True).row(0, named=True)
+        worst = hb.row(int(hb["dur"].arg_max() or 0), named=True)  # the first of the longest (no sort of every gap)
         ev.append(
             f"{hb.height} idle gaps where the device waited for the host to launch the next kernel: "
             f"{fmt.duration(hb_us)} ({fmt.pct(ctx.share(hb_us), keep_small=False)} of step time), "
