@@ -98,10 +98,34 @@ def test_vectorized_nesting_equals_the_stack_walk_with_ties_zero_durations_and_p
         n = int(rng.integers(1, 400))
         thread = np.sort(rng.integers(0, 3, n))
         ts = rng.choice(np.arange(0, 50, 0.5), n)
-        dur = rng.choice([0, 0.0005, 1, 2, 5, 20, 60], n)  # random spans overlap partially as often as not
+        # random spans overlap partially as often as not; 0.001 and 1.001 end where a later start plus the slack lies
+        dur = rng.choice([0, 0.0005, 0.001, 1, 1.001, 2, 5, 20, 60], n)
         order = np.lexsort((-dur, ts, thread))
         thread, ts, dur = thread[order], ts[order], dur[order]
         assert (nesting(thread, ts, ts + dur) == _nesting_by_stack(thread, ts, ts + dur)).all()
+
+
+def test_nesting_out_of_order_or_with_a_missing_time_climbs_as_the_stack_walk_does():
+    import numpy as np
+
+    from traceflops.stages.link import _nesting_by_jumping, nesting
+
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        n = int(rng.integers(2, 300))
+        thread = np.sort(rng.integers(0, 3, n))
+        ts = rng.choice(np.arange(0, 50, 0.5), n)
+        dur = rng.choice([0, 0.0005, 0.001, 1, 1.001, 2, 5, 20, 60], n)
+        order = np.lexsort((-dur, ts, thread))
+        thread, ts, dur = thread[order], ts[order], dur[order]
+        assert (_nesting_by_jumping(thread, ts, ts + dur) == _nesting_by_stack(thread, ts, ts + dur)).all()
+        shuffled = rng.permutation(n)
+        by_thread = np.argsort(thread[shuffled], kind="stable")  # threads together, starts out of order
+        t2, s2, d2 = thread[shuffled][by_thread], ts[shuffled][by_thread], dur[shuffled][by_thread]
+        assert (nesting(t2, s2, s2 + d2) == _nesting_by_jumping(t2, s2, s2 + d2)).all()
+        s2 = ts.copy()
+        s2[rng.integers(0, n)] = np.nan
+        assert (nesting(thread, s2, s2 + dur) == _nesting_by_jumping(thread, s2, s2 + dur)).all()
 
 
 def _climbed(parent, mask) -> list[int]:

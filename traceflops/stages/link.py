@@ -27,12 +27,50 @@ def nesting(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     Intervals must be pre-sorted by (thread, ts, -dur); `thread` is an integer
     code per (pid, tid). "Still open" means ending after the start (plus a
     rounding slack), which is what a stack walk finds, partial overlaps
-    included. The parent of i is the first interval on the ancestor chain of
-    i-1 that is still open at i's start; every interval searches that chain at
-    once, and one whose search meets an earlier interval's unfinished search
-    takes over its position (whatever that one skipped ended even earlier).
-    So no per-event loop: a few vectorized rounds, about log(depth) of them.
+    included: an interval the walk has popped ended by an earlier start, so the
+    walk's answer is the latest earlier interval still open, on the stack or not.
+    Starts are in order, so interval j is open exactly for the intervals from
+    j + 1 up to the first one starting at or after its end (`d`, one search per
+    thread): each interval's parent is the largest j whose range [j + 1, d_j)
+    holds it. Those ranges are painted largest j winning, each as two blocks of
+    a power of two, the blocks then halved level by level: no per-event loop,
+    about log2(the longest range) passes over the intervals (pointer jumping
+    took 23 rounds at 587 k ops, long runs of siblings the most: twice the time).
     """
+    q = ts + _EPS_US
+    n = len(ts)
+    same_thread = thread[1:] == thread[:-1]
+    if n == 0 or np.isnan(q).any() or np.isnan(end).any() or (same_thread & (q[1:] < q[:-1])).any():
+        return _nesting_by_jumping(thread, ts, end)  # a time missing or out of order: nothing to search
+    first = np.flatnonzero(np.r_[True, ~same_thread])
+    d = np.empty(n, dtype=np.int64)
+    for lo, hi in zip(first.tolist(), [*first[1:].tolist(), n]):
+        d[lo:hi] = lo + np.searchsorted(q[lo:hi], end[lo:hi], side="left")
+    j = np.arange(n, dtype=np.int64)
+    span = d - j - 1  # the intervals j is open for: j + 1 ... j + span
+    has = span > 0
+    j, span = j[has], span[has]
+    level = np.frexp(span.astype(np.float64))[1].astype(np.int64) - 1  # 2**level <= span < 2**(level + 1)
+    order = np.argsort(level, kind="stable")
+    bounds = np.searchsorted(level[order], np.arange(int(level.max(initial=0)) + 2))
+    parent = None  # per interval, the largest j of a block of the level above starting there
+    for lev in range(len(bounds) - 2, -1, -1):
+        at = order[bounds[lev] : bounds[lev + 1]]
+        here = np.full(n, -1, dtype=np.int64)
+        np.maximum.at(here, np.r_[j[at] + 1, j[at] + 1 + span[at] - (1 << lev)], np.r_[j[at], j[at]])
+        if parent is not None:  # a block of the level above is two of this one
+            half = 1 << lev
+            np.maximum(here, parent, out=here)
+            np.maximum(here[half:], parent[:-half], out=here[half:])
+        parent = here
+    return parent if parent is not None else np.full(n, -1, dtype=np.int64)
+
+
+def _nesting_by_jumping(thread: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """`nesting` where a time is missing (NaN) or out of order, by pointer jumping: the parent of i is the first
+    interval on the ancestor chain of i-1 that is still open at i's start; every interval searches that chain at
+    once, and one whose search meets an earlier interval's unfinished search takes over its position. A few
+    vectorized rounds, about log(the longest run of siblings) of them."""
     n = len(ts)
     q = ts + _EPS_US
     cur = np.arange(n, dtype=np.int64) - 1
