@@ -75,11 +75,15 @@ ANNOTATE = ("import os, tempfile\n"
                                  .replace("'PATH'", "P").replace("'OUT'", "dest").splitlines())
             + "finally:\n    os.path.exists(dest) and os.unlink(dest); os.rmdir(os.path.dirname(dest))\n")
 
+# HTA reads a folder: the trace linked into a new one, removed after the run (its own cache files included).
 HTA = (
-    "import os, tempfile\n"
+    "import os, shutil, tempfile\n"
     "from hta.trace_analysis import TraceAnalysis\n"
-    "d = tempfile.mkdtemp(); os.symlink(P, os.path.join(d, 'rank0.json'))\n"
-    "TraceAnalysis(trace_dir=d).get_temporal_breakdown(visualize=False)"
+    "d = tempfile.mkdtemp(prefix='traceflops_bench_hta_'); os.symlink(P, os.path.join(d, 'rank0.json'))\n"
+    "try:\n"
+    "    TraceAnalysis(trace_dir=d).get_temporal_breakdown(visualize=False)\n"
+    "finally:\n"
+    "    shutil.rmtree(d, ignore_errors=True)"
 )
 
 
@@ -143,7 +147,16 @@ def tiled(k: int) -> str:
 
 
 def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
+    import shutil
+
     cache = tempfile.mkdtemp(prefix="traceflops_bench_cache_")
+    try:
+        return _one_size(path, skip_hta, repeat, cache)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _one_size(path: str, skip_hta: bool, repeat: int, cache: str) -> dict:
     contenders = {
         "orjson.loads": "import orjson; orjson.loads(open(P, 'rb').read())",
         "traceflops parse": "from traceflops.run.load import load; load(P)",

@@ -1,5 +1,5 @@
 """`python -m traceflops.cli`: the same commands as the `traceflops` script."""
 
-from traceflops.cli.main import main
+from traceflops.cli.main import run
 
-main()
+run()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 import sys
 import threading
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 from traceflops.core.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_PIPE_CLOSED,
     EXIT_TERMINATED,
     InputError,
     Terminated,
@@ -34,7 +37,8 @@ def run_command(debug: bool, fn):
 
     The line is `printable`: a file name or a trace string in it cannot send escape sequences to the terminal.
     Ctrl-C and SIGTERM stop it the same way: what is half written is removed, one line says so, and the exit
-    code is the shell's 128 + the signal.
+    code is the shell's 128 + the signal. A reader of standard output that stopped reading (`| head`) ends it
+    quietly with exit code 1, as the terminal report's console does.
     """
     try:
         with _sigterm_raises():
@@ -52,6 +56,11 @@ def run_command(debug: bool, fn):
         sys.exit(EXIT_TERMINATED)
     except (click.ClickException, click.exceptions.Exit):
         raise
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere at exit
+        sys.exit(EXIT_PIPE_CLOSED)
     except Exception as e:
         if debug:
             raise
@@ -73,6 +82,16 @@ def _sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def _stdout_closed() -> bool:
+    """Standard output is a pipe whose reader has gone (where the system can say: `poll`)."""
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or no file behind stdout
+        return False
 
 
 def _terminated(signum, frame):

@@ -9,6 +9,7 @@ EXIT_INTERNAL = 4
 EXIT_CANNOT_JUDGE = (
     5  # `check` / `diff --fail-if`: a rule could not be judged (too few steps, or a value the trace cannot know)
 )
+EXIT_PIPE_CLOSED = 1  # standard output's reader stopped reading (`| head`): as rich's console and click exit then
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it: 128 + the signal
 EXIT_TERMINATED = 143  # SIGTERM (`kill`, `timeout`, a batch scheduler)
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
 
+from traceflops.core.process_exit import leave
+
 LEN = 8
 
 
@@ -77,8 +79,10 @@ def run_worker(serve: Callable[[BinaryIO, BinaryIO], None]) -> None:
     os.dup2(2, 1)
     try:
         serve(sys.stdin.buffer, replies)
+        replies.flush()
     except BrokenPipeError:
         os._exit(1)  # not a normal exit: flushing the replies at exit would raise it again
+    leave(0)  # no teardown on a core the command is still using
 
 
 def usable_cores() -> int:
