@@ -210,6 +210,14 @@ def test_thread_order_check_agrees_with_polars_sort_nulls_included():
         assert in_thread_order(want)
         assert in_thread_order(df) == want.equals(df)
         assert thread_order(df).equals(want)
+        # Each thread in order, the threads interleaved (as most traces write them): the cheap path's case
+        thread = want.select(pl.struct("pid", "tid").rank("dense")).to_series().to_numpy()
+        slots = rng.permutation(thread)  # which thread each position takes, each thread's rows in their order
+        at = np.empty(n, dtype=np.int64)
+        for t in np.unique(thread):
+            at[slots == t] = np.flatnonzero(thread == t)
+        mixed = want[at]
+        assert thread_order(mixed).equals(want)
 
 
 def test_layout_and_copy_kernels_under_a_matmul_op_are_not_matmul_time(tmp_path):

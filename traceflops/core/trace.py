@@ -313,6 +313,12 @@ def thread_order(ops: pl.DataFrame) -> pl.DataFrame:
         return ops  # the Kineto parser stores this order: no copy of the table
     # Threads ranked first: faster than sorting by two text columns; checked, else a plain sort.
     thread = pl.struct("pid", "tid").rank("dense")
+    # Most traces write each thread's ops in order, threads interleaved (by chunk, by step): then the threads moved
+    # apart keeping each one's order is the order, found by a stable sort of one integer key (the 476 MB trace's
+    # 587 k ops: 41 against 93 ms), checked on the keys alone.
+    by_thread = ops.select(pl.arg_sort_by(thread, maintain_order=True)).to_series()
+    if in_thread_order(ops.select(OP_ORDER[0])[by_thread]):
+        return compact(ops[by_thread])  # the gather filled null columns
     out = ops[
         ops.select(pl.arg_sort_by([thread, "ts", "dur", "op_id"], descending=[False, False, True, False])).to_series()
     ]
