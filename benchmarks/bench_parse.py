@@ -53,14 +53,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TRACEFLOPS_FIXTURES", ROOT.parent / "shared" / "fixtures"))
 
+# A command as the `traceflops` script runs it (its exit included); a checkout from before the script's own entry
+# (`run`) ran `main`.
 _CLI = (
     "import contextlib, os, sys\n"
-    "from traceflops.cli.main import main\n"
+    "try:\n"
+    "    from traceflops.cli.main import run\n"
+    "except ImportError:\n"
+    "    from traceflops.cli.main import main as run\n"
+    "sys.argv = ['traceflops', *{args!r}]\n"
     "with open(os.devnull, 'w') as out, contextlib.redirect_stdout(out):\n"
-    "    try:\n"
-    "        main({args!r}, standalone_mode=False)\n"
-    "    except SystemExit as e:\n"
-    "        sys.exit(e.code)\n"
+    "    run()\n"
 )
 
 
@@ -68,12 +71,11 @@ def cli(*args: str) -> str:
     return _CLI.format(args=["analyze", "PATH", "--quiet", "--format", "json", *args]).replace("'PATH'", "P")
 
 
-# A new output each run (annotate refuses to overwrite), removed after it.
-ANNOTATE = ("import os, tempfile\n"
+# A new output each run (annotate refuses to overwrite), removed as the process exits (the command's exit ends it).
+ANNOTATE = ("import atexit, os, tempfile\n"
             "dest = os.path.join(tempfile.mkdtemp(prefix='traceflops_bench_annotate_'), 'annotated.json.gz')\n"
-            "try:\n" + "".join("    " + line + "\n" for line in _CLI.format(args=["annotate", "PATH", "-o", "OUT", "--no-cache"])
-                                 .replace("'PATH'", "P").replace("'OUT'", "dest").splitlines())
-            + "finally:\n    os.path.exists(dest) and os.unlink(dest); os.rmdir(os.path.dirname(dest))\n")
+            "atexit.register(lambda: (os.path.exists(dest) and os.unlink(dest), os.rmdir(os.path.dirname(dest))))\n"
+            + _CLI.format(args=["annotate", "PATH", "-o", "OUT", "--no-cache"]).replace("'PATH'", "P").replace("'OUT'", "dest"))
 
 # HTA reads a folder: the trace linked into a new one, removed after the run (its own cache files included).
 HTA = (
