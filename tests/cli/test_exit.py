@@ -45,3 +45,17 @@ def test_a_reader_that_stopped_ends_it_quietly(fmt):
     err = p.stderr.read()
     p.wait(timeout=120)
     assert (p.returncode, err) == (EXIT_PIPE_CLOSED, b"")
+
+
+def test_a_broken_pipe_elsewhere_is_still_an_internal_error(capsys):
+    # Standard output still open: the pipe that broke was another (a worker's), which is a bug to report.
+    from traceflops.cli.common import run_command
+    from traceflops.core.errors import EXIT_INTERNAL
+
+    def fails():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(SystemExit) as stopped:
+        run_command(False, fails)
+    assert stopped.value.code == EXIT_INTERNAL
+    assert "internal error: BrokenPipeError" in capsys.readouterr().err

@@ -56,12 +56,10 @@ def run_command(debug: bool, fn):
         sys.exit(EXIT_TERMINATED)
     except (click.ClickException, click.exceptions.Exit):
         raise
-    except BrokenPipeError:
-        if not _stdout_closed():
-            raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere at exit
-        sys.exit(EXIT_PIPE_CLOSED)
     except Exception as e:
+        if isinstance(e, BrokenPipeError) and _stdout_closed():  # not a pipe to one of this package's workers
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
+            sys.exit(EXIT_PIPE_CLOSED)
         if debug:
             raise
         click.echo(
