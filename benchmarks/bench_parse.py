@@ -79,13 +79,11 @@ ANNOTATE = ("import atexit, os, tempfile\n"
 
 # HTA reads a folder: the trace linked into a new one, removed after the run (its own cache files included).
 HTA = (
-    "import os, shutil, tempfile\n"
+    "import os, tempfile\n"
     "from hta.trace_analysis import TraceAnalysis\n"
-    "d = tempfile.mkdtemp(prefix='traceflops_bench_hta_'); os.symlink(P, os.path.join(d, 'rank0.json'))\n"
-    "try:\n"
-    "    TraceAnalysis(trace_dir=d).get_temporal_breakdown(visualize=False)\n"
-    "finally:\n"
-    "    shutil.rmtree(d, ignore_errors=True)"
+    "with tempfile.TemporaryDirectory(prefix='traceflops_bench_hta_') as d:\n"
+    "    os.symlink(P, os.path.join(d, 'rank0.json'))\n"
+    "    TraceAnalysis(trace_dir=d).get_temporal_breakdown(visualize=False)"
 )
 
 
@@ -149,13 +147,8 @@ def tiled(k: int) -> str:
 
 
 def one_size(path: str, skip_hta: bool, repeat: int) -> dict:
-    import shutil
-
-    cache = tempfile.mkdtemp(prefix="traceflops_bench_cache_")
-    try:
+    with tempfile.TemporaryDirectory(prefix="traceflops_bench_cache_") as cache:
         return _one_size(path, skip_hta, repeat, cache)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
 
 
 def _one_size(path: str, skip_hta: bool, repeat: int, cache: str) -> dict:

@@ -18,9 +18,9 @@ TRACE = ROOT / "fixtures" / "cpu" / "ns_ckpt_nonreentrant.json.gz"
 BUFFERED = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a pipe's output as a shell gives it
 
 
-def _cli(*args: str, **kw) -> subprocess.Popen:
+def _cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "traceflops.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=ROOT, env=BUFFERED, **kw)
+                            stderr=subprocess.PIPE, cwd=ROOT, env=BUFFERED)
 
 
 def test_the_whole_report_reaches_a_pipe():

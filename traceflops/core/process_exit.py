@@ -1,9 +1,9 @@
 """A process's end without the interpreter's teardown, once its outputs are flushed.
 
 After a command's last line, Python still unloads every module and frees
-every object one by one: 40-110 ms of a small trace's `analyze` (8-14% of it),
-more after a large one, and as much again in each worker process, on cores
-the command is still using. `leave` skips that teardown where nothing can be
+every object one by one: 40-110 ms of a small trace's `analyze` (8-14% of it;
+on a 476 MB trace within the run-to-run noise), and as much again in each
+worker process, on cores the command is still using. `leave` skips that teardown where nothing can be
 lost: the exit functions run (the job's pool, temporary folders, logging),
 the standard streams are flushed, and no thread that Python would wait for is
 running. Anywhere that does not hold, the process exits as Python exits.
