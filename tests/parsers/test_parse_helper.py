@@ -3,6 +3,7 @@
 import io
 import os
 import select
+import signal
 import subprocess
 import sys
 
@@ -29,22 +30,41 @@ def _parse(path, monkeypatch, use_helper, chunk=1 << 20):
     return parse_kineto(path, chunk=chunk)
 
 
+def _ready_helpers(monkeypatch, started):
+    """`helper._start` recording each helper it starts, returned once the helper has said it is ready (else it would
+    be sent nothing, and stopping the parse would stop no helper at work)."""
+    real_start = helper._start
+
+    def ready():
+        proc = real_start()
+        if proc is not None:
+            started.append(proc)
+            select.select([proc.stdout], [], [], 120)
+        return proc
+
+    monkeypatch.setattr(helper, "_start", ready)
+
+
+def _decoding(path):
+    """`parse_kineto`'s decode of `path` with a helper, as a generator of each array's tables, in order."""
+    from traceflops.parsers import kineto
+    from traceflops.parsers.jsonstream import stream_events
+
+    def arrays(claim):
+        for texts, _ in stream_events(path, 1 << 40, chunk=1 << 20, claim=claim):
+            yield from texts
+
+    return helper.decode_in_order(arrays, True, kineto.decode_strict, kineto.decode_counted)
+
+
 def test_helper_and_no_helper_give_the_same_trace(v100, monkeypatch):
     alone = _parse(v100, monkeypatch, False)
     replies = []
     real_unpack = helper.unpack
     monkeypatch.setattr(helper, "unpack", lambda blob: replies.append(1) or real_unpack(blob))
-    real_start = helper._start
-
-    def started_ready():
-        # the helper's imports may outlast this small file's parse on a loaded machine (then it takes no array, and
-        # this test would compare the parse with itself): the parse starts once the helper has said it is ready
-        proc = real_start()
-        if proc is not None:
-            select.select([proc.stdout], [], [], 120)
-        return proc
-
-    monkeypatch.setattr(helper, "_start", started_ready)
+    # the helper's imports may outlast this small file's parse on a loaded machine (then it takes no array, and this
+    # test would compare the parse with itself): the parse starts once the helper has said it is ready
+    _ready_helpers(monkeypatch, [])
     helped = _parse(v100, monkeypatch, True)
     assert replies  # the helper decoded some of the arrays
     for name, frame in _tables(alone).items():
@@ -89,6 +109,25 @@ def test_a_helper_is_sent_nothing_before_it_says_it_is_ready(v100, monkeypatch, 
     assert_frame_equal(alone.kernels, helped.kernels)
     assert len(started) == 1 and started[0].wait(timeout=30) == 0  # it has written what it received
     assert got.read_text() == "8"  # only the empty frame that stops it
+
+
+def test_a_parse_stopped_part_way_kills_its_helper(v100, monkeypatch):
+    """Ctrl-C or an error mid-parse: the helper's arrays are not wanted, and it is not left decoding them."""
+    started = []
+    _ready_helpers(monkeypatch, started)
+    decoding = _decoding(v100)
+    next(decoding)  # the helper is ready: the first array went to it
+    decoding.close()  # the consumer gone, as a KeyboardInterrupt in the parse's loop leaves it
+    assert len(started) == 1
+    assert started[0].wait(timeout=30) == -signal.SIGKILL
+
+
+def test_a_parse_read_to_its_end_lets_its_helper_end_by_itself(v100, monkeypatch):
+    started = []
+    _ready_helpers(monkeypatch, started)
+    assert sum(1 for _ in _decoding(v100)) > 10
+    assert len(started) == 1
+    assert started[0].wait(timeout=30) == 0
 
 
 def test_a_helper_that_cannot_start_changes_nothing(v100, monkeypatch):

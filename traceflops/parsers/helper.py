@@ -79,6 +79,7 @@ def decode_in_order(
     def claim(text):
         return None if has_room() else here(text)  # None: skimmed, then sent
 
+    finished = False
     try:
         for item in make_arrays(claim):
             if isinstance(item, Claimed) or not has_room():
@@ -108,7 +109,10 @@ def decode_in_order(
                 alive = False
                 got = decode_counted(value)
             yield got
+        finished = True
     finally:
+        if not finished:  # stopped part-way (Ctrl-C, an error, the caller gone): the helper's arrays are not wanted
+            proc.kill()
         outbox.put(None)
 
 
