@@ -68,20 +68,27 @@ def analyze(
 
 
 def analyze_job(
-    paths, *, jobs: int = 1, pipeline_stages: int | None = None, microbatches: int | None = None, **model: Any
+    paths,
+    *,
+    jobs: int | str = "auto",
+    pipeline_stages: int | None = None,
+    microbatches: int | None = None,
+    **model: Any,
 ):
-    """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does."""
+    """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does; `jobs`
+    is how many at once, each in a process of its own ("auto": as the command's `--jobs auto` decides)."""
     from traceflops.run.inputs import expand_with_warnings
     from traceflops.run.options import check_numbers
+    from traceflops.run.parallelism import AUTO, auto_jobs
     from traceflops.run.ranks import summarize_all
     from traceflops.views.job import job_with_options
 
-    check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
+    check_numbers(jobs=None if jobs == AUTO else jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
     files, left_out = expand_with_warnings(
         [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     )
-    summaries = summarize_all(files, opts, jobs, skipped=left_out)
+    summaries = summarize_all(files, opts, auto_jobs(files) if jobs == AUTO else int(jobs), skipped=left_out)
     return job_with_options(summaries, opts, pipeline_stages, microbatches, left_out)
 
 

@@ -81,10 +81,12 @@ def test_ranks_on_a_local_ray_instance(ranks):
 
 
 def test_dlrm_same_report_sequential_parallel_merged_and_on_ray(shared, tmp_path):
-    """dlrm_8rank: --jobs 2, summarize + merge, and --executor ray give the sequential report."""
+    """dlrm_8rank: --jobs 2, --jobs auto (the default), summarize + merge, and --executor ray give the sequential
+    report."""
     d = shared / "kineto" / "dlrm_8rank"
-    seq = strip_paths(cli("analyze", d, "--format", "json", "--no-cache"))
+    seq = strip_paths(cli("analyze", d, "--format", "json", "--no-cache", "--jobs", "1"))
     assert strip_paths(cli("analyze", d, "--format", "json", "--no-cache", "--jobs", "2")) == seq
+    assert strip_paths(cli("analyze", d, "--format", "json", "--no-cache")) == seq
     sums = []
     for f in sorted(d.glob("rank*.json.gz")):
         out = tmp_path / (f.name + ".tfsum")

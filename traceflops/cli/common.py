@@ -198,6 +198,7 @@ class Progress:
         self.on = not quiet and sys.stderr.isatty()
         self.bar: rich.progress.Progress | None = None  # (imported when a big file is read)
         self.big = False  # a big file: its stages are worth saying too
+        self.at_once = 1  # a job's ranks analysed at a time
 
     def _console(self):
         from rich.console import Console
@@ -220,7 +221,8 @@ class Progress:
         """Ranks summarised so far, of all."""
         if not self.on or total < 2:
             return
-        sys.stderr.write(f"\r\x1b[2Kranks: {done}/{total}")
+        at_once = f", {self.at_once} at a time" if self.at_once > 1 else ""
+        sys.stderr.write(f"\r\x1b[2Kranks: {done}/{total}{at_once}")
         if done >= total:
             sys.stderr.write("\r\x1b[2K")
         sys.stderr.flush()

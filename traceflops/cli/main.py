@@ -26,6 +26,21 @@ from traceflops.cli.common import (  # noqa: E402
     start_decode_helper,
 )
 from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras  # noqa: E402
+from traceflops.run.parallelism import AUTO, auto_jobs  # noqa: E402
+
+
+class _Jobs(click.ParamType):
+    """`--jobs`: `auto` or a whole number (its range is checked with the other numbers, `run.options.BOUNDS`)."""
+
+    name = "auto|N"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == AUTO:
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither {AUTO} nor a whole number", param, ctx)
 
 
 @click.group()
@@ -59,10 +74,12 @@ def run() -> None:
 @model_options
 @click.option(
     "--jobs",
-    type=int,
-    default=1,
+    type=_Jobs(),
+    default=AUTO,
     show_default=True,
-    help="ranks analysed in parallel processes; a whole number from 1 to 1024",
+    help="ranks analysed at once, each in a process of its own: auto takes a process per usable core (a container's "
+    "CPU quota counts), no more than the available memory holds at the largest rank's estimated peak; or a whole "
+    "number from 1 to 1024",
 )
 @click.option(
     "--executor",
@@ -100,14 +117,16 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
         from traceflops.run.inputs import expand_with_warnings
 
         paths, left_out = expand_with_warnings(list(traces))
-        if len(paths) > 1 and executor == "local" and jobs > 1:
+        at_once = jobs if jobs != AUTO else auto_jobs(paths) if executor == "local" else 1
+        progress.at_once = at_once
+        if len(paths) > 1 and executor == "local" and at_once > 1:
             prefer_one_thread()  # before polars loads: this process analyses ranks beside its workers
             prefer_release_at_once()  # as they do: each rank's freed pages gone before the next rank's parse
         from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.load import analyze as run_analysis
         from traceflops.run.options import check_numbers
 
-        check_numbers(jobs=jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
+        check_numbers(jobs=at_once, pipeline_stages=pipeline_stages, microbatches=microbatches)
         opts, cache_dir = options_from(kw)
         refuse_extras_over(paths, html_out, tables_dir)
         if len(paths) > 1:
@@ -116,7 +135,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             summaries = summarize_all(
                 paths,
                 opts,
-                jobs,
+                at_once,
                 executor=executor,
                 ray_address=ray_address,
                 cache_dir=cache_dir,

@@ -15,9 +15,8 @@ import multiprocessing
 import os
 import subprocess
 
-from traceflops.core.errors import InputError
 from traceflops.core.frames import own_module_command, spare_cores, switch
-from traceflops.parsers.io import GZIP_MAGIC, open_trace
+from traceflops.parsers.io import estimated_json_bytes
 
 ENV = "TRACEFLOPS_PARSE_HELPER"  # 1: always use a helper, 0: never; unset: large files with a core to spare
 # Below this much JSON a helper is not worth its cost: on a 142 MB trace it took 3% off the wall time for 26% more
@@ -37,13 +36,7 @@ def wanted(path: str) -> bool:
         return False
     if spare_cores() < 2:
         return False
-    try:
-        with open_trace(path) as f:  # never a FIFO or a device
-            size = os.fstat(f.fileno()).st_size
-            gz = f.read(2) == GZIP_MAGIC
-    except InputError:
-        return False
-    return size * (8 if gz else 1) >= MIN_BYTES
+    return estimated_json_bytes(path) >= MIN_BYTES  # never a FIFO or a device: such a path estimates 0
 
 
 def start() -> subprocess.Popen | None:

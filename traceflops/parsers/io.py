@@ -138,6 +138,22 @@ def open_trace(path: str):
     return f
 
 
+# What a gzipped trace expands to, for estimates made before reading it: traces compress about eightfold.
+GZIP_RATIO = 8
+
+
+def estimated_json_bytes(path: str) -> int:
+    """The JSON a trace file holds, estimated from its size without reading it (gzip: `GZIP_RATIO` times); 0 where
+    it cannot be opened (the parse says why)."""
+    try:
+        with open_trace(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            gz = f.read(2) == GZIP_MAGIC
+    except InputError:
+        return 0
+    return size * (GZIP_RATIO if gz else 1)
+
+
 def chunks(path: str, limit: int, chunk: int = 8 << 20, progress=None) -> Iterator[bytes]:
     """The file's bytes in pieces of at most `chunk`, gunzipped (every member) if it is gzip; InputError past `limit`.
 
