@@ -41,6 +41,18 @@ def test_no_more_processes_than_ranks_or_cores(tmp_path):
     assert auto_jobs(ranks[:1], cores=8, available=64 * GIB) == 1
 
 
+def test_one_process_inside_a_pool_s_worker(tmp_path):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ranks = [_sparse(tmp_path / f"r{i}.json", MIB) for i in range(3)]
+    with ProcessPoolExecutor(1) as pool:
+        assert pool.submit(auto_jobs, ranks, 8, 64 * GIB).result() == 1
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(auto_jobs, (ranks, 8, 64 * GIB)) == 1
+    assert auto_jobs(ranks, cores=8, available=64 * GIB) == 3
+
+
 def test_memory_bounds_the_processes_at_the_largest_ranks_peak(tmp_path):
     # Four ranks, the largest 1 GiB of JSON: each process is estimated at 128 MiB + 1.25 GiB, about 1.375 GiB. Of 4 GiB
     # available, four fifths (3.2 GiB) hold two such processes, not three; of 64 GiB, all four.

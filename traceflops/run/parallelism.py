@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import multiprocessing
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,9 +31,13 @@ _OWN = Path("/proc/self/cgroup")
 
 
 def auto_jobs(paths: Sequence[str], cores: int | None = None, available: int | None = None) -> int:
-    """The processes for a job of `paths` (`cores` and `available` bytes of memory: this machine's where None)."""
+    """The processes for a job of `paths` (`cores` and `available` bytes of memory: this machine's where None).
+
+    One inside a process that multiprocessing started (a pool's worker): what started it already spreads the work
+    over the cores.
+    """
     n = min(usable_cores() if cores is None else cores, len(paths), MAX_JOBS)
-    if n <= 1:
+    if n <= 1 or multiprocessing.parent_process() is not None:
         return 1
     free = available_memory() if available is None else available
     if free is None:
