@@ -271,9 +271,15 @@ def job_case(ranks: int, skip_hta: bool, repeat: int) -> dict:
         shutil.rmtree(folder, ignore_errors=True)  # 3.8 MB a rank
 
 
+def job_commands(folder: Path) -> tuple[str, str]:
+    """`analyze --no-cache` of the folder's first rank alone, and of the whole folder as a job with `--jobs 2`."""
+    analyze = ["analyze", "--quiet", "--format", "json", "--no-cache"]
+    return (_CLI.format(args=[*analyze, str(folder / "rank0.json.gz")]),
+            _CLI.format(args=[*analyze, str(folder), "--jobs", "2"]))
+
+
 def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int) -> dict:
-    one = _CLI.format(args=["analyze", str(folder / "rank0.json.gz"), "--quiet", "--format", "json", "--no-cache"])
-    job = _CLI.format(args=["analyze", str(folder), "--quiet", "--format", "json", "--no-cache", "--jobs", "2"])
+    one, job = job_commands(folder)
     hta = ("from hta.trace_analysis import TraceAnalysis\n"
            f"t = TraceAnalysis(trace_dir={str(folder)!r})\n"
            f"assert len(t.t.traces) == {ranks}, f'HTA read {{len(t.t.traces)}} of {ranks} ranks'\n"
@@ -571,8 +577,7 @@ def memory_ratios(ranks: int = 32, tiles: int = 57, repeat: int = 3) -> dict:
     out: dict = {}
     folder = job_folder(ranks)
     try:
-        one = _CLI.format(args=["analyze", str(folder / "rank0.json.gz"), "--quiet", "--format", "json", "--no-cache"])
-        job = _CLI.format(args=["analyze", str(folder), "--quiet", "--format", "json", "--no-cache", "--jobs", "2"])
+        one, job = job_commands(folder)
         o = out["one rank"] = worst(one, str(folder), repeat)
         j = out[f"job of {ranks} ranks, --jobs 2"] = worst(job, str(folder), max(1, repeat // 3))
         print("one rank", o, "\njob", j, flush=True)
