@@ -21,8 +21,9 @@ from traceflops.run.options import BOUNDS
 
 AUTO = "auto"
 MAX_JOBS = int(BOUNDS["jobs"][2])  # the most `--jobs` itself takes
-# A rank's process at its peak, estimated high: its imports and fixed tables (~90 MiB measured on one thread), plus
-# its parse and analysis (0.7-1.25 times the rank's JSON measured, from a 48 MB rank to a 2 GB one).
+# A rank's process at its peak, estimated high: its imports and what it keeps between ranks (~80 MiB measured: 54 MiB
+# anonymous, 26 MiB of mapped libraries), plus its parse and analysis (0.7-1.25 times the rank's JSON measured, from a
+# 48 MB rank to a 2 GB trace).
 PROCESS_BYTES = 128 << 20
 PEAK_PER_JSON_BYTE = 1.25
 MEMORY_SHARE = 0.8  # of what is available: the rest left to the page cache and whatever else runs
