@@ -79,16 +79,16 @@ def analyze_job(
     is how many at once, each in a process of its own ("auto": as the command's `--jobs auto` decides)."""
     from traceflops.run.inputs import expand_with_warnings
     from traceflops.run.options import check_numbers
-    from traceflops.run.parallelism import AUTO, auto_jobs
+    from traceflops.run.parallelism import jobs_for
     from traceflops.run.ranks import summarize_all
     from traceflops.views.job import job_with_options
 
-    check_numbers(jobs=None if jobs == AUTO else jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
+    check_numbers(pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
     files, left_out = expand_with_warnings(
         [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     )
-    summaries = summarize_all(files, opts, auto_jobs(files) if jobs == AUTO else int(jobs), skipped=left_out)
+    summaries = summarize_all(files, opts, jobs_for(jobs, files), skipped=left_out)
     return job_with_options(summaries, opts, pipeline_stages, microbatches, left_out)
 
 

@@ -149,3 +149,13 @@ def test_the_ranks_line_says_how_many_run_at_once(monkeypatch):
     progress.at_once = 1
     progress.ranks(4, 8)
     assert err.getvalue().endswith("ranks: 4/8")
+
+
+@pytest.mark.parametrize("jobs", ["two", 0, 1025, 2.0, True])
+def test_the_api_takes_auto_or_a_whole_number_too(tmp_path, jobs):
+    from traceflops.api import analyze_job
+    from traceflops.core.errors import OptionsError
+
+    ranks = [_sparse(tmp_path / f"r{i}.json", MIB) for i in range(2)]
+    with pytest.raises(OptionsError, match=r"--jobs \(jobs\) must be"):
+        analyze_job(ranks, jobs=jobs)

@@ -26,7 +26,7 @@ from traceflops.cli.common import (  # noqa: E402
     start_decode_helper,
 )
 from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras  # noqa: E402
-from traceflops.run.parallelism import AUTO, auto_jobs  # noqa: E402
+from traceflops.run.parallelism import AUTO, jobs_for  # noqa: E402
 
 
 class _Jobs(click.ParamType):
@@ -117,7 +117,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
         from traceflops.run.inputs import expand_with_warnings
 
         paths, left_out = expand_with_warnings(list(traces))
-        at_once = jobs if jobs != AUTO else auto_jobs(paths) if executor == "local" else 1
+        at_once = jobs_for(jobs, paths, local=executor == "local")
         progress.at_once = at_once
         if len(paths) > 1 and executor == "local" and at_once > 1:
             prefer_one_thread()  # before polars loads: this process analyses ranks beside its workers
@@ -126,7 +126,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
         from traceflops.run.load import analyze as run_analysis
         from traceflops.run.options import check_numbers
 
-        check_numbers(jobs=at_once, pipeline_stages=pipeline_stages, microbatches=microbatches)
+        check_numbers(pipeline_stages=pipeline_stages, microbatches=microbatches)
         opts, cache_dir = options_from(kw)
         refuse_extras_over(paths, html_out, tables_dir)
         if len(paths) > 1:

@@ -16,8 +16,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from traceflops.core.errors import OptionsError
 from traceflops.parsers.io import estimated_json_bytes
-from traceflops.run.options import BOUNDS
+from traceflops.run.options import BOUNDS, bounds_text, check_number
 
 AUTO = "auto"
 MAX_JOBS = int(BOUNDS["jobs"][2])  # the most `--jobs` itself takes
@@ -29,6 +30,19 @@ PEAK_PER_JSON_BYTE = 1.25
 MEMORY_SHARE = 0.8  # of what is available: the rest left to the page cache and whatever else runs
 _CGROUP = Path("/sys/fs/cgroup")
 _OWN = Path("/proc/self/cgroup")
+
+
+def jobs_for(jobs: int | str, paths: Sequence[str], local: bool = True) -> int:
+    """`jobs` as the user gave it (`auto`, or a whole number within `--jobs`' bounds) as a count of processes; `local`
+    False (ranks sent elsewhere, as Ray tasks) makes auto one. OptionsError for anything else."""
+    if jobs == AUTO:
+        return auto_jobs(paths) if local else 1
+    if isinstance(jobs, str):
+        raise OptionsError(
+            None, f"--jobs (jobs) must be {AUTO} or {bounds_text('jobs')}, got {jobs!r}", "give --jobs one of those"
+        )
+    check_number("jobs", jobs)
+    return int(jobs)
 
 
 def auto_jobs(paths: Sequence[str], cores: int | None = None, available: int | None = None) -> int:
