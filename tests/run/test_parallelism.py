@@ -46,7 +46,7 @@ def test_one_process_inside_a_pool_s_worker(tmp_path):
     from concurrent.futures import ProcessPoolExecutor
 
     ranks = [_sparse(tmp_path / f"r{i}.json", MIB) for i in range(3)]
-    with ProcessPoolExecutor(1) as pool:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:  # no fork of threads
         assert pool.submit(auto_jobs, ranks, 8, 64 * GIB).result() == 1
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         assert pool.apply(auto_jobs, (ranks, 8, 64 * GIB)) == 1
