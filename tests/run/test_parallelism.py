@@ -92,10 +92,14 @@ def test_a_cgroup_cpu_quota_in_whole_cores(tmp_path, files, cores):
     assert cgroup_cpus(_tree(tmp_path / "cg", files), own) == cores
 
 
-def test_the_process_s_own_cgroup_comes_before_the_root(tmp_path):
+def test_the_tightest_quota_of_the_process_s_cgroup_and_its_ancestors(tmp_path):
     root = _tree(tmp_path / "cg", {"cpu.max": "400000 100000\n", "kube/pod1/cpu.max": "100000 100000\n"})
     own = _tree(tmp_path, {"self": "0::/kube/pod1\n"}) / "self"
-    assert cgroup_cpus(root, own) == 1
+    assert cgroup_cpus(root, own) == 1  # its own, under the root's 4
+    # a pod's limit on the pod's cgroup, none on the container's own inside it: the pod's counts
+    nested = _tree(tmp_path / "nest", {"kube/pod2/cpu.max": "200000 100000\n", "kube/pod2/ctr/cpu.max": "max 100000\n"})
+    own2 = _tree(tmp_path, {"self2": "0::/kube/pod2/ctr\n"}) / "self2"
+    assert cgroup_cpus(nested, own2) == 2
     v1 = _tree(tmp_path / "v1", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n",
                                  "cpu/pod/cpu.cfs_quota_us": "400000\n", "cpu/pod/cpu.cfs_period_us": "100000\n"})
     own1 = _tree(tmp_path, {"self1": "4:memory:/other\n3:cpu,cpuacct:/pod\n0::/\n"}) / "self1"
@@ -117,6 +121,11 @@ def test_available_memory_is_the_least_of_the_system_s_and_the_cgroup_s(tmp_path
                                  "memory/memory.usage_in_bytes": f"{GIB}\n"})
     own = _tree(tmp_path, {"self1": "4:memory:/app\n0::/\n"}) / "self1"
     assert available_memory(v1, own, meminfo) == 768 * MIB  # its own cgroup's limit, not the root's
+    parent = _tree(tmp_path / "v2p", {"pod/memory.max": f"{2 * GIB}\n", "pod/memory.current": f"{GIB + 512 * MIB}\n",
+                                      "pod/ctr/memory.max": f"{3 * GIB}\n", "pod/ctr/memory.current": f"{GIB}\n"})
+    own2 = _tree(tmp_path, {"self2": "0::/pod/ctr\n"}) / "self2"
+    # the container's own limit leaves 2 GiB, its pod's 512 MiB (its siblings counted): the tighter one
+    assert available_memory(parent, own2, meminfo) == 512 * MIB
 
 
 def test_no_meminfo_falls_back_to_free_pages_else_unknown(tmp_path, monkeypatch):

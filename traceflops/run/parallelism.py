@@ -73,22 +73,24 @@ def usable_cores(cgroup: Path = _CGROUP, own: Path = _OWN) -> int:
 
 
 def cgroup_cpus(cgroup: Path = _CGROUP, own: Path = _OWN) -> int | None:
-    """The CPU quota of this process's cgroup in whole cores, rounded up (v2 `cpu.max`, v1 `cpu.cfs_quota_us`);
-    None where there is none or it cannot be read."""
+    """The tightest CPU quota of this process's cgroup and its ancestors, in whole cores rounded up (v2 `cpu.max`, v1
+    `cpu.cfs_quota_us`); None where none is set or none can be read."""
+    quotas = []
     for folder in _folders(cgroup, own, None):
         parts = (_read(folder / "cpu.max") or "").split()
         if len(parts) == 2 and parts[0] != "max":
-            return _cores(parts[0], parts[1])
+            quotas.append(_cores(parts[0], parts[1]))
     for folder in _folders(cgroup, own, "cpu"):
         quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
         if quota is not None and period is not None and quota.strip() != "-1":
-            return _cores(quota, period)
-    return None
+            quotas.append(_cores(quota, period))
+    found = [q for q in quotas if q is not None]
+    return min(found) if found else None
 
 
 def available_memory(cgroup: Path = _CGROUP, own: Path = _OWN, meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """Bytes this process may still take: the system's available memory, or less where its cgroup's limit leaves
-    less; None where neither can be read."""
+    """Bytes this process may still take: the system's available memory, or less where the limit of its cgroup or of
+    one of its ancestors leaves less; None where neither can be read."""
     got = []
     text = _read(meminfo)
     for line in (text or "").splitlines():
@@ -99,7 +101,7 @@ def available_memory(cgroup: Path = _CGROUP, own: Path = _OWN, meminfo: Path = P
             got.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     left = [_left(f / "memory.max", f / "memory.current") for f in _folders(cgroup, own, None)]
     left += [_left(f / "memory.limit_in_bytes", f / "memory.usage_in_bytes") for f in _folders(cgroup, own, "memory")]
-    got += [x for x in left if x is not None][:1]  # the innermost limit found
+    got += [x for x in left if x is not None]
     return min(got) if got else None
 
 
@@ -109,17 +111,18 @@ def _left(limit: Path, used: Path) -> int | None:
 
 
 def _folders(cgroup: Path, own: Path, controller: str | None) -> list[Path]:
-    """Where this process's limits are written for `controller` (None: cgroup v2's one hierarchy), innermost first:
-    its own cgroup's folder as `own` (`/proc/self/cgroup`) names it, then the hierarchy's root (what a container
-    with its own cgroup namespace sees there)."""
+    """Where limits on this process are written for `controller` (None: cgroup v2's one hierarchy): its own cgroup's
+    folder as `own` (`/proc/self/cgroup`) names it, each ancestor's, and the hierarchy's root (what a container with
+    its own cgroup namespace sees there)."""
     base = cgroup if controller is None else cgroup / controller
     found = []
     for line in (_read(own) or "").splitlines():
         hierarchy, _, rest = line.partition(":")
         names, _, path = rest.partition(":")
         mine = names == "" if controller is None else controller in names.split(",")
-        if hierarchy and mine and path.startswith("/") and path != "/":
-            found.append(base / path[1:])
+        steps = [p for p in path.split("/") if p]
+        if hierarchy and mine and path.startswith("/"):
+            found += [base.joinpath(*steps[:i]) for i in range(len(steps), 0, -1)]
     return [*found, base]
 
 
