@@ -212,7 +212,7 @@ def test_the_reader_starts_before_polars_loads_and_its_records_read_after(tmp_pa
 def test_annotates_own_process_leaves_the_readers_core_to_it(tmp_path):
     """With its reader beside it, annotate's own process runs polars on one core fewer (on two cores, the reader's
     and two polars threads only contended); without it, on polars' default; a user's own setting wins."""
-    from traceflops.core.frames import usable_cores
+    from traceflops.core.limits import usable_cores
 
     if usable_cores() < 2:
         pytest.skip("one core: no reader runs beside the analysis")

@@ -1,6 +1,6 @@
-"""`--jobs auto`: a process per usable core (a cgroup's CPU quota counts), no more than the ranks, and no more than the
-available memory holds at the largest rank's estimated peak. The limits are read from fake cgroup and meminfo files,
-so what this machine has changes nothing here."""
+"""`--jobs auto`: no more processes than the cores (given), the ranks, and what the available memory (given) holds at
+the largest rank's estimated peak; one inside a pool's worker; the command's and the API's reading of `--jobs`. What
+this process may use is `core.limits`' (tests/core/test_limits.py), so what this machine has changes nothing here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from traceflops.cli.common import Progress
 from traceflops.cli.main import main
-from traceflops.run.parallelism import auto_jobs, available_memory, cgroup_cpus, usable_cores
+from traceflops.run.parallelism import auto_jobs
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -25,13 +25,6 @@ def _sparse(path: Path, size: int, head: bytes = b"{") -> str:
         f.write(head)
         f.truncate(size)
     return str(path)
-
-
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
 
 
 def test_no_more_processes_than_ranks_or_cores(tmp_path):
@@ -75,70 +68,6 @@ def test_a_gzipped_rank_is_estimated_at_eight_times_its_size(tmp_path):
 def test_a_remote_or_missing_rank_adds_only_a_process_s_own_memory(tmp_path):
     ranks = ["s3://bucket/rank0.json.gz", str(tmp_path / "gone.json")]
     assert auto_jobs(ranks, cores=8, available=GIB) == 2
-
-
-@pytest.mark.parametrize(
-    ("files", "cores"),
-    [
-        ({"cpu.max": "150000 100000\n"}, 2),  # v2: 1.5 cores, rounded up
-        ({"cpu.max": "max 100000\n"}, None),  # v2: no quota
-        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),  # v1
-        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # v1: no quota
-        ({}, None),  # no cgroup files at all (not Linux, or not mounted)
-    ],
-)
-def test_a_cgroup_cpu_quota_in_whole_cores(tmp_path, files, cores):
-    own = _tree(tmp_path, {"self": "0::/\n"}) / "self"
-    assert cgroup_cpus(_tree(tmp_path / "cg", files), own) == cores
-
-
-def test_the_tightest_quota_of_the_process_s_cgroup_and_its_ancestors(tmp_path):
-    root = _tree(tmp_path / "cg", {"cpu.max": "400000 100000\n", "kube/pod1/cpu.max": "100000 100000\n"})
-    own = _tree(tmp_path, {"self": "0::/kube/pod1\n"}) / "self"
-    assert cgroup_cpus(root, own) == 1  # its own, under the root's 4
-    # a pod's limit on the pod's cgroup, none on the container's own inside it: the pod's counts
-    nested = _tree(tmp_path / "nest", {"kube/pod2/cpu.max": "200000 100000\n", "kube/pod2/ctr/cpu.max": "max 100000\n"})
-    own2 = _tree(tmp_path, {"self2": "0::/kube/pod2/ctr\n"}) / "self2"
-    assert cgroup_cpus(nested, own2) == 2
-    v1 = _tree(tmp_path / "v1", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n",
-                                 "cpu/pod/cpu.cfs_quota_us": "400000\n", "cpu/pod/cpu.cfs_period_us": "100000\n"})
-    own1 = _tree(tmp_path, {"self1": "4:memory:/other\n3:cpu,cpuacct:/pod\n0::/\n"}) / "self1"
-    assert cgroup_cpus(v1, own1) == 4
-    assert usable_cores(root, own) == 1  # whatever this machine's cores, the quota of one bounds them
-
-
-def test_available_memory_is_the_least_of_the_system_s_and_the_cgroup_s(tmp_path):
-    meminfo = _tree(tmp_path, {"meminfo": "MemTotal: 8388608 kB\nMemAvailable: 4194304 kB\n"}) / "meminfo"
-    none = _tree(tmp_path, {"self": ""}) / "self"
-    assert available_memory(tmp_path / "empty", none, meminfo) == 4 * GIB
-    v2 = _tree(tmp_path / "v2", {"memory.max": f"{3 * GIB}\n", "memory.current": f"{GIB}\n"})
-    assert available_memory(v2, none, meminfo) == 2 * GIB
-    unlimited = _tree(tmp_path / "v2max", {"memory.max": "max\n", "memory.current": f"{GIB}\n"})
-    assert available_memory(unlimited, none, meminfo) == 4 * GIB
-    v1 = _tree(tmp_path / "v1", {"memory/app/memory.limit_in_bytes": f"{GIB}\n",
-                                 "memory/app/memory.usage_in_bytes": f"{256 * MIB}\n",
-                                 "memory/memory.limit_in_bytes": "9223372036854771712\n",
-                                 "memory/memory.usage_in_bytes": f"{GIB}\n"})
-    own = _tree(tmp_path, {"self1": "4:memory:/app\n0::/\n"}) / "self1"
-    assert available_memory(v1, own, meminfo) == 768 * MIB  # its own cgroup's limit, not the root's
-    parent = _tree(tmp_path / "v2p", {"pod/memory.max": f"{2 * GIB}\n", "pod/memory.current": f"{GIB + 512 * MIB}\n",
-                                      "pod/ctr/memory.max": f"{3 * GIB}\n", "pod/ctr/memory.current": f"{GIB}\n"})
-    own2 = _tree(tmp_path, {"self2": "0::/pod/ctr\n"}) / "self2"
-    # the container's own limit leaves 2 GiB, its pod's 512 MiB (its siblings counted): the tighter one
-    assert available_memory(parent, own2, meminfo) == 512 * MIB
-
-
-def test_no_meminfo_falls_back_to_free_pages_else_unknown(tmp_path, monkeypatch):
-    none = _tree(tmp_path, {"self": ""}) / "self"
-    pages = {"SC_AVPHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}
-    monkeypatch.setattr("os.sysconf", pages.__getitem__)
-    assert available_memory(tmp_path / "empty", none, tmp_path / "no-meminfo") == 1000 * 4096
-
-    def unknown(name):
-        raise ValueError(name)
-
-    monkeypatch.setattr("os.sysconf", unknown)
-    assert available_memory(tmp_path / "empty", none, tmp_path / "no-meminfo") is None
 
 
 def test_jobs_takes_auto_or_a_whole_number(tmp_path):

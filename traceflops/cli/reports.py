@@ -118,7 +118,7 @@ def annotate_cmd(trace, output, **kw):
     def go():
         from contextlib import ExitStack
 
-        from traceflops.core.frames import usable_cores
+        from traceflops.core.limits import usable_cores
         from traceflops.core.memory import prefer_threads
         from traceflops.export.perfetto.reader_start import reads_beside, start_reading
 

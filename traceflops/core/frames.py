@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, BinaryIO, Protocol
 
+from traceflops.core.limits import usable_cores
 from traceflops.core.process_exit import leave
 
 LEN = 8
@@ -83,14 +84,6 @@ def run_worker(serve: Callable[[BinaryIO, BinaryIO], None]) -> None:
     except BrokenPipeError:
         os._exit(1)  # not a normal exit: flushing the replies at exit would raise it again
     leave(0)  # no teardown on a core the command is still using
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (all of them where the system cannot say)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def switch(name: str) -> bool | None:
