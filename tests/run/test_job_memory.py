@@ -1,7 +1,7 @@
 """A job's memory stays flat in its number of ranks, and the benchmark measures it honestly (no timings asserted).
 
 Rank workers start with an allocator that hands freed pages back at once (else each
-rank's leftovers pad the next one's peak); the benchmark sums PSS as well as RSS over
+rank's leftovers pad the next one's peak) and glibc's large blocks on huge pages; the benchmark sums PSS as well as RSS over
 the process tree; its job folder is one rank per file for HTA as for traceflops.
 """
 
@@ -11,6 +11,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import ClassVar
 
 from tests.builders import ROOT
@@ -19,13 +20,16 @@ from traceflops.run import ranks
 from traceflops.run.ranks import summarize_all
 
 CONF = "_RJEM_MALLOC_CONF"
+TUNABLES = "GLIBC_TUNABLES"
 
 
 def conf_after_cli_start(user: str | None) -> str:
     """The allocator setting as this process holds it once the CLI has loaded polars (the user's own, if any)."""
     env = {k: v for k, v in os.environ.items() if k != CONF} | ({CONF: user} if user else {})
     code = f"import os, traceflops.cli.main, polars; print(os.environ[{CONF!r}])"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def last_values(conf: str) -> dict[str, str]:
@@ -37,9 +41,11 @@ class RecordingWorker:
     """A stand-in rank worker: what the allocator setting is as a worker process would start."""
 
     seen: ClassVar[list[str | None]] = []
+    tunables: ClassVar[list[str | None]] = []  # glibc's, as each worker would start
 
     def __init__(self):
         RecordingWorker.seen.append(os.environ.get(CONF))
+        RecordingWorker.tunables.append(os.environ.get(TUNABLES))
 
     def summarize(self, work):
         return object()
@@ -54,6 +60,7 @@ def workers_conf(monkeypatch, parent: str | None) -> list[str | None]:
     else:
         monkeypatch.setenv(CONF, parent)
     RecordingWorker.seen = []
+    RecordingWorker.tunables = []
     monkeypatch.setattr(ranks, "_Worker", RecordingWorker)
     monkeypatch.setattr(ranks, "_attempt", lambda work: object())  # the ranks this process takes itself
     got = summarize_all(["a.json", "b.json"], ModelOptions(), jobs=2)
@@ -79,6 +86,50 @@ def test_rank_workers_without_any_setting_still_purge_and_the_environment_is_lef
 def test_a_users_own_allocator_setting_reaches_the_workers_unchanged(monkeypatch):
     parent = conf_after_cli_start("dirty_decay_ms:2000")
     assert set(workers_conf(monkeypatch, parent)) == {parent}
+
+
+def test_rank_workers_start_with_glibcs_large_blocks_on_huge_pages_unless_the_user_set_glibcs_tunables(monkeypatch):
+    monkeypatch.delenv(TUNABLES, raising=False)
+    workers_conf(monkeypatch, None)
+    assert RecordingWorker.tunables == ["glibc.malloc.hugetlb=1"]  # one worker beside this process
+    assert TUNABLES not in os.environ  # this process's environment as it was
+    monkeypatch.setenv(TUNABLES, "glibc.malloc.arena_max=2")
+    workers_conf(monkeypatch, None)
+    assert RecordingWorker.tunables == ["glibc.malloc.arena_max=2"]
+
+
+def _thp_mode() -> str | None:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text[text.find("[") + 1 : text.find("]")] if "[" in text else None
+
+
+def anon_huge_kib(env: dict) -> int:
+    """A process started with `env` touches 32 MiB in one block: how much of its memory is on huge pages."""
+    code = (
+        "b = b'x' * (32 << 20)\n"
+        "print(next(l for l in open('/proc/self/smaps_rollup') if l.startswith('AnonHugePages')).split()[1])"
+    )
+    return int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+
+
+def test_a_worker_started_in_the_workers_environment_gets_huge_pages_where_the_kernel_gives_them_on_request(
+    monkeypatch,
+):
+    import platform
+
+    if platform.libc_ver()[0] != "glibc" or _thp_mode() != "madvise":
+        import pytest
+
+        pytest.skip(f"needs glibc and transparent huge pages in madvise mode (here: {_thp_mode()})")
+    monkeypatch.delenv(TUNABLES, raising=False)
+    plain = dict(os.environ)
+    with ranks._worker_environment():
+        started = dict(os.environ)
+    assert anon_huge_kib(started) >= 16 << 10
+    assert anon_huge_kib(plain) == 0  # the same block, started without it
 
 
 def bench():

@@ -17,6 +17,7 @@ from traceflops.core.errors import InputError, NotATraceError, TraceflopsError
 from traceflops.core.frames import OwnProcess
 from traceflops.core.memory import (
     GLIBC_PROMPT,
+    HUGE_PAGES,
     POLARS_THREADS,
     VAR,
     children_environment,
@@ -250,10 +251,11 @@ _ONE_CORE = {ENV: "0", POLARS_THREADS: "1"}
 
 def _worker_environment():
     """The environment the rank workers started inside inherit: one core each, freed memory handed back at once
-    (polars' allocator, glibc's heap: `GLIBC_PROMPT`; a user's own settings win); then this process's own again."""
+    (polars' allocator, glibc's heap: `GLIBC_PROMPT`), glibc's large blocks on huge pages (`HUGE_PAGES`); a user's own
+    settings win. Then this process's own again."""
     return children_environment(
         {
-            **{k: os.environ.get(k, v) for k, v in (_ONE_CORE | GLIBC_PROMPT).items()},
+            **{k: os.environ.get(k, v) for k, v in (_ONE_CORE | GLIBC_PROMPT | HUGE_PAGES).items()},
             VAR: release_at_once(os.environ.get(VAR)),
         }
     )
