@@ -97,3 +97,6 @@ def test_the_api_takes_auto_or_a_whole_number_too(tmp_path, jobs):
     ranks = [_sparse(tmp_path / f"r{i}.json", MIB) for i in range(2)]
     with pytest.raises(OptionsError, match=r"--jobs \(jobs\) must be"):
         analyze_job(ranks, jobs=jobs)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(OptionsError, match=r"--jobs \(jobs\) must be"):  # before the folder is looked into
+        analyze_job(tmp_path / "empty", jobs=jobs)

@@ -27,16 +27,24 @@ PEAK_PER_JSON_BYTE = 1.25
 MEMORY_SHARE = 0.8  # of what is available: the rest left to the page cache and whatever else runs
 
 
-def jobs_for(jobs: int | str, paths: Sequence[str], local: bool = True) -> int:
-    """`jobs` as the user gave it (`auto`, or a whole number within `--jobs`' bounds) as a count of processes; `local`
-    False (ranks sent elsewhere, as Ray tasks) makes auto one. OptionsError for anything else."""
+def check_jobs(jobs: int | str) -> None:
+    """OptionsError unless `jobs` is `auto` or a whole number within `--jobs`' bounds: checked before the inputs are
+    looked for, so a wrong value is the error a user sees first."""
     if jobs == AUTO:
-        return auto_jobs(paths) if local else 1
+        return
     if isinstance(jobs, str):
         raise OptionsError(
             None, f"--jobs (jobs) must be {AUTO} or {bounds_text('jobs')}, got {jobs!r}", "give --jobs one of those"
         )
     check_number("jobs", jobs)
+
+
+def jobs_for(jobs: int | str, paths: Sequence[str], local: bool = True) -> int:
+    """`jobs` as the user gave it (`check_jobs`) as a count of processes; `local` False (ranks sent elsewhere, as Ray
+    tasks) makes auto one."""
+    check_jobs(jobs)
+    if jobs == AUTO:
+        return auto_jobs(paths) if local else 1
     return int(jobs)
 
 
