@@ -32,7 +32,8 @@ pairs alternated), more than beside a one-process contender such as HTA.
 against `analyze` (alternated, the machine's load recorded), for their ratio, and with `--before CHECKOUT` that
 checkout's `annotate` alternated with them (after / before ratios of one run); `--job 32` adds a job of that many
 ranks (copies of the V100 transformer rank) analysed with `--jobs 2`, against
-HTA on the same folder (HTA without a warm-up there: it takes minutes).
+HTA on the same folder (HTA without a warm-up there: it takes minutes), and with `--before CHECKOUT` that checkout's
+job alternated with it.
 
 The package is byte-compiled first (`compileall`), as an installed wheel is:
 a checkout run with PYTHONDONTWRITEBYTECODE would otherwise compile every
@@ -100,8 +101,8 @@ def main() -> None:
                     help="only `annotate` against `analyze` on each trace, their runs alternated (the same load on both)")
     ap.add_argument("--analysis-cpu", action="store_true",
                     help="only the analysis after the parse (pipeline.analyze_trace on a parsed trace), see analysis_after_parse")
-    ap.add_argument("--before", help="with --analysis-cpu or --annotate-ratio: a checkout to compare with (its traceflops), "
-                    "alternated in one run")
+    ap.add_argument("--before", help="with --analysis-cpu, --annotate-ratio or --job: a checkout to compare with (its "
+                    "traceflops), alternated in one run")
     ap.add_argument("--memory", action="store_true", help="only the memory ratios (job vs one rank, big trace vs file)")
     ap.add_argument("--memory-ranks", type=int, default=32, help="ranks of --memory's job")
     ap.add_argument("--memory-tiles", type=int, default=57, help="tiles of --memory's big trace (57: 1.85 GB)")
@@ -126,7 +127,7 @@ def main() -> None:
         everything[label] = (annotate_ratio(path, a.repeat, a.before) if a.annotate_ratio
                              else one_size(path, a.skip_hta, a.repeat))
     if a.job:
-        everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat)
+        everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat, a.before)
     print(json.dumps(everything, indent=2))
     if a.out:
         Path(a.out).write_text(json.dumps(everything, indent=2))  # what was printed: one key per size, "repeat", the job
@@ -185,24 +186,48 @@ def annotate_ratio(path: str, repeat: int, before: str | None = None) -> dict:
     the medians, their ratio, and the machine's load averages (1, 5, 15 min) before and after. With `before` (a checkout), its annotate (its package
     first on the path of the command and of the processes it starts) is alternated with them too, and the after /
     before ratios of the medians given."""
-    import statistics
-
-    pair = {"traceflops analyze --no-cache": cli("--no-cache"), "traceflops annotate --no-cache": ANNOTATE}
-    where: dict = {name: (None, None) for name in pair}  # (environment, working folder) of each contender
+    pair = {"traceflops analyze --no-cache": (cli("--no-cache"), NOW), "traceflops annotate --no-cache": (ANNOTATE, NOW)}
     if before:
-        root = str(Path(before).resolve())
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(root) / "traceflops")], check=True,
-                       stdout=subprocess.DEVNULL)
-        pair[BEFORE_ANNOTATE] = ANNOTATE
-        # run in its folder too: `python -c` puts the working folder first on the path, ahead of PYTHONPATH
-        where[BEFORE_ANNOTATE] = ({**os.environ, "PYTHONPATH": root}, root)
+        pair[BEFORE_ANNOTATE] = (ANNOTATE, checkout(before))
     path = os.path.abspath(path)  # the before checkout's runs start in its own folder
     results: dict = {"trace": path, "bytes": os.path.getsize(path), "load_before": os.getloadavg()}
-    memory = {name: run_isolated(code, path, *where[name]) for name, code in pair.items()}  # warm-ups, sampled
-    got: dict = {name: [] for name in pair}
+    results.update(alternated(pair, path, repeat))
+    results["load_after"] = os.getloadavg()
+    ann, ana = results["traceflops annotate --no-cache"], results["traceflops analyze --no-cache"]
+    if "error" not in ann and "error" not in ana:
+        results["annotate_vs_analyze_wall"] = round(ann["wall_s"] / ana["wall_s"], 3)
+        results["annotate_vs_analyze_cpu"] = round(ann["cpu_s"] / ana["cpu_s"], 3)
+    after_vs_before(results, "annotate", results.get(BEFORE_ANNOTATE), ann)
+    print(f"annotate / analyze: wall {results.get('annotate_vs_analyze_wall')}, cpu {results.get('annotate_vs_analyze_cpu')}; "
+          + (f"annotate after / before: wall {results.get('annotate_after_vs_before_wall')}, "
+             f"cpu {results.get('annotate_after_vs_before_cpu')}; " if before else "")
+          + f"load {results['load_before']} -> {results['load_after']}", flush=True)
+    return results
+
+
+NOW: tuple = (None, None)  # (environment, working folder) of a command of this checkout: this process's own
+
+
+def checkout(before: str) -> tuple[dict, str]:
+    """Where a command of another checkout runs: its package byte-compiled and first on the path of the command and
+    of the processes it starts, in its own folder (`python -c` puts the working folder first, ahead of PYTHONPATH)."""
+    root = str(Path(before).resolve())
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(root) / "traceflops")], check=True,
+                   stdout=subprocess.DEVNULL)
+    return {**os.environ, "PYTHONPATH": root}, root
+
+
+def alternated(contenders: dict[str, tuple[str, tuple]], path: str, repeat: int) -> dict:
+    """Each contender (name: code and where it runs) once with its memory sampled, then `repeat` unsampled runs of
+    each in turn, so all see the same load: median wall and CPU seconds, the walls, the sampled peaks."""
+    import statistics
+
+    memory = {name: run_isolated(code, path, *where) for name, (code, where) in contenders.items()}
+    got: dict = {name: [] for name in contenders}
     for _ in range(repeat):
-        for name, code in pair.items():
-            got[name].append(run_isolated(code, path, *where[name], sample=False))
+        for name, (code, where) in contenders.items():
+            got[name].append(run_isolated(code, path, *where, sample=False))
+    results = {}
     for name, runs in got.items():
         bad = [g for g in [*runs, memory[name]] if "error" in g]
         results[name] = bad[0] if bad else {
@@ -210,23 +235,18 @@ def annotate_ratio(path: str, repeat: int, before: str | None = None) -> dict:
             "cpu_s": round(statistics.median(g["cpu_s"] for g in runs), 3),
             "walls": [g["wall_s"] for g in runs],
             "peak_tree_rss_mb": memory[name]["peak_tree_rss_mb"],
+            "peak_tree_pss_mb": memory[name]["peak_tree_pss_mb"],
             "runs": len(runs),
         }
         print(f"{name:58s} {results[name]}", flush=True)
-    results["load_after"] = os.getloadavg()
-    ann, ana = results["traceflops annotate --no-cache"], results["traceflops analyze --no-cache"]
-    if "error" not in ann and "error" not in ana:
-        results["annotate_vs_analyze_wall"] = round(ann["wall_s"] / ana["wall_s"], 3)
-        results["annotate_vs_analyze_cpu"] = round(ann["cpu_s"] / ana["cpu_s"], 3)
-    old = results.get(BEFORE_ANNOTATE)
-    if old is not None and "error" not in old and "error" not in ann:
-        results["annotate_after_vs_before_wall"] = round(ann["wall_s"] / old["wall_s"], 3)
-        results["annotate_after_vs_before_cpu"] = round(ann["cpu_s"] / old["cpu_s"], 3)
-    print(f"annotate / analyze: wall {results.get('annotate_vs_analyze_wall')}, cpu {results.get('annotate_vs_analyze_cpu')}; "
-          + (f"annotate after / before: wall {results.get('annotate_after_vs_before_wall')}, "
-             f"cpu {results.get('annotate_after_vs_before_cpu')}; " if before else "")
-          + f"load {results['load_before']} -> {results['load_after']}", flush=True)
     return results
+
+
+def after_vs_before(results: dict, what: str, old: dict | None, new: dict) -> None:
+    """The after / before ratios of a contender's medians, where both ran."""
+    if old is not None and "error" not in old and "error" not in new:
+        results[f"{what}_after_vs_before_wall"] = round(new["wall_s"] / old["wall_s"], 3)
+        results[f"{what}_after_vs_before_cpu"] = round(new["cpu_s"] / old["cpu_s"], 3)
 
 
 def job_folder(ranks: int, src: Path | None = None, folder: Path | None = None) -> Path:
@@ -259,14 +279,15 @@ def rank_copy(body: bytes, info: dict) -> bytes:
     return b'{"distributedInfo": ' + json.dumps(info).encode() + (b", " + body[1:] if body != b"{}" else b"}")
 
 
-def job_case(ranks: int, skip_hta: bool, repeat: int) -> dict:
+def job_case(ranks: int, skip_hta: bool, repeat: int, before: str | None = None) -> dict:
     """`ranks` copies of the V100 transformer rank (48 MB of JSON each) as a job folder: traceflops with --jobs 2
-    against HTA on the same folder, and one rank alone (the job's memory should stay near it, whatever the count)."""
+    against HTA on the same folder, and one rank alone (the job's memory should stay near it, whatever the count).
+    With `before` (a checkout), its job is alternated with this one's."""
     import shutil
 
     folder = job_folder(ranks)
     try:
-        return _job_results(folder, ranks, skip_hta, repeat)
+        return _job_results(folder, ranks, skip_hta, repeat, before)
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # 3.8 MB a rank
 
@@ -278,7 +299,10 @@ def job_commands(folder: Path) -> tuple[str, str]:
             _CLI.format(args=[*analyze, str(folder), "--jobs", "2"]))
 
 
-def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int) -> dict:
+BEFORE_JOB = "traceflops analyze DIR --jobs 2 (before)"
+
+
+def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int, before: str | None = None) -> dict:
     one, job = job_commands(folder)
     hta = ("from hta.trace_analysis import TraceAnalysis\n"
            f"t = TraceAnalysis(trace_dir={str(folder)!r})\n"
@@ -286,7 +310,12 @@ def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int) -> dict:
            "t.get_temporal_breakdown(visualize=False)")
     results: dict = {"ranks": ranks, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
     results["traceflops, one rank"] = timed(one, str(folder), repeat)
-    results["traceflops analyze DIR --jobs 2"] = timed(job, str(folder), repeat)
+    if before:
+        results.update(alternated({"traceflops analyze DIR --jobs 2": (job, NOW), BEFORE_JOB: (job, checkout(before))},
+                                  str(folder), repeat))
+        after_vs_before(results, "job", results[BEFORE_JOB], results["traceflops analyze DIR --jobs 2"])
+    else:
+        results["traceflops analyze DIR --jobs 2"] = timed(job, str(folder), repeat)
     if not skip_hta:
         results["HTA parse + temporal breakdown"] = timed(hta, str(folder), repeat, warm=False)  # the folder is warm from the runs before
     j, h, o = results["traceflops analyze DIR --jobs 2"], results.get("HTA parse + temporal breakdown"), results["traceflops, one rank"]

@@ -62,6 +62,30 @@ def test_annotate_ratio_runs_a_before_checkouts_annotate_beside(tmp_path):
     assert len(set(marks.read_text().split())) == 4
 
 
+def test_the_job_case_alternates_a_before_checkouts_job_with_this_ones(shared, tmp_path):
+    """`--job N --before`: the other checkout's package runs that job, in the command's process and its worker
+    (both leave a mark), alternated with this checkout's; the after / before ratios are given."""
+    import importlib.util
+    import shutil
+
+    before = tmp_path / "before"
+    shutil.copytree(ROOT / "traceflops", before / "traceflops", ignore=shutil.ignore_patterns("__pycache__"))
+    marks = tmp_path / "marks.txt"
+    init = before / "traceflops" / "__init__.py"
+    init.write_text(f"import os as _os\nopen({str(marks)!r}, 'a').write(str(_os.getpid()) + '\\n')\n" + init.read_text())
+    spec = importlib.util.spec_from_file_location("bench_parse", ROOT / "benchmarks" / "bench_parse.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    (tmp_path / "job").mkdir()
+    folder = bench.job_folder(2, shared / "kineto" / "mi250_toy_train.json.gz", tmp_path / "job")
+    r = bench._job_results(folder, 2, True, 1, str(before))
+    for name in ("traceflops analyze DIR --jobs 2", "traceflops analyze DIR --jobs 2 (before)"):
+        assert "error" not in r[name] and r[name]["runs"] == 1 and r[name]["peak_tree_pss_mb"] > 0, name
+    assert r["job_after_vs_before_wall"] > 0 and r["job_after_vs_before_cpu"] > 0
+    # a warm-up and a timed run, each a command and its one worker: four processes imported the other package
+    assert len(set(marks.read_text().split())) == 4
+
+
 def test_a_run_timed_unsampled_reports_no_peaks_and_its_errors(tmp_path):
     """Timed runs have nothing sampling beside them: only wall and CPU come back (no peaks to mistake for measured
     ones); a failing contender still names its last stderr line, read while it was waited for."""
