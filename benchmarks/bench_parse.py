@@ -219,13 +219,14 @@ def checkout(before: str) -> tuple[dict, str]:
 
 def alternated(contenders: dict[str, tuple[str, tuple]], path: str, repeat: int) -> dict:
     """Each contender (name: code and where it runs) once with its memory sampled, then `repeat` unsampled runs of
-    each in turn, so all see the same load: median wall and CPU seconds, the walls, the sampled peaks."""
+    each in turn (`in_turn`), so all see the same load: median wall and CPU seconds, the walls, the sampled peaks."""
     import statistics
 
     memory = {name: run_isolated(code, path, *where) for name, (code, where) in contenders.items()}
     got: dict = {name: [] for name in contenders}
-    for _ in range(repeat):
-        for name, (code, where) in contenders.items():
+    for i in range(repeat):
+        for name in in_turn(list(contenders), i):
+            code, where = contenders[name]
             got[name].append(run_isolated(code, path, *where, sample=False))
     results = {}
     for name, runs in got.items():
@@ -240,6 +241,13 @@ def alternated(contenders: dict[str, tuple[str, tuple]], path: str, repeat: int)
         }
         print(f"{name:58s} {results[name]}", flush=True)
     return results
+
+
+def in_turn(names: list, i: int) -> list:
+    """Round `i`'s order: as given, then reversed (ABBA), so that no contender is always first. Whichever ran first
+    in a round measured slower: the analysis after the parse, the same code both sides, 3-10 % in the first slot
+    (2026-12-07, either checkout there)."""
+    return names if i % 2 == 0 else names[::-1]
 
 
 def after_vs_before(results: dict, what: str, old: dict | None, new: dict) -> None:
@@ -412,7 +420,7 @@ _ANALYSIS = (
 
 def analysis_after_parse(path: str, before: str | None = None, repeat: int = 3, rounds: int = 2) -> dict:
     """CPU and wall seconds of `pipeline.analyze_trace` on a parsed trace (the parse itself left out), and its
-    polars queries; with `before` (a checkout), that head's too, the two alternated `rounds` times in one run (the
+    polars queries; with `before` (a checkout), that head's too, the two in turn (`in_turn`) `rounds` times in one run (the
     machine is shared: only numbers from one run compare) and given as after / before ratios. Medians of every
     timed run; the load average (`uptime`) before and after goes with the numbers."""
     import shutil
@@ -423,8 +431,9 @@ def analysis_after_parse(path: str, before: str | None = None, repeat: int = 3, 
     load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
     got: dict[str, dict] = {h: {"cpu": [], "wall": [], "polars_queries": None} for h in heads}
     try:
-        for _ in range(rounds):
-            for head, root in heads.items():
+        for i in range(rounds):
+            for head in in_turn(list(heads), i):
+                root = heads[head]
                 code = _ANALYSIS.replace("CACHE", repr(cache)).replace("REPEAT", str(repeat))
                 env = {**os.environ, "PYTHONPATH": root}
                 r = subprocess.run([sys.executable, "-c", f"P = {path!r}\n{code}"], capture_output=True, text=True,
