@@ -98,7 +98,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 # after rank (`GLIBC_PROMPT`): a 48 MB rank analysed again and again with a worker's settings took 77-84 k minor page
 # faults against 99-100 k, and 0.76 against 0.84 s of CPU (medians; six processes each, in ABBA order, lower in each
 # pair). A job's own process analyses ranks too, without it, so a 32-rank job with --jobs 2 gains about half that:
-# 2 % of its CPU, within its noise; its peak was the same (within 1 MiB). Read as a process starts: only processes
+# 2 % of its CPU, within its noise; its peak was the same (within 2 MiB). Read as a process starts: only processes
 # started with it have it. Not given to the decode helper (a 2 GB trace's parse peaked 76 MiB higher and was no
 # faster) or to annotate's reader (3 % less CPU for 7-24 MiB more).
 HUGE_PAGES = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
