@@ -74,6 +74,9 @@ def test_jobs_takes_auto_or_a_whole_number(tmp_path):
     r = CliRunner().invoke(main, ["analyze", str(tmp_path), "--jobs", "two"])
     assert r.exit_code == 2
     assert "'two' is neither auto nor a whole number" in r.output
+    for args in (["--jobs", "0"], ["--pipeline-stages", "-1"]):  # out of range: said before the empty folder is
+        r = CliRunner().invoke(main, ["analyze", str(tmp_path), *args])
+        assert r.exit_code == 2 and "must be" in r.output and "no trace files" not in r.output, r.output
     assert "[default: auto]" in CliRunner().invoke(main, ["analyze", "--help"]).output
 
 

@@ -26,11 +26,12 @@ from traceflops.cli.common import (  # noqa: E402
     start_decode_helper,
 )
 from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras  # noqa: E402
-from traceflops.run.parallelism import AUTO, jobs_for  # noqa: E402
+from traceflops.run.options import check_numbers  # noqa: E402  (light: no polars)
+from traceflops.run.parallelism import AUTO, check_jobs, jobs_for  # noqa: E402
 
 
 class _Jobs(click.ParamType):
-    """`--jobs`: `auto` or a whole number (its range is checked with the other numbers, `run.options.BOUNDS`)."""
+    """`--jobs`: `auto` or a whole number (its range is checked as the API checks it, `run.parallelism.check_jobs`)."""
 
     name = "auto|N"
 
@@ -113,6 +114,8 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     progress = Progress(kw.get("quiet", False))
 
     def go():
+        check_jobs(jobs)  # the options first: a wrong value is the error given, not what the inputs turn out to be
+        check_numbers(pipeline_stages=pipeline_stages, microbatches=microbatches)
         start_decode_helper(traces, bool(kw.get("no_cache")))
         from traceflops.run.inputs import expand_with_warnings
 
@@ -124,9 +127,7 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
             prefer_release_at_once()  # as they do: each rank's freed pages gone before the next rank's parse
         from traceflops.cli.reports import refuse_extras_over
         from traceflops.run.load import analyze as run_analysis
-        from traceflops.run.options import check_numbers
 
-        check_numbers(pipeline_stages=pipeline_stages, microbatches=microbatches)
         opts, cache_dir = options_from(kw)
         refuse_extras_over(paths, html_out, tables_dir)
         if len(paths) > 1:

@@ -1,5 +1,6 @@
 """Settings a process reads as it starts: polars' allocator hands freed memory back (a large trace's peak is what is
-live), polars' thread count; and handing glibc's freed heap back.
+live), polars' thread count, glibc's heap thresholds and huge pages for a job's workers; and handing glibc's freed
+heap back.
 
 Imports nothing heavy: `prefer_prompt_release` and `prefer_one_thread` must run before polars loads.
 """
