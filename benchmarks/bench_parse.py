@@ -427,15 +427,15 @@ def analysis_after_parse(path: str, before: str | None = None, repeat: int = 3, 
     import statistics
 
     heads = {"after": str(ROOT)} | ({"before": str(Path(before).resolve())} if before else {})
+    places = {head: checkout(root) for head, root in heads.items()}
     cache = tempfile.mkdtemp(prefix="traceflops_bench_analysis_")
     load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
     got: dict[str, dict] = {h: {"cpu": [], "wall": [], "polars_queries": None} for h in heads}
     try:
         for i in range(rounds):
             for head in in_turn(list(heads), i):
-                root = heads[head]
+                env, root = places[head]
                 code = _ANALYSIS.replace("CACHE", repr(cache)).replace("REPEAT", str(repeat))
-                env = {**os.environ, "PYTHONPATH": root}
                 r = subprocess.run([sys.executable, "-c", f"P = {path!r}\n{code}"], capture_output=True, text=True,
                                    env=env, cwd=root)
                 if r.returncode:

@@ -101,3 +101,15 @@ def test_a_run_timed_unsampled_reports_no_peaks_and_its_errors(tmp_path):
     bad = bench_parse.run_isolated("import sys; print('x' * 200000, file=sys.stderr); raise SystemExit('no trace here')",
                                    str(tmp_path), sample=False)
     assert bad["error"] == "no trace here"  # 200 kB of stderr before it: read as it went, no pipe left full
+
+
+def test_the_analysis_cpu_part_runs_both_checkouts(tmp_path):
+    """`--analysis-cpu --before`: each checkout's analysis timed in turn, with its polars queries counted."""
+    out = tmp_path / "acpu.json"
+    trace = ROOT / "fixtures" / "cpu" / "ns_ckpt_partial.json.gz"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_parse.py"), "--trace", str(trace), "--analysis-cpu",
+                    "--before", str(ROOT), "--repeat", "1", "--out", str(out)], check=True, capture_output=True, timeout=600)
+    r = json.loads(out.read_text())
+    for head in ("after", "before"):
+        assert r[head]["cpu_s"] > 0 and len(r[head]["cpu_s_all"]) == 2 and r[head]["polars_queries"] > 0, head
+    assert r["queries_after_vs_before"] == 1.0  # the same checkout twice
