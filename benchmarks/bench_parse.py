@@ -122,12 +122,13 @@ def main() -> None:
             Path(a.out).write_text(json.dumps(got, indent=2))
         return
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
-    everything: dict = {"repeat": a.repeat}
+    everything: dict = {"repeat": a.repeat, "page_fault_us": {"start": page_fault_us()}}
     for path, label in runs:
         everything[label] = (annotate_ratio(path, a.repeat, a.before) if a.annotate_ratio
                              else one_size(path, a.skip_hta, a.repeat))
     if a.job:
         everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat, a.before)
+    everything["page_fault_us"]["end"] = page_fault_us()
     print(json.dumps(everything, indent=2))
     if a.out:
         Path(a.out).write_text(json.dumps(everything, indent=2))  # what was printed: one key per size, "repeat", the job
@@ -219,9 +220,7 @@ def checkout(before: str) -> tuple[dict, str]:
 
 def alternated(contenders: dict[str, tuple[str, tuple]], path: str, repeat: int) -> dict:
     """Each contender (name: code and where it runs) once with its memory sampled, then `repeat` unsampled runs of
-    each in turn (`in_turn`), so all see the same load: median wall and CPU seconds, the walls, the sampled peaks."""
-    import statistics
-
+    each in turn (`in_turn`), so all see the same load: `medians`, the walls, the sampled peaks."""
     memory = {name: run_isolated(code, path, *where) for name, (code, where) in contenders.items()}
     got: dict = {name: [] for name in contenders}
     for i in range(repeat):
@@ -232,8 +231,7 @@ def alternated(contenders: dict[str, tuple[str, tuple]], path: str, repeat: int)
     for name, runs in got.items():
         bad = [g for g in [*runs, memory[name]] if "error" in g]
         results[name] = bad[0] if bad else {
-            "wall_s": round(statistics.median(g["wall_s"] for g in runs), 3),
-            "cpu_s": round(statistics.median(g["cpu_s"] for g in runs), 3),
+            **medians(runs),
             "walls": [g["wall_s"] for g in runs],
             "peak_tree_rss_mb": memory[name]["peak_tree_rss_mb"],
             "peak_tree_pss_mb": memory[name]["peak_tree_pss_mb"],
@@ -342,9 +340,8 @@ def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int, before: 
 
 def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_reports: str | None = None, warm: bool = True) -> dict:
     """One warm-up run, its memory sampled (unless not `warm`: then the timed runs are sampled), then `repeat` runs
-    with nothing sampling beside them: median wall and CPU seconds (whole process tree), the sampled peaks."""
+    with nothing sampling beside them: `medians` (whole process tree), the sampled peaks."""
     import shutil
-    import statistics
 
     memory = run_isolated(code, path) if warm else None
     got = []
@@ -359,11 +356,17 @@ def timed(code: str, path: str, repeat: int, fresh: str | None = None, drop_repo
     bad = [g for g in [*got, *sampled] if "error" in g]
     if bad:
         return bad[0]
-    return {"wall_s": round(statistics.median(g["wall_s"] for g in got), 3),
-            "cpu_s": round(statistics.median(g["cpu_s"] for g in got), 3),
+    return {**medians(got),
             "peak_tree_rss_mb": max(g["peak_tree_rss_mb"] for g in sampled),
             "peak_tree_pss_mb": max(g["peak_tree_pss_mb"] for g in sampled),
             "runs": len(got), "timed_while_sampled": not warm}
+
+
+def medians(runs: list[dict]) -> dict:
+    """The medians of timed runs: wall, CPU (user + system), system alone and minor page faults (process trees)."""
+    import statistics
+
+    return {k: round(statistics.median(g[k] for g in runs), 3) for k in ("wall_s", "cpu_s", "sys_s", "minor_faults")}
 
 
 def ratios(results: dict) -> None:
@@ -492,10 +495,36 @@ def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None 
     err = proc.stderr.read() if err is None else err
     if proc.returncode:
         return {"error": err.strip().splitlines()[-1] if err.strip() else "failed", "wall_s": wall}
+    # The system share and the page faults: on a virtual machine a first touch of memory can cost the host's fault
+    # too (see `page_fault_us`), and that share moves with the host, not with the code measured.
+    got = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "sys_s": round(after.ru_stime - before.ru_stime, 3),
+           "minor_faults": after.ru_minflt - before.ru_minflt}
     if not sample:
-        return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
-    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "peak_tree_rss_mb": round(peak / 2**20, 1),
-            "peak_tree_pss_mb": round(peak_pss / 2**20, 1)}
+        return got
+    return {**got, "peak_tree_rss_mb": round(peak / 2**20, 1), "peak_tree_pss_mb": round(peak_pss / 2**20, 1)}
+
+
+# A fresh interpreter's first touch of 512 MiB, page by page: microseconds a 4 KiB page. Each page is a fault that the
+# guest's kernel serves with a zeroed page; where the host backs guest memory lazily or takes freed pages back (a
+# balloon's free page reporting), the host's own fault is added, and how much moves with the host's load.
+_FAULT_PROBE = (
+    "import json, mmap, time\n"
+    "n = 512 << 20\n"
+    "m = mmap.mmap(-1, n)\n"  # anonymous: mapped, not yet touched
+    "m.madvise(mmap.MADV_NOHUGEPAGE)\n"  # 4 KiB pages whatever the kernel's huge-page mode
+    "t = time.perf_counter()\n"
+    "m[::4096] = b'\\x01' * (n // 4096)\n"  # one byte a page, in one C loop
+    "print(json.dumps((time.perf_counter() - t) * 1e6 / (n // 4096)))\n"
+)
+
+
+def page_fault_us(repeat: int = 3) -> float:
+    """The machine's cost of a page of fresh memory now (median of `repeat` fresh processes), in microseconds."""
+    import statistics
+
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _FAULT_PROBE], check=True, capture_output=True,
+                                      text=True).stdout) for _ in range(repeat)]
+    return round(statistics.median(runs), 3)
 
 
 def pss_bytes(pid: int) -> int:

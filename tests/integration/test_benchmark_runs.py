@@ -13,10 +13,13 @@ def test_benchmark_runs_at_a_small_size(shared, tmp_path):
     subprocess.run([sys.executable, str(shared.parent / "tools" / "tile_trace.py"), str(shared / "kineto" / "v100_transformer_rank1.json.gz"), "1", str(trace)], check=True)
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_parse.py"), "--trace", str(trace), "--repeat", "1", "--out", str(out)],
                    check=True, capture_output=True, timeout=900)
-    r = json.loads(out.read_text())["trace"]
+    everything = json.loads(out.read_text())
+    r = everything["trace"]
     for name in ("orjson.loads", "traceflops parse", "traceflops analyze --no-cache", "traceflops analyze, again (cached)"):
         assert "error" not in r[name] and r[name]["wall_s"] > 0 and r[name]["peak_tree_rss_mb"] > 0, name
         assert r[name]["cpu_s"] > 0 and r[name]["runs"] == 1, name
+        assert 0 <= r[name]["sys_s"] <= r[name]["cpu_s"] and r[name]["minor_faults"] > 0, name
+    assert everything["page_fault_us"]["start"] > 0 and everything["page_fault_us"]["end"] > 0
     assert "time_vs_orjson" in r["traceflops analyze --no-cache"] and "cpu_vs_orjson" in r["traceflops analyze --no-cache"]
     assert "time_vs_first" in r["traceflops analyze, again (cached)"]
     try:
@@ -95,7 +98,11 @@ def test_a_run_timed_unsampled_reports_no_peaks_and_its_errors(tmp_path):
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     ok = bench_parse.run_isolated("sum(range(10**6))", str(tmp_path), sample=False)
-    assert set(ok) == {"wall_s", "cpu_s"} and ok["cpu_s"] > 0
+    assert set(ok) == {"wall_s", "cpu_s", "sys_s", "minor_faults"} and ok["cpu_s"] > 0
+    # the contender's own faults, not this process's: each page of 64 MiB touched once is one
+    touched = bench_parse.run_isolated("import mmap; m = mmap.mmap(-1, 64 << 20); m.madvise(mmap.MADV_NOHUGEPAGE); m[::4096] = bytes(16384)",
+                                       str(tmp_path), sample=False)
+    assert touched["minor_faults"] - ok["minor_faults"] >= 16384 * 0.9
     sampled = bench_parse.run_isolated("x = bytearray(64 << 20); sum(range(10**7))", str(tmp_path))
     assert sampled["peak_tree_rss_mb"] >= 64  # the 64 MiB it held, seen by the sampler
     bad = bench_parse.run_isolated("import sys; print('x' * 200000, file=sys.stderr); raise SystemExit('no trace here')",
