@@ -109,26 +109,30 @@ def main() -> None:
     a = ap.parse_args()
     if a.analysis_cpu:
         path = a.trace or tiled(int(str(a.tiles).split(",")[-1]))
+        start = machine_probe()
         got = analysis_after_parse(path, a.before, a.repeat)
+        got["machine"] = {"start": start, "end": machine_probe()}
         print(json.dumps(got, indent=2))
         if a.out:
             Path(a.out).write_text(json.dumps(got, indent=2))
         return
     compile_package()
     if a.memory:
+        start = machine_probe()
         got = memory_ratios(a.memory_ranks, a.memory_tiles, a.repeat)
+        got["machine"] = {"start": start, "end": machine_probe()}
         print(json.dumps(got, indent=2))
         if a.out:
             Path(a.out).write_text(json.dumps(got, indent=2))
         return
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
-    everything: dict = {"repeat": a.repeat, "page_fault_us": {"start": page_fault_us()}}
+    everything: dict = {"repeat": a.repeat, "machine": {"start": machine_probe()}}
     for path, label in runs:
         everything[label] = (annotate_ratio(path, a.repeat, a.before) if a.annotate_ratio
                              else one_size(path, a.skip_hta, a.repeat))
     if a.job:
         everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat, a.before)
-    everything["page_fault_us"]["end"] = page_fault_us()
+    everything["machine"]["end"] = machine_probe()
     print(json.dumps(everything, indent=2))
     if a.out:
         Path(a.out).write_text(json.dumps(everything, indent=2))  # what was printed: one key per size, "repeat", the job
@@ -496,7 +500,7 @@ def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None 
     if proc.returncode:
         return {"error": err.strip().splitlines()[-1] if err.strip() else "failed", "wall_s": wall}
     # The system share and the page faults: on a virtual machine a first touch of memory can cost the host's fault
-    # too (see `page_fault_us`), and that share moves with the host, not with the code measured.
+    # too (see `machine_probe`), and that share moves with the host, not with the code measured.
     got = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "sys_s": round(after.ru_stime - before.ru_stime, 3),
            "minor_faults": after.ru_minflt - before.ru_minflt}
     if not sample:
@@ -504,27 +508,41 @@ def run_isolated(code: str, path: str, env: dict | None = None, cwd: str | None 
     return {**got, "peak_tree_rss_mb": round(peak / 2**20, 1), "peak_tree_pss_mb": round(peak_pss / 2**20, 1)}
 
 
-# A fresh interpreter's first touch of 512 MiB, page by page: microseconds a 4 KiB page. Each page is a fault that the
-# guest's kernel serves with a zeroed page; where the host backs guest memory lazily or takes freed pages back (a
-# balloon's free page reporting), the host's own fault is added, and how much moves with the host's load.
-_FAULT_PROBE = (
-    "import json, mmap, time\n"
-    "n = 512 << 20\n"
-    "m = mmap.mmap(-1, n)\n"  # anonymous: mapped, not yet touched
-    "m.madvise(mmap.MADV_NOHUGEPAGE)\n"  # 4 KiB pages whatever the kernel's huge-page mode
-    "t = time.perf_counter()\n"
-    "m[::4096] = b'\\x01' * (n // 4096)\n"  # one byte a page, in one C loop
-    "print(json.dumps((time.perf_counter() - t) * 1e6 / (n // 4096)))\n"
-)
+# The machine's speed now, in fresh processes (medians of three), to tell a slow spell from a slower commit:
+# - `page_fault_us`: the first touch of 512 MiB, microseconds a 4 KiB page. Each page is a fault that the guest's kernel
+#   serves with a zeroed page; where the host backs guest memory lazily or takes freed pages back (a balloon's free
+#   page reporting), the host's own fault is added, and how much moves with the host's load.
+# - `python_loop_ns`: nanoseconds an iteration of a plain Python loop (the interpreter's speed on this core now).
+_PROBES = {
+    "page_fault_us": (
+        "import json, mmap, time\n"
+        "n = 512 << 20\n"
+        "m = mmap.mmap(-1, n)\n"  # anonymous: mapped, not yet touched
+        "m.madvise(mmap.MADV_NOHUGEPAGE)\n"  # 4 KiB pages whatever the kernel's huge-page mode
+        "t = time.perf_counter()\n"
+        "m[::4096] = b'\\x01' * (n // 4096)\n"  # one byte a page, in one C loop
+        "print(json.dumps((time.perf_counter() - t) * 1e6 / (n // 4096)))\n"
+    ),
+    "python_loop_ns": (
+        "import json, time\n"
+        "n = 5_000_000\n"
+        "t = time.perf_counter()\n"
+        "x = 0\n"
+        "for i in range(n):\n"
+        "    x += i & 7\n"
+        "print(json.dumps((time.perf_counter() - t) * 1e9 / n))\n"
+    ),
+}
 
 
-def page_fault_us(repeat: int = 3) -> float:
-    """The machine's cost of a page of fresh memory now (median of `repeat` fresh processes), in microseconds."""
+def machine_probe(repeat: int = 3) -> dict[str, float]:
+    """`_PROBES`, each the median of `repeat` fresh processes."""
     import statistics
 
-    runs = [json.loads(subprocess.run([sys.executable, "-c", _FAULT_PROBE], check=True, capture_output=True,
-                                      text=True).stdout) for _ in range(repeat)]
-    return round(statistics.median(runs), 3)
+    def once(code: str) -> float:
+        return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+
+    return {name: round(statistics.median(once(code) for _ in range(repeat)), 3) for name, code in _PROBES.items()}
 
 
 def pss_bytes(pid: int) -> int:

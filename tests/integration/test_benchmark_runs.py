@@ -19,7 +19,9 @@ def test_benchmark_runs_at_a_small_size(shared, tmp_path):
         assert "error" not in r[name] and r[name]["wall_s"] > 0 and r[name]["peak_tree_rss_mb"] > 0, name
         assert r[name]["cpu_s"] > 0 and r[name]["runs"] == 1, name
         assert 0 <= r[name]["sys_s"] <= r[name]["cpu_s"] and r[name]["minor_faults"] > 0, name
-    assert everything["page_fault_us"]["start"] > 0 and everything["page_fault_us"]["end"] > 0
+    for when in ("start", "end"):
+        assert set(everything["machine"][when]) == {"page_fault_us", "python_loop_ns"}
+        assert all(v > 0 for v in everything["machine"][when].values()), when
     assert "time_vs_orjson" in r["traceflops analyze --no-cache"] and "cpu_vs_orjson" in r["traceflops analyze --no-cache"]
     assert "time_vs_first" in r["traceflops analyze, again (cached)"]
     try:
@@ -120,3 +122,4 @@ def test_the_analysis_cpu_part_runs_both_checkouts(tmp_path):
     for head in ("after", "before"):
         assert r[head]["cpu_s"] > 0 and len(r[head]["cpu_s_all"]) == 2 and r[head]["polars_queries"] > 0, head
     assert r["queries_after_vs_before"] == 1.0  # the same checkout twice
+    assert r["machine"]["start"]["python_loop_ns"] > 0 and r["machine"]["end"]["page_fault_us"] > 0
