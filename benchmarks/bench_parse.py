@@ -109,33 +109,39 @@ def main() -> None:
     a = ap.parse_args()
     if a.analysis_cpu:
         path = a.trace or tiled(int(str(a.tiles).split(",")[-1]))
-        start = machine_probe()
-        got = analysis_after_parse(path, a.before, a.repeat)
-        got["machine"] = {"start": start, "end": machine_probe()}
-        print(json.dumps(got, indent=2))
-        if a.out:
-            Path(a.out).write_text(json.dumps(got, indent=2))
+        report(probed(lambda: analysis_after_parse(path, a.before, a.repeat)), a.out)
         return
     compile_package()
     if a.memory:
-        start = machine_probe()
-        got = memory_ratios(a.memory_ranks, a.memory_tiles, a.repeat)
-        got["machine"] = {"start": start, "end": machine_probe()}
-        print(json.dumps(got, indent=2))
-        if a.out:
-            Path(a.out).write_text(json.dumps(got, indent=2))
+        report(probed(lambda: memory_ratios(a.memory_ranks, a.memory_tiles, a.repeat)), a.out)
         return
     runs = [(a.trace, "trace")] if a.trace else [(tiled(int(k)), f"{int(k)} tiles") for k in str(a.tiles).split(",")]
-    everything: dict = {"repeat": a.repeat, "machine": {"start": machine_probe()}}
-    for path, label in runs:
-        everything[label] = (annotate_ratio(path, a.repeat, a.before) if a.annotate_ratio
-                             else one_size(path, a.skip_hta, a.repeat))
-    if a.job:
-        everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat, a.before)
-    everything["machine"]["end"] = machine_probe()
-    print(json.dumps(everything, indent=2))
-    if a.out:
-        Path(a.out).write_text(json.dumps(everything, indent=2))  # what was printed: one key per size, "repeat", the job
+
+    def sizes() -> dict:  # one key per size, "repeat", the job
+        everything: dict = {"repeat": a.repeat}
+        for path, label in runs:
+            everything[label] = (annotate_ratio(path, a.repeat, a.before) if a.annotate_ratio
+                                 else one_size(path, a.skip_hta, a.repeat))
+        if a.job:
+            everything[f"job of {a.job} ranks"] = job_case(a.job, a.skip_hta, a.job_repeat or a.repeat, a.before)
+        return everything
+
+    report(probed(sizes), a.out)
+
+
+def probed(run) -> dict:
+    """`run()`'s results, with the machine's speed before and after it (`machine_probe`) as "machine"."""
+    start = machine_probe()
+    got = run()
+    got["machine"] = {"start": start, "end": machine_probe()}
+    return got
+
+
+def report(got: dict, out: str | None) -> None:
+    """The results printed, and written to `out` if given."""
+    print(json.dumps(got, indent=2))
+    if out:
+        Path(out).write_text(json.dumps(got, indent=2))
 
 
 def compile_package() -> None:
@@ -518,7 +524,8 @@ _PROBES = {
         "import json, mmap, time\n"
         "n = 512 << 20\n"
         "m = mmap.mmap(-1, n)\n"  # anonymous: mapped, not yet touched
-        "m.madvise(mmap.MADV_NOHUGEPAGE)\n"  # 4 KiB pages whatever the kernel's huge-page mode
+        "if hasattr(mmap, 'MADV_NOHUGEPAGE'):\n"  # Linux: 4 KiB pages whatever the kernel's huge-page mode
+        "    m.madvise(mmap.MADV_NOHUGEPAGE)\n"
         "t = time.perf_counter()\n"
         "m[::4096] = b'\\x01' * (n // 4096)\n"  # one byte a page, in one C loop
         "print(json.dumps((time.perf_counter() - t) * 1e6 / (n // 4096)))\n"

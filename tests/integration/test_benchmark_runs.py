@@ -102,8 +102,8 @@ def test_a_run_timed_unsampled_reports_no_peaks_and_its_errors(tmp_path):
     ok = bench_parse.run_isolated("sum(range(10**6))", str(tmp_path), sample=False)
     assert set(ok) == {"wall_s", "cpu_s", "sys_s", "minor_faults"} and ok["cpu_s"] > 0
     # the contender's own faults, not this process's: each page of 64 MiB touched once is one
-    touched = bench_parse.run_isolated("import mmap; m = mmap.mmap(-1, 64 << 20); m.madvise(mmap.MADV_NOHUGEPAGE); m[::4096] = bytes(16384)",
-                                       str(tmp_path), sample=False)
+    touched = bench_parse.run_isolated("import mmap; m = mmap.mmap(-1, 64 << 20); m.madvise(mmap.MADV_NOHUGEPAGE)\n"
+                                       "m[::4096] = bytes(16384)", str(tmp_path), sample=False)  # 4 KiB pages (Linux)
     assert touched["minor_faults"] - ok["minor_faults"] >= 16384 * 0.9
     sampled = bench_parse.run_isolated("x = bytearray(64 << 20); sum(range(10**7))", str(tmp_path))
     assert sampled["peak_tree_rss_mb"] >= 64  # the 64 MiB it held, seen by the sampler
