@@ -78,13 +78,11 @@ def analyze_job(
     """Analyse many ranks (paths, a directory or a glob) into a `Job`, as `traceflops analyze A B ...` does; `jobs`
     is how many at once, each in a process of its own ("auto": as the command's `--jobs auto` decides)."""
     from traceflops.run.inputs import expand_with_warnings
-    from traceflops.run.options import check_numbers
-    from traceflops.run.parallelism import check_jobs, jobs_for
+    from traceflops.run.parallelism import check_job_numbers, jobs_for
     from traceflops.run.ranks import summarize_all
     from traceflops.views.job import job_with_options
 
-    check_jobs(jobs)
-    check_numbers(pipeline_stages=pipeline_stages, microbatches=microbatches)
+    check_job_numbers(jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
     opts = options(**model)
     files, left_out = expand_with_warnings(
         [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]

@@ -26,12 +26,11 @@ from traceflops.cli.common import (  # noqa: E402
     start_decode_helper,
 )
 from traceflops.cli.reports import annotate_cmd, diff_cmd, write_extras  # noqa: E402
-from traceflops.run.options import check_numbers  # noqa: E402  (light: no polars)
-from traceflops.run.parallelism import AUTO, check_jobs, jobs_for  # noqa: E402
+from traceflops.run.parallelism import AUTO, check_job_numbers, jobs_for  # noqa: E402  (light: no polars)
 
 
 class _Jobs(click.ParamType):
-    """`--jobs`: `auto` or a whole number (its range is checked as the API checks it, `run.parallelism.check_jobs`)."""
+    """`--jobs`: `auto` or a whole number (its range is checked as the API checks it: `check_job_numbers`)."""
 
     name = "auto|N"
 
@@ -114,8 +113,8 @@ def analyze(traces, fmt, jobs, executor, ray_address, pipeline_stages, microbatc
     progress = Progress(kw.get("quiet", False))
 
     def go():
-        check_jobs(jobs)  # the options first: a wrong value is the error given, not what the inputs turn out to be
-        check_numbers(pipeline_stages=pipeline_stages, microbatches=microbatches)
+        # the options first: a wrong value is the error given, not what the inputs turn out to be
+        check_job_numbers(jobs, pipeline_stages=pipeline_stages, microbatches=microbatches)
         start_decode_helper(traces, bool(kw.get("no_cache")))
         from traceflops.run.inputs import expand_with_warnings
 

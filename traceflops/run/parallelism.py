@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Sequence
+from typing import Any
 
 from traceflops.core.errors import OptionsError
 from traceflops.core.limits import available_memory, usable_cores
 from traceflops.parsers.io import estimated_json_bytes
-from traceflops.run.options import BOUNDS, bounds_text, check_number
+from traceflops.run.options import BOUNDS, bounds_text, check_numbers
 
 AUTO = "auto"
 MAX_JOBS = int(BOUNDS["jobs"][2])  # the most `--jobs` itself takes
@@ -27,22 +28,20 @@ PEAK_PER_JSON_BYTE = 1.25
 MEMORY_SHARE = 0.8  # of what is available: the rest left to the page cache and whatever else runs
 
 
-def check_jobs(jobs: int | str) -> None:
-    """OptionsError unless `jobs` is `auto` or a whole number within `--jobs`' bounds: checked before the inputs are
-    looked for, so a wrong value is the error a user sees first."""
-    if jobs == AUTO:
-        return
-    if isinstance(jobs, str):
+def check_job_numbers(jobs: int | str, **numbers: Any) -> None:
+    """OptionsError unless `jobs` is `auto` or a whole number within `--jobs`' bounds and each of the job's other
+    `numbers` is within its own (`run.options.check_numbers`). The command and the API call it before they look for
+    their inputs, so a wrong value is the error a user sees first."""
+    if isinstance(jobs, str) and jobs != AUTO:
         raise OptionsError(
             None, f"--jobs (jobs) must be {AUTO} or {bounds_text('jobs')}, got {jobs!r}", "give --jobs one of those"
         )
-    check_number("jobs", jobs)
+    check_numbers(**numbers, **({} if jobs == AUTO else {"jobs": jobs}))
 
 
 def jobs_for(jobs: int | str, paths: Sequence[str], local: bool = True) -> int:
-    """`jobs` as the user gave it (`check_jobs`) as a count of processes; `local` False (ranks sent elsewhere, as Ray
+    """`jobs` as `check_job_numbers` accepted it, as a count of processes; `local` False (ranks sent elsewhere, as Ray
     tasks) makes auto one."""
-    check_jobs(jobs)
     if jobs == AUTO:
         return auto_jobs(paths) if local else 1
     return int(jobs)
