@@ -326,12 +326,10 @@ def _job_results(folder: Path, ranks: int, skip_hta: bool, repeat: int, before: 
            "t.get_temporal_breakdown(visualize=False)")
     results: dict = {"ranks": ranks, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
     results["traceflops, one rank"] = timed(one, str(folder), repeat)
-    if before:
-        results.update(alternated({"traceflops analyze DIR --jobs 2": (job, NOW), BEFORE_JOB: (job, checkout(before))},
-                                  str(folder), repeat))
-        after_vs_before(results, "job", results[BEFORE_JOB], results["traceflops analyze DIR --jobs 2"])
-    else:
-        results["traceflops analyze DIR --jobs 2"] = timed(job, str(folder), repeat)
+    # the job alone, or in turn with another checkout's (one way to time it either way)
+    jobs = {"traceflops analyze DIR --jobs 2": (job, NOW)} | ({BEFORE_JOB: (job, checkout(before))} if before else {})
+    results.update(alternated(jobs, str(folder), repeat))
+    after_vs_before(results, "job", results.get(BEFORE_JOB), results["traceflops analyze DIR --jobs 2"])
     if not skip_hta:
         results["HTA parse + temporal breakdown"] = timed(hta, str(folder), repeat, warm=False)  # the folder is warm from the runs before
     j, h, o = results["traceflops analyze DIR --jobs 2"], results.get("HTA parse + temporal breakdown"), results["traceflops, one rank"]

@@ -84,11 +84,15 @@ def test_the_job_case_alternates_a_before_checkouts_job_with_this_ones(shared, t
     (tmp_path / "job").mkdir()
     folder = bench.job_folder(2, shared / "kineto" / "mi250_toy_train.json.gz", tmp_path / "job")
     r = bench._job_results(folder, 2, True, 1, str(before))
-    for name in ("traceflops analyze DIR --jobs 2", "traceflops analyze DIR --jobs 2 (before)"):
+    before_job = "traceflops analyze DIR --jobs 2 (before)"
+    for name in ("traceflops analyze DIR --jobs 2", before_job):
         assert "error" not in r[name] and r[name]["runs"] == 1 and r[name]["peak_tree_pss_mb"] > 0, name
     assert r["job_after_vs_before_wall"] > 0 and r["job_after_vs_before_cpu"] > 0
     # a warm-up and a timed run, each a command and its one worker: four processes imported the other package
     assert len(set(marks.read_text().split())) == 4
+    alone = bench._job_results(folder, 2, True, 1)  # without --before: the same timing, one contender
+    assert alone["traceflops analyze DIR --jobs 2"]["runs"] == 1 and alone["traceflops analyze DIR --jobs 2"]["cpu_s"] > 0
+    assert before_job not in alone and "job_after_vs_before_wall" not in alone
 
 
 def test_a_run_timed_unsampled_reports_no_peaks_and_its_errors(tmp_path):
