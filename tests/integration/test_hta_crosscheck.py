@@ -176,3 +176,85 @@ def test_comm_comp_overlap_agrees_with_hta(shared, crosscheck, case, rounding):
     (NCCL time under compute, as a share of all NCCL time) over HTA's window."""
     for rank, (hta, tf) in crosscheck(shared, case, rounding).items():
         assert abs(tf["overlap"] - hta["overlap"]) <= TOL, (case, rounding, rank, tf["overlap"], hta["overlap"])
+
+
+# ---------------------------------------------------------------- why the device was idle
+#
+# HTA's idle time breakdown (`get_idle_time_breakdown`, hta/analyzers/breakdown_analysis.py) works per stream: the gap
+# before each device activity is its start minus the previous activity's end on that stream, "host wait" when the
+# activity's runtime call started after that end (the host had not launched it yet), else "kernel wait" (under 30 ns)
+# or "other". traceflops' `idle_gaps` works per device; over one stream's activities in one window [first start, last
+# end) the gaps are the same, and its reasons map as: host wait = host_bound + sync + input_pipeline (the rules for a
+# gap whose next activity was not yet launched), kernel wait + other = launch_gap (queued) + unknown. Conventions moved:
+#   - HTA links an activity whose runtime call is not in the trace (launched before the profiler started) to the
+#     trace's first event (`index_correlation` 0) and compares that event's start: the test gives both tools the
+#     trace without such activities (h100_qwen_inference has 509 of them; with them, HTA books 725 of its 4,006 µs of
+#     idle under the wrong reason);
+#   - HTA sums an activity's overlap with the previous one on its stream as negative idle (b200_inference_rank0: 74
+#     overlaps, -69.28 µs, all queued); traceflops trims the overlap, so the test adds the file's overlaps to its
+#     queued idle;
+#   - HTA's kernel set: the last ProfilerStep's launches are dropped as for the temporal breakdown (`hta_kernels`).
+# HTA 0.5.0 raises on the other shared fixtures (an int16 column overflows on v100_transformer_rank1; no stream is
+# left to break down on a100_torchrec_rank3 and mi300_resnet_act_checkpoint_rank0; v100_resnet50_legacy2021 has no
+# stream it reads).
+
+DEVICE_CATS = {"kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "hip_runtime"}
+IDLE_CASES = ("h100_qwen_inference", "b200_inference_rank0", "rtx2080ti_linear_train", "a100_ddp_resnet_rank0", "mi250_toy_train")
+
+
+def _both_read(shared, case: str, d) -> tuple[str, list]:
+    """The trace both tools read (without device activities whose launch is not in it), and its events."""
+    import gzip
+    import json
+
+    src = shared / "kineto" / f"{case}.json.gz"
+    with gzip.open(src) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    launched = {e.get("args", {}).get("correlation") for e in events if e.get("cat") in RUNTIME_CATS}
+    kept = [e for e in events if e.get("cat") not in DEVICE_CATS or e.get("args", {}).get("correlation") in launched]
+    if len(kept) == len(events):
+        (d / "rank0.json.gz").symlink_to(src)
+        return str(d / "rank0.json.gz"), events
+    doc["traceEvents"] = kept
+    (d / "rank0.json").write_text(json.dumps(doc))
+    return str(d / "rank0.json"), kept
+
+
+def _overlap_per_stream(events: list) -> dict[str, float]:
+    """Σ min(0, start − previous end) over each stream's device activities, from the file: HTA's negative idle."""
+    by: dict[str, list] = {}
+    for e in events:
+        if e.get("cat") in DEVICE_CATS and e.get("ph") == "X":
+            by.setdefault(str(e["args"]["stream"]), []).append((float(e["ts"]), float(e["dur"])))
+    out = {}
+    for s, xs in by.items():
+        xs.sort()
+        out[s] = sum(min(0.0, xs[i][0] - xs[i - 1][0] - xs[i - 1][1]) for i in range(1, len(xs)))
+    return out
+
+
+@pytest.mark.parametrize("case", IDLE_CASES)
+def test_idle_reasons_agree_with_hta_per_stream(shared, tmp_path, monkeypatch, case):
+    from traceflops.stages.idle import idle_gaps
+
+    path, events = _both_read(shared, case, tmp_path)
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    hta = TraceAnalysis(trace_dir=str(tmp_path)).get_idle_time_breakdown(visualize=False)[0]
+    a = analyze(path)
+    overlap = _overlap_per_stream(events)
+    k = hta_kernels(a, a.trace.steps["name"].n_unique() > 1, "raw")
+    streams = k["stream"].unique().to_list()
+    assert streams and set(map(str, hta["stream"].unique())) == set(streams)
+    for stream in streams:
+        ks = k.filter(pl.col("stream") == stream)
+        t0, t1 = float(ks["ts"].min()), float((ks["ts"] + ks["dur"]).max())
+        window = pl.DataFrame({"step": [0], "name": ["hta window"], "ts": [t0], "dur": [t1 - t0], "start": [t0], "window": [t1 - t0]})
+        ours = dict(idle_gaps(ks, a.trace.launches, a.ops, window).group_by("reason").agg(pl.col("dur").sum()).iter_rows())
+        theirs = {c: t for c, s, t in zip(hta["idle_category"], hta["stream"], hta["idle_time"]) if str(s) == stream}
+        host = sum(ours.get(r, 0.0) for r in ("host_bound", "sync", "input_pipeline"))
+        queued = sum(ours.get(r, 0.0) for r in ("launch_gap", "unknown")) + overlap.get(stream, 0.0)
+        assert host == pytest.approx(theirs.get("host_wait", 0.0), abs=0.01), (case, stream)
+        assert queued == pytest.approx(theirs.get("kernel_wait", 0.0) + theirs.get("other", 0.0), abs=0.01), (case, stream)
+        assert host > 0, (case, stream)
