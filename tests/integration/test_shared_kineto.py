@@ -133,3 +133,18 @@ def test_qwen_inference_with_a_model_description(shared):
                                   "--params", str(n), "--layers", str(layers), "--heads", str(heads),
                                   "--head-dim", str(q), "--seq-len", str(seq)])
     assert "inference" in r.output and "bf16" in r.output and "MFU" in r.output
+
+
+def test_dlrm_all_to_alls_are_not_pipeline_transfers(shared):
+    """DLRM's embedding all-to-alls run as NCCL SendRecv kernels under `nccl:all_to_all`, with no collective name in
+    their `record_param_comms`: all-to-alls, so the job shows no pipeline (it has no stages to show)."""
+    from traceflops.views.collectives import collectives
+    from traceflops.views.job import job_view, summarize
+
+    runs = [analyze(str(shared / "kineto" / "dlrm_8rank" / f"rank{r}.json.gz")) for r in range(8)]
+    for a in runs:
+        c = collectives(a)
+        sendrecv = c.filter(pl.col("name").str.contains("SendRecv"))
+        assert sendrecv.height > 0 and set(sendrecv["kind"]) == {"all_to_all"}
+        assert set(c.filter(pl.col("name").str.contains("AllReduce"))["kind"]) == {"allreduce"}
+    assert job_view([summarize(a) for a in runs]).pipeline is None

@@ -274,3 +274,56 @@ def test_unreadable_group_ranks_are_unknown_not_wrong(tmp_path):
              **{"Process Group Name": "8", "Process Group Ranks": [0, 1]})  # a list, not its text
     c = collectives(analyze(b.write(tmp_path / "rank0.json.gz"))).sort("ts")
     assert c.select("pg", "group_ranks", "role", "group_size").rows() == [("7", None, None, 2), ("8", "[0,1]", None, 2)]
+
+
+# ------------------------------------------------------------------ NCCL kinds: what was asked, not the kernel's name
+
+
+def _nccl_rank(tmp_path, rank: int, old_all_to_all: bool) -> str:
+    """One rank of a 2-rank NCCL job, as PyTorch records it: a send (`nccl:send` > `record_param_comms` with
+    Collective name "send" > an `ncclDevKernel_SendRecv`), then an all-to-all, which NCCL also runs as SendRecv
+    kernels; an older PyTorch (the shared DLRM traces) names it only by the call, `nccl:all_to_all`."""
+    b = Builder(pid=100 + rank, device=rank, distributed={"backend": "nccl", "rank": rank, "world_size": 2})
+    b.device_properties = [dict(b.device_properties[0], id=rank)]
+    b.annotation("ProfilerStep#0", 1000, 2000)
+    p2p = "send" if rank == 0 else "recv"
+    b.op(f"nccl:{p2p}", 1100, 50)
+    b.op("record_param_comms", 1105, 40, **{"Collective name": p2p, "In msg nelems": 1024, "Out msg nelems": 1024,
+                                            "dtype": "BFloat16", "Process Group Name": "0", "Group size": 2})
+    b.kernel("ncclDevKernel_SendRecv", 1110, 1200, 100, stream=21)
+    b.op("nccl:all_to_all", 1500, 50)
+    named = {} if old_all_to_all else {"Collective name": "all_to_all", "In msg nelems": 64, "Out msg nelems": 64,
+                                        "dtype": "Float", "Process Group Name": "0", "Group size": 2}
+    b.op("record_param_comms", 1505, 40, **named)
+    b.kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", 1510, 1600, 60, stream=21)
+    return b.write(tmp_path / f"rank{rank}.json.gz")
+
+
+@pytest.mark.parametrize("old_all_to_all", [False, True], ids=["named", "by_its_call"])
+def test_nccl_send_recv_and_all_to_all_kinds(tmp_path, old_all_to_all):
+    """A send named "send" is P2P (the name alone matched no kind: it left the pipeline view); an all-to-all run as
+    SendRecv kernels is an all-to-all, however it is named (by its kernel it was P2P, and a pipeline's bubble)."""
+    paths = [_nccl_rank(tmp_path, r, old_all_to_all) for r in (0, 1)]
+    runs = [analyze(p) for p in paths]
+    for a in runs:
+        assert collectives(a).sort("ts")["kind"].to_list() == ["sendrecv", "all_to_all"]
+    p = job_view([summarize(a) for a in runs]).pipeline  # the send's 100 µs on each rank, not the all-to-all's 60
+    assert p is not None and p.sort("rank")["p2p_us"].to_list() == [100.0, 100.0]
+
+
+def test_collective_names_map_to_their_kinds():
+    """The names PyTorch records (ProcessGroupNCCL's collective names and its `nccl:*` calls) and NCCL's kernels."""
+    from traceflops.views.collectives import kind_of
+
+    want = {
+        "send": "sendrecv", "recv": "sendrecv", "nccl:send": "sendrecv", "nccl:recv": "sendrecv",
+        "recv_any_source": "sendrecv", "ncclDevKernel_SendRecv": "sendrecv", "gloo:send": "sendrecv",
+        "gather": "gather", "nccl:gather": "gather", "scatter": "scatter",
+        "allgather": "allgather", "_allgather_base": "allgather", "allgather_into_tensor_coalesced": "allgather",
+        "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+        "all_to_all": "all_to_all", "all_to_allv": "all_to_all", "nccl:all_to_all": "all_to_all",
+        "allreduce": "allreduce", "nccl:all_reduce_barrier": "allreduce", "broadcast": "broadcast",
+        "barrier": None, "coalesced": None, "sendfile": None,
+    }
+    got = pl.DataFrame({"n": list(want)}).select(kind_of(pl.col("n")))[:, 0].to_list()
+    assert dict(zip(want, got)) == want

@@ -17,7 +17,7 @@ import polars as pl
 from traceflops.core.contract import COMMUNICATION_SCHEMA
 from traceflops.core.dtypes import collective_itemsize
 from traceflops.core.results import Analysis
-from traceflops.core.trace import COLLECTIVE_COLUMNS
+from traceflops.core.trace import COLLECTIVE_COLUMNS, name_matches
 from traceflops.core.vocab import (
     HOST_COMM_CALL_KIND,
     HOST_COMM_WAIT_RE,
@@ -27,7 +27,11 @@ from traceflops.stages.link import nearest
 from traceflops.stages.steps import counted_steps
 from traceflops.views import p2p
 
-P2P_RE = r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)|^gloo:(send|recv)$"
+# A point-to-point transfer by its kernel (NCCL's SendRecv, Send, Recv), its CPU work (`gloo:send`), the collective
+# name PyTorch records for it (`send`, `recv`) or the call the kernel ran under (`nccl:send`, `nccl:recv`).
+P2P_RE = (
+    r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)|^(gloo:|nccl:)?(send|recv)(_any_source)?$"
+)
 
 
 KIND_RE = [
@@ -36,8 +40,25 @@ KIND_RE = [
     ("reduce_scatter", r"(?i)reduce_?scatter"),
     ("all_to_all", r"(?i)all_?to_?all"),
     ("broadcast", r"(?i)broadcast"),
+    # gather and scatter run as NCCL send/recv kernels: named by what was asked, so they are not taken for a pipeline's
+    # transfers
+    ("gather", r"(?i)^(nccl:)?gather$"),
+    ("scatter", r"(?i)^(nccl:)?scatter$"),
     ("sendrecv", P2P_RE),
 ]
+# The call a device collective ran under, as the profiler names ProcessGroupNCCL's (`nccl:all_to_all`, `nccl:send`):
+# what the kernel was for where its own args and its `record_param_comms` name no collective (an all-to-all runs as
+# SendRecv kernels).
+NCCL_CALL_RE = r"^nccl:"
+
+
+def kind_of(text: pl.Expr) -> pl.Expr:
+    """The collective kind a name says (`KIND_RE`, first match), or null."""
+    kind = pl.lit(None, pl.Utf8)
+    for name, pat in reversed(KIND_RE):
+        kind = pl.when(text.str.contains(pat)).then(pl.lit(name)).otherwise(kind)
+    return kind
+
 
 # The columns of a trace's collectives (and of a rank summary's).
 COLUMNS = (
@@ -314,10 +335,15 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
             [pl.when(pl.Series(src >= 0)).then(pl.col(c)).alias(c) for c in cols]
         )
         k = k.with_columns([pl.coalesce(k[c], from_op[c]).alias(c) for c in cols])
+        caller = nearest(parent, name_matches(a.ops["name"], NCCL_CALL_RE).to_numpy())
+        up = np.where(rows >= 0, caller[np.maximum(rows, 0)], -1)
+        called = a.ops["name"][np.maximum(up, 0)]
+        k = k.with_columns(_called=pl.when(pl.Series(up >= 0)).then(called))
     k = p2p.keyed(_from_config(k, a), a)
-    kind = pl.lit(None, pl.Utf8)
-    for name, pat in reversed(KIND_RE):
-        kind = pl.when(pl.coalesce("collective", "name").str.contains(pat)).then(pl.lit(name)).otherwise(kind)
+    # What the collective was, from the most to the least direct record: the name PyTorch recorded for it, the call it
+    # ran under, the kernel's (or the CPU work's) own name.
+    named = [pl.col("collective"), *([pl.col("_called")] if "_called" in k.columns else []), pl.col("name")]
+    kind = pl.coalesce([kind_of(t) for t in named])
     if (
         "call_kind" in k.columns
     ):  # the collective the issuing call asked for (gloo runs a reduce-scatter as an all-reduce)
