@@ -323,7 +323,9 @@ def test_collective_names_map_to_their_kinds():
         "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
         "all_to_all": "all_to_all", "all_to_allv": "all_to_all", "nccl:all_to_all": "all_to_all",
         "allreduce": "allreduce", "nccl:all_reduce_barrier": "allreduce", "broadcast": "broadcast",
-        "barrier": None, "coalesced": None, "sendfile": None,
+        "reduce": "reduce", "nccl:reduce": "reduce", "ncclDevKernel_Reduce_Sum_f32_RING_LL": "reduce",
+        "ncclKernel_ReduceScatter_RING_LL_Sum_float": "reduce_scatter",
+        "barrier": None, "coalesced": None, "sendfile": None, "reduced": None,
     }
     got = pl.DataFrame({"n": list(want)}).select(kind_of(pl.col("n")))[:, 0].to_list()
     assert dict(zip(want, got)) == want

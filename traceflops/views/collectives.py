@@ -40,6 +40,7 @@ KIND_RE = [
     ("reduce_scatter", r"(?i)reduce_?scatter"),
     ("all_to_all", r"(?i)all_?to_?all"),
     ("broadcast", r"(?i)broadcast"),
+    ("reduce", r"(?i)^(nccl:)?reduce$|nccl(Dev)?Kernel_Reduce_"),  # dist.reduce: to one rank (not ReduceScatter)
     # gather and scatter run as NCCL send/recv kernels: named by what was asked, so they are not taken for a pipeline's
     # transfers
     ("gather", r"(?i)^(nccl:)?gather$"),
