@@ -94,3 +94,20 @@ def test_a_clean_trace_has_no_collision(tmp_path):
     assert not any("correlation id" in w for w in d["warnings"]), d["warnings"]
     assert d["totals"]["hfu"] > 0 and json.dumps(d)
     assert os.path.exists(tmp_path / "clean.json.gz")
+
+
+def test_p2p_peer_ranks_read_as_text_or_integers_and_the_rest_counted(tmp_path):
+    """PyTorch writes `Dst Rank` / `Src Rank` as decimal text; an integer reads too. A negative, fractional, boolean,
+    non-numeric or beyond-any-job rank is no rank: read as missing and counted in the warnings."""
+    from tests.builders import Builder
+
+    b = Builder()
+    b.annotation("ProfilerStep#0", 0, 1000)
+    given = ["3", 4, "-1", "2.5", True, "x", str(1 << 40), None]
+    for i, v in enumerate(given):
+        extra = {} if v is None else {"Dst Rank": v}
+        b.op("record_param_comms", 10 + 50 * i, 20, **{"Collective name": "send", **extra})
+    a = analyze(b.write(tmp_path / "t.json.gz"))
+    sends = a.ops.filter(a.ops["name"] == "record_param_comms").sort("ts")
+    assert sends["p2p_dst"].to_list() == [3, 4, None, None, None, None, None, None]
+    assert any("'Dst Rank' values that are not ranks (read as missing) (5)" in w for w in a.warnings), a.warnings

@@ -329,3 +329,47 @@ def test_collective_names_map_to_their_kinds():
     }
     got = pl.DataFrame({"n": list(want)}).select(kind_of(pl.col("n")))[:, 0].to_list()
     assert dict(zip(want, got)) == want
+
+
+def _nccl_pipeline_rank(tmp_path, rank: int, m: int, peers: bool = True) -> str:
+    """One stage of a 2-stage GPipe step of m micro-batches over NCCL, as PyTorch records a transfer
+    (torch/csrc/profiler/util.cpp): `record_param_comms` with Collective name send / recv and the peer's global rank as
+    text (`Dst Rank` of a send, `Src Rank` of a receive), its kernel an `ncclDevKernel_SendRecv`. Stage 0 sends m
+    activations to rank 1 then receives m gradients; stage 1 the other way round."""
+    b = Builder(pid=100 + rank, device=rank, distributed={"backend": "nccl", "rank": rank, "world_size": 2})
+    b.device_properties = [dict(b.device_properties[0], id=rank)]
+    b.annotation("ProfilerStep#0", 1000, 5000)
+    b.annotation("ProfilerStep#1", 6000, 5000)
+    first, then = ("send", "recv") if rank == 0 else ("recv", "send")
+    for step in (0, 1):
+        for i, kind in enumerate([first] * m + [then] * m):
+            t = 1100 + 5000 * step + 400 * i
+            peer = {"Dst Rank": "1" if rank == 0 else "0"} if kind == "send" else {"Src Rank": "1" if rank == 0 else "0"}
+            b.op(f"nccl:{kind}", t, 50)
+            b.op("record_param_comms", t + 5, 40, **{"Collective name": kind, "In msg nelems": 4096, "Out msg nelems": 4096,
+                                                     "dtype": "BFloat16", "Process Group Name": "1", "Group size": 2,
+                                                     "Process Group Ranks": "[0, 1]", **(peer if peers else {})})
+            b.kernel("ncclDevKernel_SendRecv", t + 10, t + 100, 150 + 10 * rank, stream=21)
+    return b.write(tmp_path / f"rank{rank}.json.gz")
+
+
+def test_a_device_pipeline_reads_its_transfers_directions_and_peers(tmp_path):
+    """Stages, micro-batches and the ideal bubble from NCCL's recorded directions and peers, as from gloo's calls."""
+    runs = [analyze(_nccl_pipeline_rank(tmp_path, r, m=3)) for r in (0, 1)]
+    c = collectives(runs[0]).sort("ts")
+    assert c["p2p"].to_list() == (["send"] * 3 + ["recv"] * 3) * 2 and set(c["peer"]) == {1}
+    assert c["phase"].to_list() == (["forward"] * 3 + ["backward"] * 3) * 2
+    p = job_view([summarize(a) for a in runs]).pipeline.sort("rank", "step")
+    assert p["stage"].to_list() == [0, 0, 1, 1] and set(p["stages"]) == {2} and set(p["microbatches"]) == {3}
+    assert p["ideal_bubble"].to_list() == [(2 - 1) / (3 + 2 - 1)] * 4
+    assert set(p["sends"]) == set(p["recvs"]) == {3} and set(p["matched"]) == {6}
+    assert set(p["forward_p2p"]) == set(p["backward_p2p"]) == {3}
+    assert p["p2p_us"].to_list() == [6 * 150.0] * 2 + [6 * 160.0] * 2 and set(p["bubble_source"]) == {"p2p_time"}
+
+
+def test_a_device_pipeline_without_recorded_peers_keeps_its_directions_only(tmp_path):
+    """An older PyTorch names the transfers but not their peers: sends and receives are counted, stages unknown."""
+    runs = [analyze(_nccl_pipeline_rank(tmp_path, r, m=2, peers=False)) for r in (0, 1)]
+    p = job_view([summarize(a) for a in runs]).pipeline
+    assert set(p["sends"]) == set(p["recvs"]) == {2} and p["stage"].null_count() == p.height
+    assert set(p["matched"]) == {0} and p["ideal_bubble"].null_count() == p.height

@@ -37,6 +37,8 @@ class Args(msgspec.Struct, omit_defaults=True, gc=False):
     pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     coll_seq: Any = msgspec.field(default=None, name="Seq")
+    p2p_src: Any = msgspec.field(default=None, name="Src Rank")  # a receive's sender (global rank; PyTorch writes text)
+    p2p_dst: Any = msgspec.field(default=None, name="Dst Rank")  # a send's receiver
     kernel: Any = None  # a runtime launch's kernel name (read to match graph replays with their capture)
 
 

@@ -12,6 +12,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.trace import COLLECTIVE_COLUMNS, Warnings, null_column
+from traceflops.core.vocab import MAX_RANKS
 from traceflops.parsers.kineto_events import (
     IGNORED_CATS,
     KERNEL_CATS,
@@ -114,6 +115,15 @@ def _float(values):
     return _col(values, pl.Float64)
 
 
+def _rank_col(values) -> pl.Series:
+    """A rank recorded as an integer or as its decimal text (PyTorch writes `Src Rank` / `Dst Rank` as text); anything
+    else, or a rank no job has (`MAX_RANKS`), is null."""
+    if _all_none(values):
+        return null_column(len(values), pl.Int64)
+    rank = pl.Series(values, dtype=pl.Utf8, strict=False).str.to_integer(strict=False)
+    return rank.to_frame("r").select(pl.when(pl.col("r").is_between(0, MAX_RANKS - 1)).then(pl.col("r")))["r"]
+
+
 def _integer(values):
     return _col(values, pl.Int64)
 
@@ -147,6 +157,8 @@ _BUILD = {
     "pg_desc": _str_col,
     "pg_ranks": _text_or_json_col,
     "coll_seq": _integer,
+    "p2p_src": _rank_col,
+    "p2p_dst": _rank_col,
     "dims": _json_col,
     "types": _json_col,
     "concrete": _json_col,
@@ -154,7 +166,11 @@ _BUILD = {
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
 # Columns whose unread values are counted, and what those values were.
-_UNREAD = {_integer: "that are not 64-bit integers", _json_col: "with integers beyond 64 bits or nesting too deep"}
+_UNREAD = {
+    _integer: "that are not 64-bit integers",
+    _json_col: "with integers beyond 64 bits or nesting too deep",
+    _rank_col: "that are not ranks",
+}
 _ARG_NAMES = {
     f: Args.__struct_encode_fields__[i] for i, f in enumerate(Args.__struct_fields__)
 }  # as the trace spells them

@@ -339,7 +339,7 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
         caller = nearest(parent, name_matches(a.ops["name"], NCCL_CALL_RE).to_numpy())
         up = np.where(rows >= 0, caller[np.maximum(rows, 0)], -1)
         called = a.ops["name"][np.maximum(up, 0)]
-        k = k.with_columns(_called=pl.when(pl.Series(up >= 0)).then(called))
+        k = k.with_columns(_called=pl.when(pl.Series(up >= 0)).then(called), **p2p.device_args())
     k = p2p.keyed(_from_config(k, a), a)
     # What the collective was, from the most to the least direct record: the name PyTorch recorded for it, the call it
     # ran under, the kernel's (or the CPU work's) own name.

@@ -3,7 +3,9 @@
 gloo records a send or receive as `gloo:send` / `gloo:recv` on the calling
 thread, spanning from its issue to its completion, and the issuing call
 (`c10d::send(tensors, group, dst, tag)`, `c10d::recv_(tensors, group, src, tag)`)
-records the peer's rank within the group as its third concrete input.
+records the peer's rank within the group as its third concrete input. On a
+device trace PyTorch names NCCL's transfers `send` / `recv` (`Collective name`)
+with the peer's global rank (`Dst Rank` / `Src Rank`, since about 2.4).
 """
 
 from __future__ import annotations
@@ -46,6 +48,18 @@ def call_args(a: Analysis, w: pl.DataFrame) -> dict[str, pl.Expr | pl.Series]:
     return {"p2p": p2p, "peer_local": peer.cast(pl.Int64)}
 
 
+def device_args() -> dict[str, pl.Expr]:
+    """Columns for device collectives: a send's or receive's direction and its peer's global rank, as PyTorch records
+    them on NCCL's point-to-point (`Collective name` send / recv, the `Dst Rank` of a send, the `Src Rank` of a
+    receive: torch/csrc/profiler/util.cpp); null where it records neither (an older PyTorch)."""
+    c = pl.col("collective")
+    return {
+        "p2p": pl.when(c == "send").then(pl.lit("send")).when(c == "recv").then(pl.lit("recv")),
+        "peer_local": pl.lit(None, pl.Int64),
+        "peer_global": pl.when(c == "send").then(pl.col("p2p_dst")).when(c == "recv").then(pl.col("p2p_src")),
+    }
+
+
 def keyed(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     """P2P transfers keyed by who sends to whom, with the peer's global rank, their phase and a receive's blocked time.
 
@@ -72,6 +86,8 @@ def keyed(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
         .then(listed.list.get(pl.col("peer_local"), null_on_oob=True))
         .otherwise(pl.col("peer_local"))
     )
+    if "peer_global" in k.columns:  # recorded as a global rank (device traces)
+        peer = pl.coalesce(pl.col("peer_global"), peer)
     k = k.with_columns(
         peer=pl.when(pl.col("p2p").is_not_null()).then(peer).cast(pl.Int64),
         blocked_us=pl.Series(recv_blocked(a, k), dtype=pl.Float64, nan_to_null=True),
@@ -229,12 +245,13 @@ def _stages(c: pl.DataFrame) -> tuple[dict[int, int], dict[int, int]]:
 def pipeline(summaries, stages: int | None = None, microbatches: int | None = None) -> pl.DataFrame | None:
     """Per rank (stage) and step: its P2P transfers, matched with their peers', and the pipeline bubble it waited.
 
-    Where the trace tells each transfer's direction and peer (gloo), stages p
+    Where the trace tells each transfer's direction and peer (gloo's calls; NCCL's send and recv as PyTorch records
+    them, `device_args`), stages p
     come from the chain of send directions and micro-batches m from the first
     stage's forward sends in the step; `stages` and `microbatches` override
     them. A rank's bubble is the time it was blocked on receives with no compute
     running (`recv_blocked_us`) over its step window, against the ideal
-    (p−1)/(m+p−1). Without directions (device traces record none), the bubble is
+    (p−1)/(m+p−1); on a device trace (no thread to be blocked on a receive), or without directions, the bubble is
     the rank's P2P time over its window. Sends and receives are matched by
     (sender, receiver, order): `matched` counts this rank's transfers whose other
     end the peer recorded. None when no rank has P2P.
