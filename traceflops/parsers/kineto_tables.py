@@ -165,6 +165,9 @@ _BUILD = {
     "strides": _json_col,
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
+# Args only a collective carries (a point-to-point transfer's peer): read on the rows that name a collective, not on
+# every row (a map over every op and kernel cost ~80 ms a column per million rows, for a few hundred values).
+_ON_COLLECTIVES = frozenset({"p2p_src", "p2p_dst"})
 # Columns whose unread values are counted, and what those values were.
 _UNREAD = {
     _integer: "that are not 64-bit integers",
@@ -199,10 +202,14 @@ def event_table(
 
     With `warnings`, integer values that could not be read are counted per field.
     """
-    data = {}
+    data: dict[str, pl.Series] = {}
     rows = [e.args or _EMPTY_ARGS for e in events] if any(c not in _EVENT_FIELDS for c in columns) else []
     for c in columns:
-        if c in _EVENT_FIELDS:
+        at = None  # the rows `values` are of, where not every row's
+        if c in _ON_COLLECTIVES and "collective" in data:
+            at = data["collective"].is_not_null().arg_true()
+            values = tuple(attrgetter(c)(rows[i]) for i in at.to_list())  # a loop over the collectives only
+        elif c in _EVENT_FIELDS:
             values = tuple(map(attrgetter(c), events))
         else:
             values = tuple(map(attrgetter(c), rows))
@@ -210,12 +217,13 @@ def event_table(
                 old = tuple(map(attrgetter("ext_id_old"), rows))
                 if not _all_none(old):
                     values = tuple(n if n is not None else o for n, o in zip(values, old))
-        data[c] = _BUILD[c](values)
+        built = _BUILD[c](values)
         why = _UNREAD.get(_BUILD[c]) if warnings is not None else None
         if why and warnings is not None:  # values given but not read (C-level counts, no loop over the events)
             warnings.add(
-                f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", data[c].null_count() - values.count(None)
+                f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", built.null_count() - values.count(None)
             )
+        data[c] = built if at is None else null_column(len(rows), built.dtype).scatter(at, built)
     return pl.DataFrame(data)
 
 
