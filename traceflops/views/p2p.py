@@ -5,7 +5,7 @@ thread, spanning from its issue to its completion, and the issuing call
 (`c10d::send(tensors, group, dst, tag)`, `c10d::recv_(tensors, group, src, tag)`)
 records the peer's rank within the group as its third concrete input. On a
 device trace PyTorch names NCCL's transfers `send` / `recv` (`Collective name`)
-with the peer's global rank (`Dst Rank` / `Src Rank`, since about 2.4).
+with the peer's global rank (`Dst Rank` / `Src Rank`, in recent releases).
 """
 
 from __future__ import annotations
