@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceflops.core.trace import COLLECTIVE_COLUMNS, Warnings, null_column
+from traceflops.core.trace import COLLECTIVE_COLUMNS, COLLECTIVE_SCHEMA, Warnings, null_column
 from traceflops.core.vocab import MAX_RANKS
 from traceflops.parsers.kineto_events import (
     IGNORED_CATS,
@@ -165,9 +165,11 @@ _BUILD = {
     "strides": _json_col,
 }
 _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
-# Args only a collective carries (a point-to-point transfer's peer): read on the rows that name a collective, not on
-# every row (a map over every op and kernel cost ~80 ms a column per million rows, for a few hundred values).
-_ON_COLLECTIVES = frozenset({"p2p_src", "p2p_dst"})
+# A collective's parameters, which PyTorch writes together with its name (`Collective name`; torch/csrc/profiler/
+# util.cpp): read on the rows that name a collective, not on every row. A map over every op and kernel cost ~80 ms a
+# column per million rows, ten columns, for the few hundred collectives a trace holds (none in most chunks).
+_ON_COLLECTIVES = frozenset(COLLECTIVE_COLUMNS) - {"collective"}
+_DTYPE = COLLECTIVE_SCHEMA
 # Columns whose unread values are counted, and what those values were.
 _UNREAD = {
     _integer: "that are not 64-bit integers",
@@ -204,10 +206,14 @@ def event_table(
     """
     data: dict[str, pl.Series] = {}
     rows = [e.args or _EMPTY_ARGS for e in events] if any(c not in _EVENT_FIELDS for c in columns) else []
+    named: pl.Series | None = None  # the rows that name a collective, once its column is built
     for c in columns:
         at = None  # the rows `values` are of, where not every row's
-        if c in _ON_COLLECTIVES and "collective" in data:
-            at = data["collective"].is_not_null().arg_true()
+        if c in _ON_COLLECTIVES and named is not None:
+            if not len(named):  # no collective in these events (most chunks): nothing to read
+                data[c] = null_column(len(rows), _DTYPE[c])
+                continue
+            at = named
             values = tuple(attrgetter(c)(rows[i]) for i in at.to_list())  # a loop over the collectives only
         elif c in _EVENT_FIELDS:
             values = tuple(map(attrgetter(c), events))
@@ -223,7 +229,9 @@ def event_table(
             warnings.add(
                 f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", built.null_count() - values.count(None)
             )
-        data[c] = built if at is None else null_column(len(rows), built.dtype).scatter(at, built)
+        data[c] = built if at is None else null_column(len(rows), _DTYPE[c]).scatter(at, built.cast(_DTYPE[c]))
+        if c == "collective":
+            named = built.is_not_null().arg_true()
     return pl.DataFrame(data)
 
 
