@@ -148,3 +148,17 @@ def test_dlrm_all_to_alls_are_not_pipeline_transfers(shared):
         assert sendrecv.height > 0 and set(sendrecv["kind"]) == {"all_to_all"}
         assert set(c.filter(pl.col("name").str.contains("AllReduce"))["kind"]) == {"allreduce"}
     assert job_view([summarize(a) for a in runs]).pipeline is None
+
+
+def test_legacy_2021_external_ids_read_in_their_old_spelling(shared):
+    """Before 2022 Kineto spelled a device activity's and a runtime call's `External id` as `external id`; the ops
+    have the new spelling. Both are read: every device activity keeps the id the file gives it."""
+    import gzip
+
+    path = shared / "kineto" / "v100_resnet50_legacy2021.json.gz"
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    device = [e for e in events if e.get("cat") in ("Kernel", "Memset", "Memcpy") and e.get("ph") == "X"]
+    assert device and all("external id" in e["args"] and "External id" not in e["args"] for e in device)
+    a = analyze(str(path))
+    assert sorted(a.kernels["ext_id"].to_list()) == sorted(e["args"]["external id"] for e in device)

@@ -219,7 +219,7 @@ def event_table(
             values = tuple(map(attrgetter(c), events))
         else:
             values = tuple(map(attrgetter(c), rows))
-            if c == "ext_id":  # traces before 2022 spell it 'external id'
+            if c == "ext_id" and None in values:  # traces before 2022 spell it 'external id' (read where it is missing)
                 old = tuple(map(attrgetter("ext_id_old"), rows))
                 if not _all_none(old):
                     values = tuple(n if n is not None else o for n, o in zip(values, old))
