@@ -109,5 +109,5 @@ def test_p2p_peer_ranks_read_as_text_or_integers_and_the_rest_counted(tmp_path):
         b.op("record_param_comms", 10 + 50 * i, 20, **{"Collective name": "send", **extra})
     a = analyze(b.write(tmp_path / "t.json.gz"))
     sends = a.ops.filter(a.ops["name"] == "record_param_comms").sort("ts")
-    assert sends["p2p_dst"].to_list() == [3, 4, None, None, None, None, None, None]
-    assert any("'Dst Rank' values that are not ranks (read as missing) (5)" in w for w in a.warnings), a.warnings
+    assert sends["p2p_peer"].to_list() == [3, 4, None, None, None, None, None, None]
+    assert any("'Dst Rank' / 'Src Rank' values that are not ranks (read as missing) (5)" in w for w in a.warnings), a.warnings

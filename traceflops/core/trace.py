@@ -30,8 +30,8 @@ COLLECTIVE_SCHEMA: dict[str, PolarsDataType] = {
     "pg_desc": pl.Utf8,  # the group's description: `default_pg`, `mesh_tp`, ...
     "pg_ranks": pl.Utf8,  # the group's global ranks as JSON text ("[0, 1]"), as recorded
     "coll_seq": pl.Int64,  # the collective's sequence number within its group (`Seq`)
-    "p2p_src": pl.Int64,  # a receive's sender, a global rank (`Src Rank`, on NCCL's point-to-point)
-    "p2p_dst": pl.Int64,  # a send's receiver, a global rank (`Dst Rank`)
+    # a point-to-point transfer's peer, a global rank: a send's receiver (`Dst Rank`), a receive's sender (`Src Rank`)
+    "p2p_peer": pl.Int64,
 }
 
 OPS_SCHEMA: dict[str, PolarsDataType] = {

@@ -157,8 +157,7 @@ _BUILD = {
     "pg_desc": _str_col,
     "pg_ranks": _text_or_json_col,
     "coll_seq": _integer,
-    "p2p_src": _rank_col,
-    "p2p_dst": _rank_col,
+    "p2p_peer": _rank_col,
     "dims": _json_col,
     "types": _json_col,
     "concrete": _json_col,
@@ -170,14 +169,24 @@ _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
 # column per million rows, ten columns, for the few hundred collectives a trace holds (none in most chunks).
 _ON_COLLECTIVES = frozenset(COLLECTIVE_COLUMNS) - {"collective"}
 _DTYPE = COLLECTIVE_SCHEMA
+
+
+def _arg(c: str, args: Args):
+    """Column `c`'s value in one event's args; the peer is a send's `Dst Rank`, else a receive's `Src Rank` (one
+    column: a transfer has one peer)."""
+    if c == "p2p_peer":
+        return args.p2p_dst if args.p2p_dst is not None else args.p2p_src
+    return getattr(args, c)
+
+
 # Columns whose unread values are counted, and what those values were.
 _UNREAD = {
     _integer: "that are not 64-bit integers",
     _json_col: "with integers beyond 64 bits or nesting too deep",
     _rank_col: "that are not ranks",
 }
-_ARG_NAMES = {
-    f: Args.__struct_encode_fields__[i] for i, f in enumerate(Args.__struct_fields__)
+_ARG_NAMES = {f: Args.__struct_encode_fields__[i] for i, f in enumerate(Args.__struct_fields__)} | {
+    "p2p_peer": "Dst Rank' / 'Src Rank"
 }  # as the trace spells them
 _COLLECTIVE = COLLECTIVE_COLUMNS
 # What each table reads; `cat` is kept until bad rows are counted by it.
@@ -214,7 +223,7 @@ def event_table(
                 data[c] = null_column(len(rows), _DTYPE[c])
                 continue
             at = named
-            values = tuple(attrgetter(c)(rows[i]) for i in at.to_list())  # a loop over the collectives only
+            values = tuple(_arg(c, rows[i]) for i in at.to_list())  # a loop over the collectives only
         elif c in _EVENT_FIELDS:
             values = tuple(map(attrgetter(c), events))
         else:

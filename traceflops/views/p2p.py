@@ -56,7 +56,7 @@ def device_args() -> dict[str, pl.Expr]:
     return {
         "p2p": pl.when(c == "send").then(pl.lit("send")).when(c == "recv").then(pl.lit("recv")),
         "peer_local": pl.lit(None, pl.Int64),
-        "peer_global": pl.when(c == "send").then(pl.col("p2p_dst")).when(c == "recv").then(pl.col("p2p_src")),
+        "peer_global": pl.when(c.is_in(["send", "recv"])).then(pl.col("p2p_peer")),
     }
 
 
