@@ -168,7 +168,6 @@ _EVENT_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur")
 # util.cpp): read on the rows that name a collective, not on every row. A map over every op and kernel cost ~80 ms a
 # column per million rows, ten columns, for the few hundred collectives a trace holds (none in most chunks).
 _ON_COLLECTIVES = frozenset(COLLECTIVE_COLUMNS) - {"collective"}
-_DTYPE = COLLECTIVE_SCHEMA
 
 
 def _arg(c: str, args: Args):
@@ -220,7 +219,7 @@ def event_table(
         at = None  # the rows `values` are of, where not every row's
         if c in _ON_COLLECTIVES and named is not None:
             if not len(named):  # no collective in these events (most chunks): nothing to read
-                data[c] = null_column(len(rows), _DTYPE[c])
+                data[c] = null_column(len(rows), COLLECTIVE_SCHEMA[c])
                 continue
             at = named
             values = tuple(_arg(c, rows[i]) for i in at.to_list())  # a loop over the collectives only
@@ -238,7 +237,9 @@ def event_table(
             warnings.add(
                 f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", built.null_count() - values.count(None)
             )
-        data[c] = built if at is None else null_column(len(rows), _DTYPE[c]).scatter(at, built.cast(_DTYPE[c]))
+        if at is not None:  # the collectives' values, in place among the other rows' nulls
+            built = null_column(len(rows), COLLECTIVE_SCHEMA[c]).scatter(at, built.cast(COLLECTIVE_SCHEMA[c]))
+        data[c] = built
         if c == "collective":
             named = built.is_not_null().arg_true()
     return pl.DataFrame(data)

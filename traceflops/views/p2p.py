@@ -54,8 +54,8 @@ def device_args() -> dict[str, pl.Expr]:
     receive: torch/csrc/profiler/util.cpp); null where it records neither (an older PyTorch)."""
     c = pl.col("collective")
     return {
-        "p2p": pl.when(c == "send").then(pl.lit("send")).when(c == "recv").then(pl.lit("recv")),
-        "peer_local": pl.lit(None, pl.Int64),
+        "p2p": pl.when(c.is_in(["send", "recv"])).then(c),
+        "peer_local": pl.lit(None, pl.Int64),  # `keyed` maps a group-local peer; this one is global already
         "peer_global": pl.when(c.is_in(["send", "recv"])).then(pl.col("p2p_peer")),
     }
 
