@@ -96,6 +96,34 @@ def test_dlrm_eight_ranks(shared):
     assert j.steps["slowest_rank"][0] == j.ranks.sort("wall_us")["rank"][-1]
 
 
+def test_dlrm_message_sizes_are_its_calls_inputs(shared):
+    """DLRM's PyTorch recorded no `In msg nelems`: each collective's message is its `nccl:*` call's input tensor,
+    counted here from the raw files (elements x bytes of the recorded type), the k-th call of every rank being the
+    k-th collective of the group; bus bandwidth is nccl-tests' (algorithm bandwidth x 2(n-1)/n for an all-reduce,
+    (n-1)/n for an all-to-all)."""
+    import gzip
+    import json
+    import math
+
+    files = sorted((shared / "kineto" / "dlrm_8rank").glob("rank*.json.gz"))
+    size = {"float": 4, "int": 4, "long int": 8}
+    by_seq: dict[int, int] = {}
+    for f in files:
+        calls = sorted((e["ts"], e["args"]) for e in json.load(gzip.open(f))["traceEvents"]
+                       if str(e.get("name", "")).startswith("nccl:"))
+        for seq, (_, args) in enumerate(calls):
+            (dims,), (dtype,) = args["Input Dims"], args["Input type"]
+            by_seq[seq] = max(by_seq.get(seq, 0), math.prod(dims) * size[dtype])
+    j = job_view([summarize(analyze(str(f))) for f in files])
+    c = j.collectives.sort("seq")
+    assert dict(zip(c["seq"], c["bytes"])) == by_seq and len(by_seq) == 8
+    assert not any("record no message size" in w for w in j.warnings)
+    n = 8
+    for kind, b, t, bus in c.select("kind", "bytes", "transfer_us", "busbw_gbps").iter_rows():
+        factor = 2 * (n - 1) / n if kind == "allreduce" else (n - 1) / n
+        assert bus == pytest.approx(b / (t * 1e-6) / 1e9 * factor)
+
+
 def test_bus_bandwidth_against_nvlink(job):
     """H100 SXM: NVLink 900 GB/s both directions together, 450 GB/s each way (NVIDIA datasheet)."""
     c = job.collectives
@@ -104,7 +132,7 @@ def test_bus_bandwidth_against_nvlink(job):
 
 def test_dlrm_terminal_job_view(shared):
     """The job view a user reads: labelled trace-derived MFU, ranks, slowest rank per step,
-    collectives with skew, and a warning that all-reduce sizes are not recorded."""
+    collectives with skew and bus bandwidth (sizes from the calls' input shapes: no size is missing)."""
     from click.testing import CliRunner
 
     from traceflops.cli.main import main
@@ -115,4 +143,4 @@ def test_dlrm_terminal_job_view(shared):
     assert "model FLOPs from the trace" in out and "MFU" in out and "HFU" in out
     for title in ("Ranks", "Job steps", "slowest rank", "Collectives", "skew"):
         assert title in out, title
-    assert "record no message size" in out
+    assert "record no message size" not in out and "busbw" in out

@@ -373,3 +373,62 @@ def test_a_device_pipeline_without_recorded_peers_keeps_its_directions_only(tmp_
     p = job_view([summarize(a) for a in runs]).pipeline
     assert set(p["sends"]) == set(p["recvs"]) == {2} and p["stage"].null_count() == p.height
     assert set(p["matched"]) == {0} and p["ideal_bubble"].null_count() == p.height
+
+
+def _old_nccl_rank(tmp_path, pg_config: bool) -> str:
+    """One rank of a 4-rank NCCL job recorded by a PyTorch without `In msg nelems` (the shared DLRM traces' form): each
+    collective's sizes are only in its `nccl:*` call's Input Dims, which are the collective's input tensors."""
+    smaller = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]},
+               {"pg_name": "1", "pg_desc": "mesh_tp", "pg_size": 2, "ranks": [0, 1]}]
+    b = Builder(distributed={"backend": "nccl", "rank": 0, "world_size": 4, **({"pg_config": smaller} if pg_config else {})})
+    b.annotation("ProfilerStep#0", 0, 3000)
+    calls = [  # name, Input Dims, Input type, kernel
+        ("nccl:all_reduce", [[1000, 3]], ["float"], "ncclKernel_AllReduce_RING_LL_Sum_float"),
+        ("nccl:_all_gather_base", [[250]], ["c10::BFloat16"], "ncclKernel_AllGather_RING_LL_Sum_int8_t"),
+        ("nccl:all_to_all", [[96]], ["long int"], "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"),
+        ("nccl:all_reduce", [[8], [8]], ["float", "float"], "ncclKernel_AllReduce_RING_LL_Sum_float"),  # coalesced
+    ]
+    for i, (name, dims, types, kernel) in enumerate(calls):
+        t = 100 + 500 * i
+        b.op(name, t, 50, cat="user_annotation", **{"Input Dims": dims, "Input type": types})
+        b.op("record_param_comms", t + 5, 40, **{"Input Dims": [[], []], "Input type": ["TensorList", "Scalar"]})
+        b.kernel(kernel, t + 10, t + 100, 60, stream=21)
+    # a collective that records its own sizes keeps them, whatever its call's shapes say
+    b.op("nccl:all_reduce", 2500, 50, cat="user_annotation", **{"Input Dims": [[7]], "Input type": ["float"]})
+    b.op("record_param_comms", 2505, 40, **{"Collective name": "allreduce", "In msg nelems": 5, "Out msg nelems": 5,
+                                            "dtype": "Float", "Process Group Name": "0"})
+    b.kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 2510, 2600, 60, stream=21)
+    return b.write(tmp_path / f"rank0_{pg_config}.json.gz")
+
+
+@pytest.mark.parametrize("pg_config", [False, True], ids=["world_only", "a_smaller_group"])
+def test_an_old_traces_message_sizes_come_from_its_calls_input(tmp_path, pg_config):
+    """Bytes by hand from the call's input: an all-reduce's 1000 x 3 floats, an all-to-all's 96 longs; an all-gather's
+    250 bf16 are one rank's share of the world's 4 (its message is 4 x 250 x 2 bytes), unknown where the rank is in a
+    smaller group too (the all-gather names no group); a call of two tensors (coalesced) is unknown, not one of them;
+    a recorded size wins over the call's shapes."""
+    c = collectives(analyze(_old_nccl_rank(tmp_path, pg_config))).sort("ts")
+    assert c["kind"].to_list() == ["allreduce", "allgather", "all_to_all", "allreduce", "allreduce"]
+    gathered = None if pg_config else 4 * 250 * 2
+    assert c["bytes"].to_list() == [1000 * 3 * 4, gathered, 96 * 8, None, 5 * 4]
+
+
+@pytest.mark.parametrize("dims, types, expected", [
+    ('[[4, 5]]', '["float"]', (20, "float")),
+    ('[[], [6], []]', '["Scalar", "c10::Half", ""]', (6, "c10::Half")),
+    ('[[6]]', None, (6, None)),
+    ('[[2], [3]]', '["float", "float"]', (None, None)),  # two tensors: which is the message is not told
+    ('[[[2], [3]]]', '["TensorList"]', (None, None)),  # a tensor list
+    ('[[-4]]', '["float"]', (None, None)),
+    ('[[true, 2]]', '["float"]', (None, None)),
+    ('[[4294967296, 4294967296]]', '["float"]', (None, None)),  # 2^64 elements: no device holds it
+    ('[[1.5]]', '["float"]', (None, None)),
+    ('{"a": 1}', '["float"]', (None, None)),
+    ('[[4]]', '[7]', (4, None)),
+    ('not json', '["float"]', (None, None)),
+    (None, None, (None, None)),
+])
+def test_a_calls_input_is_one_plausible_tensor_or_unknown(dims, types, expected):
+    from traceflops.views.collectives import call_payload
+
+    assert call_payload(dims, types) == expected

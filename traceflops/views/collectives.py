@@ -10,6 +10,8 @@ order pg_config lists them (see `thread_groups`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import orjson
 import polars as pl
@@ -141,15 +143,43 @@ def member_groups(a: Analysis) -> list[dict]:
     ]
 
 
+# Past this many elements a recorded shape is not a tensor any device holds (and would overflow an Int64 of bytes).
+_MAX_ELEMENTS = 1 << 48
+
+
 def _tensor_sizes(dims) -> list[int]:
-    """Elements of each tensor operand in recorded Input Dims (a tensor list counts as one operand, summed)."""
+    """Elements of each tensor operand in recorded Input Dims (a tensor list counts as one operand, summed); a shape
+    of negative, boolean or implausibly many elements is skipped."""
     out = []
     for d in dims if isinstance(dims, list) else []:
-        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
-            out.append(int(np.prod(d)))
+        if isinstance(d, list) and d and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d):
+            n = math.prod(d)
+            if n <= _MAX_ELEMENTS:
+                out.append(n)
         elif isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             out.append(sum(_tensor_sizes(d)))
     return out
+
+
+def call_payload(dims: str | None, types: str | None) -> tuple[int | None, str | None]:
+    """A device collective's input (elements, dtype) from the `nccl:*` call it ran under, for traces whose collectives
+    record no message size (PyTorch before `In msg nelems`). ProcessGroupNCCL gives that call's record function the
+    collective's input tensors as its inputs (c10d `Work`'s constructor, fed by `initWork`), so the call's Input Dims
+    are the input's shape. Exactly one tensor operand is read; several (a coalesced call) are left unknown."""
+    try:
+        shapes = orjson.loads(dims) if dims else None
+        names = orjson.loads(types) if types else None
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(shapes, list):
+        return None, None
+    tensors = [i for i, d in enumerate(shapes) if isinstance(d, list) and d]
+    sizes = _tensor_sizes([shapes[i] for i in tensors])
+    if len(tensors) != 1 or len(sizes) != 1 or isinstance(shapes[tensors[0]][0], list):
+        return None, None
+    i = tensors[0]
+    dtype = names[i] if isinstance(names, list) and i < len(names) and isinstance(names[i], str) else None
+    return sizes[0], dtype
 
 
 # A group's threads are created one after another: threads a few ids apart are one group's, a larger step is
@@ -248,6 +278,13 @@ def _host_groups(a: Analysis, w: pl.DataFrame, calls: list, call_dims: list) -> 
     return [inline_group if nested else of_thread.get(t) for t, nested in zip(tids, inline)]
 
 
+def untold_group_size(a: Analysis) -> int | None:
+    """The size of a collective's group where the trace does not tell the group: the world's, unless this rank is in
+    a smaller group too (then the collective may be that group's: its size is unknown, not the world's)."""
+    world = a.meta.get("world_size")
+    return None if any(g["size"] != world for g in member_groups(a)) else world
+
+
 def _tid_number(t) -> int:
     try:
         return int(t)
@@ -276,9 +313,7 @@ def host_work(a: Analysis) -> pl.DataFrame:
         nelems.append(max(sizes) if sizes else None)
         dtype.append(t[0] if isinstance(t, list) and t and isinstance(t[0], str) else None)
     group = _host_groups(a, w, calls, call_dims)
-    world = a.meta.get("world_size")
-    if any(g["size"] != world for g in member_groups(a)):
-        world = None  # a work whose group is not told may be in a smaller group: its size is unknown, not the world's
+    world = untold_group_size(a)
     return w.with_columns(
         collective=pl.col("name").str.replace(HOST_COMM_WORK_RE, ""),
         in_nelems=pl.Series(nelems, dtype=pl.Int64),
@@ -339,7 +374,9 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
         caller = nearest(parent, name_matches(a.ops["name"], NCCL_CALL_RE).to_numpy())
         up = np.where(rows >= 0, caller[np.maximum(rows, 0)], -1)
         called = a.ops["name"][np.maximum(up, 0)]
-        k = k.with_columns(_called=pl.when(pl.Series(up >= 0)).then(called), **p2p.device_args())
+        k = k.with_columns(
+            _called=pl.when(pl.Series(up >= 0)).then(called), **p2p.device_args(), **_call_sizes(k, a, up)
+        )
     k = p2p.keyed(_from_config(k, a), a)
     # What the collective was, from the most to the least direct record: the name PyTorch recorded for it, the call it
     # ran under, the kernel's (or the CPU work's) own name.
@@ -349,10 +386,12 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
         "call_kind" in k.columns
     ):  # the collective the issuing call asked for (gloo runs a reduce-scatter as an all-reduce)
         kind = pl.coalesce("call_kind", kind)
+    k = k.with_columns(kind=kind)
+    if "_call_nelems" in k.columns:
+        k = _sized_by_call(k, a)
     dtypes = k["coll_dtype"].drop_nulls().unique().to_list() if k.height else []
     k = (
         k.with_columns(
-            kind=kind,
             pg=pl.col("pg_name").fill_null("?"),
             end=pl.col("ts") + pl.col("dur"),
             elem_bytes=pl.col("coll_dtype").replace_strict(
@@ -390,6 +429,37 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
     )
     phase = pl.col("phase") if "phase" in k.columns else pl.lit(None, pl.Utf8)
     return k.select(*COLUMNS[:12], ranks.alias("group_ranks"), phase.alias("phase"), *shares, *p2p.P2P_COLUMNS, *issuer)
+
+
+def _call_sizes(k: pl.DataFrame, a: Analysis, up: np.ndarray) -> dict[str, pl.Series]:
+    """Each collective kernel that records no message size, the input of the `nccl:*` call it ran under (row `up`,
+    -1 for none) as `_call_nelems` and `_call_dtype` (`call_payload`); null elsewhere."""
+    unsized = (k["in_nelems"].is_null() & k["out_nelems"].is_null()).to_numpy() & (up >= 0)
+    callers = np.unique(up[unsized])
+    got = [
+        call_payload(d, t)
+        for d, t in zip(a.ops["dims"].gather(callers).to_list(), a.ops["types"].gather(callers).to_list())
+    ]
+    at = pl.Series(np.where(unsized, up, -1))
+    rows = callers.tolist()
+    return {
+        "_call_nelems": at.replace_strict(rows, [n for n, _ in got], default=None, return_dtype=pl.Int64),
+        "_call_dtype": at.replace_strict(rows, [t for _, t in got], default=None, return_dtype=pl.Utf8),
+    }
+
+
+def _sized_by_call(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
+    """Message sizes from the calls' inputs where the collective records none: an all-gather's input is one rank's
+    share, so its message is that times the group's size (its recorded group's, else the world's where no group of
+    this rank is smaller; unknown otherwise); every other kind's message is its input (an all-to-all's whole send
+    buffer, a reduce-scatter's whole input)."""
+    size = pl.coalesce("group_size", pl.lit(untold_group_size(a), pl.Int64))
+    gathered = (pl.col("kind") == "allgather").fill_null(False)
+    return k.with_columns(
+        in_nelems=pl.coalesce("in_nelems", pl.when(~gathered | size.is_not_null()).then("_call_nelems")),
+        out_nelems=pl.coalesce("out_nelems", pl.when(gathered).then(pl.col("_call_nelems") * size)),
+        coll_dtype=pl.coalesce("coll_dtype", "_call_dtype"),
+    )
 
 
 def ranks_text(v: str) -> str | None:
