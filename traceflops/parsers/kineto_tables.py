@@ -184,9 +184,10 @@ _UNREAD = {
     _json_col: "with integers beyond 64 bits or nesting too deep",
     _rank_col: "that are not ranks",
 }
-_ARG_NAMES = {f: Args.__struct_encode_fields__[i] for i, f in enumerate(Args.__struct_fields__)} | {
-    "p2p_peer": "Dst Rank' / 'Src Rank"
-}  # as the trace spells them
+# Each column's args as the trace spells them, quoted for a warning (a transfer's peer is read from either of two).
+_ARG_NAMES = {f: f"'{Args.__struct_encode_fields__[i]}'" for i, f in enumerate(Args.__struct_fields__)} | {
+    "p2p_peer": "'Dst Rank' / 'Src Rank'"
+}
 _COLLECTIVE = COLLECTIVE_COLUMNS
 # What each table reads; `cat` is kept until bad rows are counted by it.
 _COLUMNS = {
@@ -235,7 +236,7 @@ def event_table(
         why = _UNREAD.get(_BUILD[c]) if warnings is not None else None
         if why and warnings is not None:  # values given but not read (C-level counts, no loop over the events)
             warnings.add(
-                f"'{_ARG_NAMES.get(c, c)}' values {why} (read as missing)", built.null_count() - values.count(None)
+                f"{_ARG_NAMES.get(c, repr(c))} values {why} (read as missing)", built.null_count() - values.count(None)
             )
         if at is not None:  # the collectives' values, in place among the other rows' nulls
             built = null_column(len(rows), COLLECTIVE_SCHEMA[c]).scatter(at, built.cast(COLLECTIVE_SCHEMA[c]))
