@@ -150,6 +150,27 @@ def test_dlrm_all_to_alls_are_not_pipeline_transfers(shared):
     assert job_view([summarize(a) for a in runs]).pipeline is None
 
 
+def test_symmetric_memory_all_reduces_move_their_ops_input(shared):
+    """vLLM on B200 all-reduces through `symm_mem::multimem_all_reduce_` (no NCCL, no recorded message size): each
+    of its 73 kernels moves its op's one input tensor, counted from the raw file as elements x 2 bytes (bf16)."""
+    import gzip
+
+    from traceflops.views.collectives import collectives
+
+    path = shared / "kineto" / "b200_inference_rank0.json.gz"
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    by_hand = []
+    for e in events:
+        if e.get("name") == "symm_mem::multimem_all_reduce_":
+            (n,), *_ = e["args"]["Input Dims"]
+            assert e["args"]["Input type"][0] == "c10::BFloat16"
+            by_hand.append(n * 2)
+    c = collectives(analyze(str(path))).filter(pl.col("name").str.contains("multimem_all_reduce"))
+    assert len(by_hand) == c.height == 73
+    assert sorted(c["bytes"]) == sorted(by_hand) and set(c["kind"]) == {"allreduce"}
+
+
 def test_legacy_2021_external_ids_read_in_their_old_spelling(shared):
     """Before 2022 Kineto spelled a device activity's and a runtime call's `External id` as `external id`; the ops
     have the new spelling. Both are read: every device activity keeps the id the file gives it."""

@@ -49,10 +49,11 @@ KIND_RE = [
     ("scatter", r"(?i)^(nccl:)?scatter$"),
     ("sendrecv", P2P_RE),
 ]
-# The call a device collective ran under, as the profiler names ProcessGroupNCCL's (`nccl:all_to_all`, `nccl:send`):
-# what the kernel was for where its own args and its `record_param_comms` name no collective (an all-to-all runs as
-# SendRecv kernels).
-NCCL_CALL_RE = r"^nccl:"
+# The call a device collective ran under, as the profiler names ProcessGroupNCCL's (`nccl:all_to_all`, `nccl:send`)
+# and PyTorch's symmetric-memory collectives (`symm_mem::multimem_all_reduce_`, vLLM's all-reduce on B200): what the
+# kernel was for where its own args and its `record_param_comms` name no collective (an all-to-all runs as SendRecv
+# kernels), and what it moved where nothing records a message size.
+COLLECTIVE_CALL_RE = r"^(nccl:|symm_mem::)"
 
 
 def kind_of(text: pl.Expr) -> pl.Expr:
@@ -162,10 +163,11 @@ def _tensor_sizes(dims) -> list[int]:
 
 
 def call_payload(dims: str | None, types: str | None) -> tuple[int | None, str | None]:
-    """A device collective's input (elements, dtype) from the `nccl:*` call it ran under, for traces whose collectives
-    record no message size (PyTorch before `In msg nelems`). ProcessGroupNCCL gives that call's record function the
-    collective's input tensors as its inputs (c10d `Work`'s constructor, fed by `initWork`), so the call's Input Dims
-    are the input's shape. Exactly one tensor operand is read; several (a coalesced call) are left unknown."""
+    """A device collective's input (elements, dtype) from the call it ran under, where the collective records no
+    message size. ProcessGroupNCCL gives its `nccl:*` call's record function the collective's input tensors as its
+    inputs (c10d `Work`'s constructor, fed by `initWork`; PyTorch before `In msg nelems` records nothing else), and a
+    `symm_mem::` all-reduce op takes its input as its one tensor argument. Exactly one tensor operand is read; several
+    (a coalesced call, an all-gather into an output) are left unknown."""
     try:
         shapes = orjson.loads(dims) if dims else None
         names = orjson.loads(types) if types else None
@@ -371,7 +373,7 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
             [pl.when(pl.Series(src >= 0)).then(pl.col(c)).alias(c) for c in cols]
         )
         k = k.with_columns([pl.coalesce(k[c], from_op[c]).alias(c) for c in cols])
-        caller = nearest(parent, name_matches(a.ops["name"], NCCL_CALL_RE).to_numpy())
+        caller = nearest(parent, name_matches(a.ops["name"], COLLECTIVE_CALL_RE).to_numpy())
         up = np.where(rows >= 0, caller[np.maximum(rows, 0)], -1)
         called = a.ops["name"][np.maximum(up, 0)]
         k = k.with_columns(
