@@ -434,19 +434,25 @@ def collectives(a: Analysis, with_issuer: bool = False) -> pl.DataFrame:
 
 
 def _call_sizes(k: pl.DataFrame, a: Analysis, up: np.ndarray) -> dict[str, pl.Series]:
-    """Each collective kernel that records no message size, the input of the `nccl:*` call it ran under (row `up`,
-    -1 for none) as `_call_nelems` and `_call_dtype` (`call_payload`); null elsewhere."""
+    """Each collective kernel that records no message size, the input of the call it ran under (row `up`, -1 for
+    none) as `_call_nelems` and `_call_dtype` (`call_payload`, once per distinct recorded shape); null elsewhere."""
     unsized = (k["in_nelems"].is_null() & k["out_nelems"].is_null()).to_numpy() & (up >= 0)
-    callers = np.unique(up[unsized])
-    got = [
-        call_payload(d, t)
-        for d, t in zip(a.ops["dims"].gather(callers).to_list(), a.ops["types"].gather(callers).to_list())
-    ]
+    rows = np.unique(up[unsized])
+    calls = pl.DataFrame({"row": rows, "dims": a.ops["dims"].gather(rows), "types": a.ops["types"].gather(rows)})
+    calls = calls.filter(pl.col("dims").is_not_null())  # shapes not recorded: nothing to read
+    shapes = calls.select("dims", "types").unique()
+    got = [call_payload(d, t) for d, t in shapes.iter_rows()]
+    sized = calls.join(
+        shapes.with_columns(
+            n=pl.Series([n for n, _ in got], dtype=pl.Int64), t=pl.Series([t for _, t in got], dtype=pl.Utf8)
+        ),
+        on=["dims", "types"],
+        nulls_equal=True,
+    )
     at = pl.Series(np.where(unsized, up, -1))
-    rows = callers.tolist()
     return {
-        "_call_nelems": at.replace_strict(rows, [n for n, _ in got], default=None, return_dtype=pl.Int64),
-        "_call_dtype": at.replace_strict(rows, [t for _, t in got], default=None, return_dtype=pl.Utf8),
+        "_call_nelems": at.replace_strict(sized["row"], sized["n"], default=None, return_dtype=pl.Int64),
+        "_call_dtype": at.replace_strict(sized["row"], sized["t"], default=None, return_dtype=pl.Utf8),
     }
 
 
