@@ -432,3 +432,13 @@ def test_a_calls_input_is_one_plausible_tensor_or_unknown(dims, types, expected)
     from traceflops.views.collectives import call_payload
 
     assert call_payload(dims, types) == expected
+
+
+def test_a_job_says_how_many_collectives_have_no_size_and_how_to_record_it(tmp_path):
+    """The all-to-all of an older PyTorch whose call recorded no shapes has no size (the send has its own): one of the
+    job's two matched collectives, and the warning says what to record."""
+    runs = [analyze(_nccl_rank(tmp_path, r, old_all_to_all=True)) for r in (0, 1)]
+    j = job_view([summarize(a) for a in runs])
+    assert j.collectives.height == 2 and j.collectives["bytes"].null_count() == 1
+    (w,) = [w for w in j.warnings if "no message size" in w]
+    assert w.startswith("1 matched collectives") and "record_shapes=True" in w

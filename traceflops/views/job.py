@@ -271,7 +271,7 @@ def job_view(
     if coll.height and coll["bytes"].null_count():
         warnings.append(
             f"{coll['bytes'].null_count()} matched collectives record no message size: their bandwidth is null "
-            "(record_param_comms args appear with newer PyTorch)"
+            "(a recent PyTorch records it; an older one records the call's input shape with record_shapes=True)"
         )
     if m.height == 0 and len(summaries) > 1:
         warnings.append("no collective matched across ranks: clocks not aligned, arrival skew unknown")
