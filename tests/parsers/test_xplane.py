@@ -377,6 +377,26 @@ def test_te_fused_attention_is_matmul_with_flops_from_shapes(shared):
     assert set(got.filter(pl.col("name").str.contains("backward"))["phase"]) == {"backward"}
 
 
+def test_tpu_collectives_kind_against_xprof_hlo_stats(shared, tmp_path):
+    """XLA names its collectives by HLO opcode, with dashes (`all-reduce`): xprof's hlo_stats puts the TPU profile's
+    12 executions in category `all-reduce`, and the collectives here are those 12, of kind allreduce (a name read
+    for PyTorch's spellings alone gave them no kind)."""
+    from traceflops.run.load import analyze
+    from traceflops.views.collectives import collectives
+
+    src = shared / "xplane" / "tpu_v6e_inference.xplane.pb"
+    rows = _xprof_hlo_stats(src, tmp_path)
+    by_category: dict[str, int] = {}
+    for row in rows:
+        by_category[row["category"]] = by_category.get(row["category"], 0) + int(row["occurrences"])
+    kinds = {"all-reduce": "allreduce", "all-gather": "allgather", "reduce-scatter": "reduce_scatter",
+             "all-to-all": "all_to_all"}
+    want = {kinds[c]: n for c, n in by_category.items() if c in kinds}
+    assert want == {"allreduce": 12}
+    c = collectives(analyze(str(src)))
+    assert dict(c.group_by("kind").len().iter_rows()) == want
+
+
 def test_mi300_gemm_against_xprof_hlo_stats(shared, tmp_path):
     """Peer check with xprof's hlo_stats tool (pip install tensorboard-plugin-profile), on a copy.
 

@@ -312,7 +312,8 @@ def test_nccl_send_recv_and_all_to_all_kinds(tmp_path, old_all_to_all):
 
 
 def test_collective_names_map_to_their_kinds():
-    """The names PyTorch records (ProcessGroupNCCL's collective names and its `nccl:*` calls) and NCCL's kernels."""
+    """The names PyTorch records (ProcessGroupNCCL's collective names and its `nccl:*` calls), NCCL's kernels and XLA's
+    collective opcodes."""
     from traceflops.views.collectives import kind_of
 
     want = {
@@ -326,6 +327,11 @@ def test_collective_names_map_to_their_kinds():
         "reduce": "reduce", "nccl:reduce": "reduce", "ncclDevKernel_Reduce_Sum_f32_RING_LL": "reduce",
         "ncclKernel_ReduceScatter_RING_LL_Sum_float": "reduce_scatter",
         "barrier": None, "coalesced": None, "sendfile": None, "reduced": None,
+        # XLA's HLO opcodes, async ones as -start ... -done
+        "all-reduce": "allreduce", "all-reduce-start": "allreduce", "all-gather-done": "allgather",
+        "reduce-scatter": "reduce_scatter", "all-to-all": "all_to_all", "ragged-all-to-all": "all_to_all",
+        "collective-broadcast": "broadcast", "collective-permute-start": "collective_permute",
+        "recv-done": "sendrecv", "send-start": "sendrecv", "copy-start": None,
     }
     got = pl.DataFrame({"n": list(want)}).select(kind_of(pl.col("n")))[:, 0].to_list()
     assert dict(zip(want, got)) == want

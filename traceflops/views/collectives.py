@@ -31,17 +31,24 @@ from traceflops.views import p2p
 
 # A point-to-point transfer by its kernel (NCCL's SendRecv, Send, Recv), its CPU work (`gloo:send`), the collective
 # name PyTorch records for it (`send`, `recv`) or the call the kernel ran under (`nccl:send`, `nccl:recv`).
+# XLA's send and recv (HLO opcodes, async as `send-start` ... `send-done`) are point-to-point too.
 P2P_RE = (
-    r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)|^(gloo:|nccl:)?(send|recv)(_any_source)?$"
+    r"(?i)sendrecv|send_recv|ncclDevKernel_(Send|Recv)|ncclKernel_(Send|Recv)|"
+    r"^(gloo:|nccl:)?(send|recv)(_any_source|-start|-done)?$"
 )
 
 
+# PyTorch's names (`all_reduce`, `allgather`) and XLA's HLO opcodes (`all-reduce`, `ragged-all-to-all`,
+# `collective-broadcast`, each async as `-start` ... `-done`).
 KIND_RE = [
-    ("allreduce", r"(?i)all_?reduce"),
-    ("allgather", r"(?i)all_?gather"),
-    ("reduce_scatter", r"(?i)reduce_?scatter"),
-    ("all_to_all", r"(?i)all_?to_?all"),
+    ("allreduce", r"(?i)all[_-]?reduce"),
+    ("allgather", r"(?i)all[_-]?gather"),
+    ("reduce_scatter", r"(?i)reduce[_-]?scatter"),
+    ("all_to_all", r"(?i)all[_-]?to[_-]?all"),
     ("broadcast", r"(?i)broadcast"),
+    # XLA's collective-permute: each device sends its buffer to one peer and receives one (JAX's ppermute: ring
+    # attention, pipelines); a kind of its own, as a pipeline's transfers are told by their send and recv
+    ("collective_permute", r"(?i)^collective-permute"),
     ("reduce", r"(?i)^(nccl:)?reduce$|nccl(Dev)?Kernel_Reduce_"),  # dist.reduce: to one rank (not ReduceScatter)
     # gather and scatter run as NCCL send/recv kernels: named by what was asked, so they are not taken for a pipeline's
     # transfers
