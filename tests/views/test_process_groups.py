@@ -393,6 +393,7 @@ def _old_nccl_rank(tmp_path, pg_config: bool) -> str:
         ("nccl:_all_gather_base", [[250]], ["c10::BFloat16"], "ncclKernel_AllGather_RING_LL_Sum_int8_t"),
         ("nccl:all_to_all", [[96]], ["long int"], "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"),
         ("nccl:all_reduce", [[8], [8]], ["float", "float"], "ncclKernel_AllReduce_RING_LL_Sum_float"),  # coalesced
+        ("nccl:gather", [[64]], ["float"], "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"),  # root and others differ
     ]
     for i, (name, dims, types, kernel) in enumerate(calls):
         t = 100 + 500 * i
@@ -400,10 +401,10 @@ def _old_nccl_rank(tmp_path, pg_config: bool) -> str:
         b.op("record_param_comms", t + 5, 40, **{"Input Dims": [[], []], "Input type": ["TensorList", "Scalar"]})
         b.kernel(kernel, t + 10, t + 100, 60, stream=21)
     # a collective that records its own sizes keeps them, whatever its call's shapes say
-    b.op("nccl:all_reduce", 2500, 50, cat="user_annotation", **{"Input Dims": [[7]], "Input type": ["float"]})
-    b.op("record_param_comms", 2505, 40, **{"Collective name": "allreduce", "In msg nelems": 5, "Out msg nelems": 5,
+    b.op("nccl:all_reduce", 2600, 50, cat="user_annotation", **{"Input Dims": [[7]], "Input type": ["float"]})
+    b.op("record_param_comms", 2605, 40, **{"Collective name": "allreduce", "In msg nelems": 5, "Out msg nelems": 5,
                                             "dtype": "Float", "Process Group Name": "0"})
-    b.kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 2510, 2600, 60, stream=21)
+    b.kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 2610, 2700, 60, stream=21)
     return b.write(tmp_path / f"rank0_{pg_config}.json.gz")
 
 
@@ -411,12 +412,12 @@ def _old_nccl_rank(tmp_path, pg_config: bool) -> str:
 def test_an_old_traces_message_sizes_come_from_its_calls_input(tmp_path, pg_config):
     """Bytes by hand from the call's input: an all-reduce's 1000 x 3 floats, an all-to-all's 96 longs; an all-gather's
     250 bf16 are one rank's share of the world's 4 (its message is 4 x 250 x 2 bytes), unknown where the rank is in a
-    smaller group too (the all-gather names no group); a call of two tensors (coalesced) is unknown, not one of them;
-    a recorded size wins over the call's shapes."""
+    smaller group too (the all-gather names no group); a call of two tensors (coalesced) is unknown, not one of them,
+    and so is a gather's (its input is not its message); a recorded size wins over the call's shapes."""
     c = collectives(analyze(_old_nccl_rank(tmp_path, pg_config))).sort("ts")
-    assert c["kind"].to_list() == ["allreduce", "allgather", "all_to_all", "allreduce", "allreduce"]
+    assert c["kind"].to_list() == ["allreduce", "allgather", "all_to_all", "allreduce", "gather", "allreduce"]
     gathered = None if pg_config else 4 * 250 * 2
-    assert c["bytes"].to_list() == [1000 * 3 * 4, gathered, 96 * 8, None, 5 * 4]
+    assert c["bytes"].to_list() == [1000 * 3 * 4, gathered, 96 * 8, None, None, 5 * 4]
 
 
 @pytest.mark.parametrize("dims, types, expected", [

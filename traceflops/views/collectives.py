@@ -463,15 +463,29 @@ def _call_sizes(k: pl.DataFrame, a: Analysis, up: np.ndarray) -> dict[str, pl.Se
     }
 
 
+# Kinds whose message is the call's input tensor: a reduce-scatter's whole input, an all-to-all's whole send buffer,
+# a transfer's tensor. An all-gather's input is one rank's share; a gather's or scatter's input differs between the
+# root and the others, and a collective of no known kind has no known message: those are not read from the input.
+_MESSAGE_IS_INPUT = (
+    "allreduce",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "sendrecv",
+    "collective_permute",
+)
+
+
 def _sized_by_call(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
-    """Message sizes from the calls' inputs where the collective records none: an all-gather's input is one rank's
-    share, so its message is that times the group's size (its recorded group's, else the world's where no group of
-    this rank is smaller; unknown otherwise); every other kind's message is its input (an all-to-all's whole send
-    buffer, a reduce-scatter's whole input)."""
+    """Message sizes from the calls' inputs where the collective records none: the input for the kinds whose
+    message it is (`_MESSAGE_IS_INPUT`), an all-gather's input times its group's size (its recorded group's, else the
+    world's where no group of this rank is smaller; unknown otherwise), no size for any other kind."""
     size = pl.coalesce("group_size", pl.lit(untold_group_size(a), pl.Int64))
     gathered = (pl.col("kind") == "allgather").fill_null(False)
+    whole = pl.col("kind").is_in(_MESSAGE_IS_INPUT).fill_null(False)
     return k.with_columns(
-        in_nelems=pl.coalesce("in_nelems", pl.when(~gathered | size.is_not_null()).then("_call_nelems")),
+        in_nelems=pl.coalesce("in_nelems", pl.when(whole | (gathered & size.is_not_null())).then("_call_nelems")),
         out_nelems=pl.coalesce("out_nelems", pl.when(gathered).then(pl.col("_call_nelems") * size)),
         coll_dtype=pl.coalesce("coll_dtype", "_call_dtype"),
     )
