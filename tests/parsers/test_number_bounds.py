@@ -111,3 +111,28 @@ def test_p2p_peer_ranks_read_as_text_or_integers_and_the_rest_counted(tmp_path):
     sends = a.ops.filter(a.ops["name"] == "record_param_comms").sort("ts")
     assert sends["p2p_peer"].to_list() == [3, 4, None, None, None, None, None, None]
     assert any("'Dst Rank' / 'Src Rank' values that are not ranks (read as missing) (5)" in w for w in a.warnings), a.warnings
+
+
+def test_message_sizes_and_group_sizes_beyond_any_job_are_counted_not_multiplied(tmp_path):
+    """A collective's `In msg nelems` / `Out msg nelems` past 2^48 elements (or negative) and a `Group size` outside
+    1..2^24 are read as missing and counted: no byte count can wrap (2^62 elements of 8 bytes wrapped to 0 bytes,
+    and -3 elements gave -24)."""
+    from tests.builders import Builder
+    from traceflops.views.collectives import collectives
+
+    b = Builder()
+    b.annotation("ProfilerStep#0", 0, 2000)
+    given = [(1000, 1000, 4), (1 << 62, 5, 4), (-3, None, 0), (7, 1 << 49, 1 << 30)]
+    for i, (n_in, n_out, size) in enumerate(given):
+        args = {"Collective name": "allreduce", "In msg nelems": n_in, "dtype": "Long", "Group size": size,
+                **({} if n_out is None else {"Out msg nelems": n_out})}
+        b.kernel("ncclDevKernel_AllReduce_Sum_i64_RING_LL", 10 + 400 * i, 100 + 400 * i, 50, stream=20, **args)
+    a = analyze(b.write(tmp_path / "t.json.gz"))
+    c = collectives(a).sort("ts")
+    assert c["bytes"].to_list() == [8000, 40, None, 56]
+    assert c["group_size"].to_list() == [4, 4, None, None]
+    assert any("'In msg nelems' values that are not element counts (0 to 2^48) (read as missing) (2)" in w
+               for w in a.warnings), a.warnings
+    assert "'Out msg nelems' values that are not element counts (0 to 2^48) (read as missing)" in a.warnings
+    assert any("'Group size' values that are not group sizes (1 to 2^24) (read as missing) (2)" in w
+               for w in a.warnings), a.warnings

@@ -80,6 +80,9 @@ HOST_COMM_WAIT_RE = r"^_?c10d_functional(_autograd)?::wait_tensor$"
 
 # More ranks than any machine has: a world or rank beyond it is corrupt (read from a trace or given as a flag).
 MAX_RANKS = 1 << 24
+# More elements than any device holds (256 TiB of bytes): a collective's message beyond it is corrupt, and its bytes
+# (times an element's 16 bytes at most) stay far inside an Int64.
+MAX_MESSAGE_ELEMENTS = 1 << 48
 
 
 def usable_ranks(rank, world, source: str, warnings) -> tuple[int | None, int | None]:

@@ -12,7 +12,7 @@ import orjson
 import polars as pl
 
 from traceflops.core.trace import COLLECTIVE_COLUMNS, COLLECTIVE_SCHEMA, Warnings, null_column
-from traceflops.core.vocab import MAX_RANKS
+from traceflops.core.vocab import MAX_MESSAGE_ELEMENTS, MAX_RANKS
 from traceflops.parsers.kineto_events import (
     IGNORED_CATS,
     KERNEL_CATS,
@@ -128,6 +128,20 @@ def _integer(values):
     return _col(values, pl.Int64)
 
 
+def _within(s: pl.Series, lo: int, hi: int) -> pl.Series:
+    return s.to_frame("v").select(pl.when(pl.col("v").is_between(lo, hi)).then(pl.col("v")))["v"]
+
+
+def _count_col(values) -> pl.Series:
+    """A collective's element count (`In msg nelems`): a whole number up to MAX_MESSAGE_ELEMENTS, else null."""
+    return _within(_integer(values), 0, MAX_MESSAGE_ELEMENTS)
+
+
+def _group_size_col(values) -> pl.Series:
+    """A group's size: 1 to MAX_RANKS, else null."""
+    return _within(_integer(values), 1, MAX_RANKS)
+
+
 def _text(values):
     return _col(values, pl.Utf8)
 
@@ -148,11 +162,11 @@ _BUILD = {
     "stream": _text_col,
     "bytes": _integer,
     "collective": _str_col,
-    "in_nelems": _integer,
-    "out_nelems": _integer,
+    "in_nelems": _count_col,
+    "out_nelems": _count_col,
     "coll_dtype": _str_col,
     "pg_name": _text_col,
-    "group_size": _integer,
+    "group_size": _group_size_col,
     "kernel": _str_col,
     "pg_desc": _str_col,
     "pg_ranks": _text_or_json_col,
@@ -183,6 +197,8 @@ _UNREAD = {
     _integer: "that are not 64-bit integers",
     _json_col: "with integers beyond 64 bits or nesting too deep",
     _rank_col: "that are not ranks",
+    _count_col: f"that are not element counts (0 to 2^{MAX_MESSAGE_ELEMENTS.bit_length() - 1})",
+    _group_size_col: f"that are not group sizes (1 to 2^{MAX_RANKS.bit_length() - 1})",
 }
 # Each column's args as the trace spells them, quoted for a warning (a transfer's peer is read from either of two).
 _ARG_NAMES = {f: f"'{Args.__struct_encode_fields__[i]}'" for i, f in enumerate(Args.__struct_fields__)} | {

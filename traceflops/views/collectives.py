@@ -24,6 +24,7 @@ from traceflops.core.vocab import (
     HOST_COMM_CALL_KIND,
     HOST_COMM_WAIT_RE,
     HOST_COMM_WORK_RE,
+    MAX_MESSAGE_ELEMENTS,
 )
 from traceflops.stages.link import nearest
 from traceflops.stages.steps import counted_steps
@@ -151,10 +152,6 @@ def member_groups(a: Analysis) -> list[dict]:
     ]
 
 
-# Past this many elements a recorded shape is not a tensor any device holds (and would overflow an Int64 of bytes).
-_MAX_ELEMENTS = 1 << 48
-
-
 def _tensor_sizes(dims) -> list[int]:
     """Elements of each tensor operand in recorded Input Dims (a tensor list counts as one operand, summed); a shape
     of negative, boolean or implausibly many elements is skipped."""
@@ -162,7 +159,7 @@ def _tensor_sizes(dims) -> list[int]:
     for d in dims if isinstance(dims, list) else []:
         if isinstance(d, list) and d and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d):
             n = math.prod(d)
-            if n <= _MAX_ELEMENTS:
+            if n <= MAX_MESSAGE_ELEMENTS:
                 out.append(n)
         elif isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             out.append(sum(_tensor_sizes(d)))
@@ -484,9 +481,15 @@ def _sized_by_call(k: pl.DataFrame, a: Analysis) -> pl.DataFrame:
     size = pl.coalesce("group_size", pl.lit(untold_group_size(a), pl.Int64))
     gathered = (pl.col("kind") == "allgather").fill_null(False)
     whole = pl.col("kind").is_in(_MESSAGE_IS_INPUT).fill_null(False)
+    known = gathered & (pl.col("_call_nelems") <= MAX_MESSAGE_ELEMENTS // size).fill_null(False)
     return k.with_columns(
-        in_nelems=pl.coalesce("in_nelems", pl.when(whole | (gathered & size.is_not_null())).then("_call_nelems")),
-        out_nelems=pl.coalesce("out_nelems", pl.when(gathered).then(pl.col("_call_nelems") * size)),
+        in_nelems=pl.coalesce("in_nelems", pl.when(whole | known).then("_call_nelems")),
+        out_nelems=pl.coalesce(
+            "out_nelems",
+            pl.when(gathered & (pl.col("_call_nelems") <= MAX_MESSAGE_ELEMENTS // size)).then(
+                pl.col("_call_nelems") * size
+            ),
+        ),
         coll_dtype=pl.coalesce("coll_dtype", "_call_dtype"),
     )
 
