@@ -377,10 +377,14 @@ def test_te_fused_attention_is_matmul_with_flops_from_shapes(shared):
     assert set(got.filter(pl.col("name").str.contains("backward"))["phase"]) == {"backward"}
 
 
-def test_tpu_collectives_kind_against_xprof_hlo_stats(shared, tmp_path):
+def test_tpu_collectives_kind_and_size_against_xprof_hlo_stats(shared, tmp_path):
     """XLA names its collectives by HLO opcode, with dashes (`all-reduce`): xprof's hlo_stats puts the TPU profile's
     12 executions in category `all-reduce`, and the collectives here are those 12, of kind allreduce (a name read
-    for PyTorch's spellings alone gave them no kind)."""
+    for PyTorch's spellings alone gave them no kind). XLA records no message size: each moves its operand, whose
+    shape xprof's HLO text gives (`all-reduce(f32[5,1024,1024,256]...`): elements x 4 bytes."""
+    import math
+    import re
+
     from traceflops.run.load import analyze
     from traceflops.views.collectives import collectives
 
@@ -393,8 +397,12 @@ def test_tpu_collectives_kind_against_xprof_hlo_stats(shared, tmp_path):
              "all-to-all": "all_to_all"}
     want = {kinds[c]: n for c, n in by_category.items() if c in kinds}
     assert want == {"allreduce": 12}
+    (expr,) = {r["hlo_op_expression"] for r in rows if r["category"] == "all-reduce"}
+    elem, dims = re.search(r"all-reduce\((\w+)\[([\d,]+)\]", expr).groups()
+    message = math.prod(int(d) for d in dims.split(",")) * {"f32": 4, "bf16": 2, "f16": 2}[elem]
     c = collectives(analyze(str(src)))
     assert dict(c.group_by("kind").len().iter_rows()) == want
+    assert c["bytes"].to_list() == [message] * 12 and message == 5 * 1024 * 1024 * 256 * 4
 
 
 def test_mi300_gemm_against_xprof_hlo_stats(shared, tmp_path):

@@ -57,11 +57,14 @@ KIND_RE = [
     ("scatter", r"(?i)^(nccl:)?scatter$"),
     ("sendrecv", P2P_RE),
 ]
-# The call a device collective ran under, as the profiler names ProcessGroupNCCL's (`nccl:all_to_all`, `nccl:send`)
-# and PyTorch's symmetric-memory collectives (`symm_mem::multimem_all_reduce_`, vLLM's all-reduce on B200): what the
-# kernel was for where its own args and its `record_param_comms` name no collective (an all-to-all runs as SendRecv
-# kernels), and what it moved where nothing records a message size.
-COLLECTIVE_CALL_RE = r"^(nccl:|symm_mem::)"
+# The call a device collective ran under, as the profiler names ProcessGroupNCCL's (`nccl:all_to_all`, `nccl:send`),
+# PyTorch's symmetric-memory collectives (`symm_mem::multimem_all_reduce_`, vLLM's all-reduce on B200) and XLA's
+# collective ops (HLO `all-reduce`, `all-reduce-start.3`: their operands are the input; a `-done` op's is the start's
+# result): what the kernel was for where its own args and its `record_param_comms` name no collective (an all-to-all
+# runs as SendRecv kernels), and what it moved where nothing records a message size.
+COLLECTIVE_CALL_RE = (
+    r"^(nccl:|symm_mem::|(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(-start)?(\.\d+)?$)"
+)
 
 
 def kind_of(text: pl.Expr) -> pl.Expr:
@@ -169,9 +172,10 @@ def _tensor_sizes(dims) -> list[int]:
 def call_payload(dims: str | None, types: str | None) -> tuple[int | None, str | None]:
     """A device collective's input (elements, dtype) from the call it ran under, where the collective records no
     message size. ProcessGroupNCCL gives its `nccl:*` call's record function the collective's input tensors as its
-    inputs (c10d `Work`'s constructor, fed by `initWork`; PyTorch before `In msg nelems` records nothing else), and a
-    `symm_mem::` all-reduce op takes its input as its one tensor argument. Exactly one tensor operand is read; several
-    (a coalesced call, an all-gather into an output) are left unknown."""
+    inputs (c10d `Work`'s constructor, fed by `initWork`; PyTorch before `In msg nelems` records nothing else), a
+    `symm_mem::` all-reduce op takes its input as its one tensor argument, and an XLA collective's operand shapes are
+    its input's (XLA records no message size). Exactly one tensor operand is read; several (a coalesced call, an XLA
+    all-reduce of a tuple, an all-gather into an output) are left unknown."""
     try:
         shapes = orjson.loads(dims) if dims else None
         names = orjson.loads(types) if types else None
