@@ -78,6 +78,20 @@ HOST_COMM_WORK_KIND = {
 # Where a thread blocks until a collective completes (functional collectives: DTensor, TP, compiled code).
 HOST_COMM_WAIT_RE = r"^_?c10d_functional(_autograd)?::wait_tensor$"
 
+# XLA's collective HLO opcodes (each async as `<op>-start` ... `<op>-done`): the XLA parser books these ops as
+# communication, and the collectives view reads a collective's message from such an op's operand.
+XLA_COLLECTIVE_OPS = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "send",
+    "recv",
+)
+
 # More ranks than any machine has: a world or rank beyond it is corrupt (read from a trace or given as a flag).
 MAX_RANKS = 1 << 24
 # More elements than any device holds (256 TiB of bytes): a collective's message beyond it is corrupt, and its bytes

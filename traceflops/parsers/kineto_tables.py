@@ -120,8 +120,7 @@ def _rank_col(values) -> pl.Series:
     else, or a rank no job has (`MAX_RANKS`), is null."""
     if _all_none(values):
         return null_column(len(values), pl.Int64)
-    rank = pl.Series(values, dtype=pl.Utf8, strict=False).str.to_integer(strict=False)
-    return rank.to_frame("r").select(pl.when(pl.col("r").is_between(0, MAX_RANKS - 1)).then(pl.col("r")))["r"]
+    return _within(pl.Series(values, dtype=pl.Utf8, strict=False).str.to_integer(strict=False), 0, MAX_RANKS - 1)
 
 
 def _integer(values):
@@ -129,6 +128,7 @@ def _integer(values):
 
 
 def _within(s: pl.Series, lo: int, hi: int) -> pl.Series:
+    """`s` where it lies in [lo, hi], else null."""
     return s.to_frame("v").select(pl.when(pl.col("v").is_between(lo, hi)).then(pl.col("v")))["v"]
 
 

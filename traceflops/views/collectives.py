@@ -5,7 +5,9 @@ A collective's process group comes from its own args (`Process Group Name`,
 trace's `distributedInfo.pg_config`. A CPU backend's work (`gloo:*`) records
 no group: each group runs its work on threads of its own, created when the
 group is, so the runloop threads, by thread id, are the member groups' in the
-order pg_config lists them (see `thread_groups`).
+order pg_config lists them (see `thread_groups`). A collective's message is
+its recorded size, else the one input tensor of the call it ran under
+(`call_payload`: an older PyTorch's `nccl:*`, `symm_mem::`, XLA's ops).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from traceflops.core.vocab import (
     HOST_COMM_WAIT_RE,
     HOST_COMM_WORK_RE,
     MAX_MESSAGE_ELEMENTS,
+    XLA_COLLECTIVE_OPS,
 )
 from traceflops.stages.link import nearest
 from traceflops.stages.steps import counted_steps
@@ -62,9 +65,7 @@ KIND_RE = [
 # collective ops (HLO `all-reduce`, `all-reduce-start.3`: their operands are the input; a `-done` op's is the start's
 # result): what the kernel was for where its own args and its `record_param_comms` name no collective (an all-to-all
 # runs as SendRecv kernels), and what it moved where nothing records a message size.
-COLLECTIVE_CALL_RE = (
-    r"^(nccl:|symm_mem::|(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(-start)?(\.\d+)?$)"
-)
+COLLECTIVE_CALL_RE = rf"^(nccl:|symm_mem::|({'|'.join(XLA_COLLECTIVE_OPS)})(-start)?(\.\d+)?$)"
 
 
 def kind_of(text: pl.Expr) -> pl.Expr:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 
-_COMM_OP = re.compile(
-    r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
-    r"collective-broadcast|send|recv)(-start|-done)?$"
-)
+from traceflops.core.vocab import XLA_COLLECTIVE_OPS
+
+_COMM_OP = re.compile(f"^({'|'.join(XLA_COLLECTIVE_OPS)})(-start|-done)?$")
 _MEMCPY_OP = re.compile(r"^(copy-start|copy-done|infeed|outfeed|host-transfer)$")
 _COMM_KERNEL = re.compile(
     r"nccl|rccl|multimem_all_reduce|all_reduce_kernel|allgather|all_gather|reduce_scatter|"
